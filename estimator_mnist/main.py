@@ -1,0 +1,62 @@
+"""Entry point: ``python -m estimator_mnist [--flags]``. The only place flags live.
+
+Trains the MNIST CNN with TPUEstimator, evaluates it on the test split, prints
+a few predictions and exports a SavedModel. On the offline default data
+(scikit-learn's digits) the default flags reach an eval accuracy of about 0.98
+in a few minutes on a 2-core CPU:
+
+  python -m estimator_mnist --model_dir=/tmp/estimator_mnist
+
+On a Cloud TPU:
+
+  python -m estimator_mnist --use_tpu --tpu=NAME --data_dir=gs://... \
+      --model_dir=gs://...
+"""
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+from estimator_mnist import train
+from mnist_common import flags as common_flags
+from mnist_common.errors import KitError
+
+common_flags.define_common_flags()
+flags.DEFINE_integer('iterations', 50,
+                     'Training steps per TPU loop (TPUConfig\'s '
+                     'iterations_per_loop); no effect off a TPU.', lower_bound=1)
+flags.DEFINE_integer('num_shards', 8,
+                     'Number of TPU cores (TPUConfig\'s num_shards); '
+                     '--batch_size must be divisible by it under --use_tpu.',
+                     lower_bound=1)
+flags.DEFINE_bool('export_to_tpu', False,
+                  'Also export a TPU serving MetaGraph (tags serve,tpu); a '
+                  'plain tf.saved_model.load(path) then needs tags=["serve"].')
+flags.DEFINE_bool('version', False,
+                  'Print the TensorFlow, Keras and Estimator builds and exit.')
+
+FLAGS = flags.FLAGS
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    sys.exit(f'error: unexpected arguments {argv[1:]}; flags take the form '
+             '--name=value (see --helpfull)')
+  if FLAGS.version:
+    from estimator_mnist import versions  # pylint: disable=g-import-not-at-top
+    print(versions.report())
+    return
+  logging.set_verbosity(logging.INFO)
+  # TF's logger has a handler of its own; absl's already prints its records.
+  tf.get_logger().handlers.clear()
+  try:
+    train.run(FLAGS)
+  except KitError as e:
+    sys.exit(f'error: {e}')
+
+
+def run() -> None:
+  """Console-script entry point (``estimator-mnist``)."""
+  app.run(main)

@@ -1,0 +1,144 @@
+"""Training with TPUEstimator: train, evaluate, predict, export.
+
+``run(flags_obj)`` is the whole job. Tests call it with their own flags and
+``data_override`` instead of patching anything.
+"""
+import os
+
+from absl import logging
+import tensorflow.compat.v1 as tf
+
+from estimator_mnist import data
+from estimator_mnist import model
+from mnist_common import paths
+from mnist_common import prepare
+from mnist_common import sources
+from mnist_common import tfrecords
+from mnist_common import tpu as tpu_lib
+from mnist_common.errors import KitError
+
+
+def serving_input_receiver_fn(
+) -> tf.estimator.export.TensorServingInputReceiver:
+  """Serving takes raw uint8 pixels and scales them as the input_fn does."""
+  image = tf.placeholder(tf.uint8, [None, sources.IMAGE_SIZE,
+                                    sources.IMAGE_SIZE, 1], name='image')
+  # A Tensor receiver hands model_fn a Tensor, as the input_fns do, not a dict.
+  return tf.estimator.export.TensorServingInputReceiver(
+      data.scale_image(image), {'image': image})
+
+
+def eval_batch_size(batch_size: int, test_examples: int, shards: int) -> int:
+  """The training batch, shrunk to fit a small test split in whole batches."""
+  size = min(batch_size, test_examples)
+  return max(shards, size - size % shards)
+
+
+def make_estimator(flags_obj, model_dir: str, data_dir: str, eval_batch: int,
+                   cluster=None) -> tf.estimator.tpu.TPUEstimator:
+  """A TPUEstimator configured from the flags."""
+  run_config = tf.estimator.tpu.RunConfig(
+      cluster=cluster,
+      model_dir=model_dir,
+      tf_random_seed=flags_obj.seed,
+      save_checkpoints_steps=max(flags_obj.iterations, model.LOG_EVERY_STEPS),
+      # TPUEstimator logs every ceil(this / iterations_per_loop) session runs,
+      # and a session run is a whole loop on a TPU but one step off it.
+      log_step_count_steps=(model.LOG_EVERY_STEPS if flags_obj.use_tpu else
+                            model.LOG_EVERY_STEPS * flags_obj.iterations),
+      tpu_config=tf.estimator.tpu.TPUConfig(
+          iterations_per_loop=flags_obj.iterations,
+          num_shards=flags_obj.num_shards))
+  return tf.estimator.tpu.TPUEstimator(
+      model_fn=model.model_fn,
+      config=run_config,
+      use_tpu=flags_obj.use_tpu,
+      train_batch_size=flags_obj.batch_size,
+      eval_batch_size=eval_batch,
+      predict_batch_size=flags_obj.num_predictions,
+      params={'data_dir': data_dir, 'learning_rate': flags_obj.learning_rate,
+              'use_tpu': flags_obj.use_tpu, 'seed': flags_obj.seed,
+              'num_predictions': flags_obj.num_predictions},
+      # Off a TPU, the extra 'serve,tpu' MetaGraph would make a plain
+      # tf.saved_model.load(path) fail (it then needs explicit tags).
+      export_to_tpu=flags_obj.export_to_tpu)
+
+
+def _predict(estimator, info: prepare.DatasetInfo, count: int) -> list:
+  test = tf.data.TFRecordDataset(info.path('test')).take(count)
+  labels = [int(label) for _, label in
+            test.map(tfrecords.parse_example).as_numpy_iterator()]
+  results = []
+  for pred, label in zip(estimator.predict(data.predict_input_fn), labels):
+    class_id = int(pred['class_ids'])
+    probability = float(pred['probabilities'][class_id])
+    print(f'Prediction is "{class_id}" ({100 * probability:.1f}%), '
+          f'label {label}')
+    results.append({'class_id': class_id, 'probability': probability,
+                    'label': label})
+  return results
+
+
+def run(flags_obj, data_override: prepare.DatasetInfo | None = None) -> dict:
+  """Trains, evaluates, predicts and exports; returns what it measured.
+
+  Args:
+    flags_obj: the absl FLAGS (or any object with the same attributes).
+    data_override: prepared data to use instead of --data_dir/--data_source.
+
+  Returns:
+    {'model_dir', 'global_step', 'eval' (metrics or None), 'predictions',
+     'export_dir'}.
+
+  Raises:
+    KitError: bad input; nothing has been written to --model_dir.
+  """
+  cluster = None
+  if flags_obj.use_tpu:
+    if flags_obj.batch_size % flags_obj.num_shards:
+      raise KitError(f'--batch_size={flags_obj.batch_size} is not divisible by '
+                     f'--num_shards={flags_obj.num_shards}; each TPU core '
+                     'needs the same share of the global batch')
+    cluster = tpu_lib.find_tpu(flags_obj.tpu, flags_obj.tpu_zone,
+                               flags_obj.gcp_project)
+  info = data_override or prepare.prepare(
+      flags_obj.data_dir, flags_obj.data_source, flags_obj.data_url,
+      flags_obj.seed)
+  model_dir = paths.ensure_writable_dir(flags_obj.model_dir, 'estimator_mnist_')
+  shards = flags_obj.num_shards if flags_obj.use_tpu else 1
+  eval_batch = eval_batch_size(flags_obj.batch_size, info.test_examples, shards)
+  estimator = make_estimator(flags_obj, model_dir, info.data_dir, eval_batch,
+                             cluster)
+  logging.info('TPUEstimator: model_dir=%s use_tpu=%s global batch=%d%s',
+               model_dir, flags_obj.use_tpu, flags_obj.batch_size,
+               f' ({flags_obj.batch_size // shards} per core, '
+               f'{flags_obj.iterations} steps per loop)' if flags_obj.use_tpu
+               else ' (iterations_per_loop has no effect off a TPU)')
+
+  # tf.compat.v1.layers draw initializer seeds from Python's random module,
+  # not the graph seed: seed everything for repeatable runs.
+  tf.compat.v2.keras.utils.set_random_seed(flags_obj.seed)
+  estimator.train(data.train_input_fn, max_steps=flags_obj.train_steps)
+  result = {'model_dir': model_dir,
+            'global_step': int(estimator.get_variable_value('global_step')),
+            'eval': None, 'predictions': [], 'export_dir': None}
+
+  eval_steps = flags_obj.eval_steps
+  if eval_steps is None:
+    eval_steps = info.test_examples // eval_batch
+  if eval_steps:
+    metrics = estimator.evaluate(data.eval_input_fn, steps=eval_steps)
+    result['eval'] = {k: float(v) for k, v in metrics.items()}
+    print(f'Eval accuracy: {metrics["accuracy"]:.4f} on '
+          f'{eval_steps * eval_batch} test images (loss '
+          f'{metrics["loss"]:.4f}, step {metrics["global_step"]})')
+
+  if flags_obj.enable_predict:
+    result['predictions'] = _predict(estimator, info, flags_obj.num_predictions)
+
+  export_dir = estimator.export_saved_model(
+      os.path.join(model_dir, 'export'), serving_input_receiver_fn)
+  result['export_dir'] = export_dir.decode()
+  print(f'SavedModel: {result["export_dir"]}')
+  return result
+

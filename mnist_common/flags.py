@@ -1,0 +1,65 @@
+"""Flags that mean the same thing in both halves of the kit.
+
+Names and defaults follow tensorflow/tpu's ``mnist_tpu.py`` where it had the
+flag; ``--use_tpu`` defaults to off, since most machines that still run this
+code have no TPU.
+"""
+from absl import flags
+
+from mnist_common import download
+from mnist_common import prepare
+
+
+def define_common_flags() -> None:
+  """Defines the shared flags on absl's global FLAGS (call once, from main)."""
+  flags.DEFINE_string(
+      'tpu', None,
+      'The Cloud TPU to use: its name, a grpc://IP:8470 address, or "local" on '
+      'a TPU VM. Unset: the TPU_NAME environment variable, else none.')
+  flags.DEFINE_string(
+      'tpu_zone', None,
+      'GCE zone of the Cloud TPU. Unset: asked of the GCE metadata server.')
+  flags.DEFINE_string(
+      'gcp_project', None,
+      'GCP project of the Cloud TPU. Unset: asked of the GCE metadata server.')
+  flags.DEFINE_bool('use_tpu', False,
+                    'Train on a TPU. Off: train on the local CPU/GPU.')
+  flags.DEFINE_string(
+      'data_dir', None,
+      'Directory with MNIST: train.tfrecords/test.tfrecords, the four IDX '
+      'files (train-images-idx3-ubyte.gz, ...), or mnist.npz. TFRecords are '
+      'written there from IDX/npz. Unset: ' + prepare.DEFAULT_DATA_DIR +
+      ', filled with scikit-learn\'s handwritten digits when it holds nothing.')
+  flags.DEFINE_enum(
+      'data_source', 'auto', prepare.SOURCES,
+      'Where the data comes from. auto: what --data_dir holds; idx / npz: '
+      'those files in --data_dir; download: fetch the IDX files from '
+      '--data_url; digits: scikit-learn\'s digits resized to 28x28 (offline); '
+      'fake: synthetic images for smoke runs.')
+  flags.DEFINE_string('data_url', download.DEFAULT_URL,
+                      'Base URL of the IDX files for --data_source=download.')
+  flags.DEFINE_string(
+      'model_dir', None,
+      'Where checkpoints, summaries and the exported SavedModel go. Unset: a '
+      'new temporary directory.')
+  flags.DEFINE_integer(
+      'batch_size', 1024,
+      'Global mini-batch size for training: the batch over all replicas '
+      '(TPU cores), not the per-replica batch.', lower_bound=1)
+  flags.DEFINE_integer('train_steps', 1000, 'Total number of training steps.',
+                       lower_bound=1)
+  flags.DEFINE_integer(
+      'eval_steps', None,
+      'Evaluation steps after training. Unset: one pass over the test split '
+      '(the last partial batch dropped). 0: skip evaluation.', lower_bound=0)
+  flags.DEFINE_float('learning_rate', 0.05,
+                     'Initial learning rate (decays by 0.96 every 100,000 '
+                     'steps).', lower_bound=0.0)
+  flags.DEFINE_bool('enable_predict', True,
+                    'After training, predict a few test images and print them.')
+  flags.DEFINE_integer('num_predictions', 10,
+                       'How many test images --enable_predict prints.',
+                       lower_bound=1)
+  flags.DEFINE_integer(
+      'seed', 0, 'Random seed: weights, dropout and shuffling. Two runs with '
+      'the same seed on the same machine are bit-identical.')

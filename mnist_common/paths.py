@@ -1,0 +1,23 @@
+"""Output directories: checked before any work, so bad ones fail at once."""
+import os
+import tempfile
+
+from mnist_common.errors import KitError
+
+
+def ensure_writable_dir(path: str | None, prefix: str) -> str:
+  """Creates path (or a temporary directory if None) and checks it is writable.
+
+  Returns the absolute path. Raises KitError with the reason otherwise.
+  """
+  if path is None:
+    return tempfile.mkdtemp(prefix=prefix)
+  path = os.path.abspath(os.path.expanduser(path))
+  try:
+    os.makedirs(path, exist_ok=True)
+    with tempfile.TemporaryFile(dir=path):
+      pass
+  except OSError as e:
+    raise KitError(f'--model_dir {path} is not a writable directory '
+                   f'({e.strerror}); pass a directory you can write to') from e
+  return path

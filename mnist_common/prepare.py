@@ -1,0 +1,148 @@
+"""Turns whatever MNIST the user has into the TFRecord files both halves read.
+
+``prepare()`` looks in the data directory for, in order: the four IDX files,
+Keras' ``mnist.npz``, and ready ``train.tfrecords``/``test.tfrecords``. When the
+directory is the kit's default one and holds none of them, it uses the
+handwritten digits that scikit-learn ships, so that everything runs offline.
+"""
+import dataclasses
+import json
+import os
+
+from absl import logging
+
+from mnist_common import download
+from mnist_common import idx
+from mnist_common import sources
+from mnist_common import tfrecords
+from mnist_common.errors import DataError
+
+SOURCES = ('auto', 'idx', 'npz', 'download', 'digits', 'fake')
+DEFAULT_DATA_DIR = os.path.join(
+    os.environ.get('XDG_CACHE_HOME', os.path.expanduser('~/.cache')),
+    'tpu_migration_kit', 'mnist')
+NPZ_NAME = 'mnist.npz'
+INFO_NAME = 'dataset_info.json'
+SPLITS = ('train', 'test')
+
+_DESCRIPTIONS = {
+    'idx': 'real MNIST, from IDX files',
+    'npz': 'real MNIST, from mnist.npz',
+    'download': 'real MNIST, downloaded IDX files',
+    'digits': ('scikit-learn handwritten digits (1,797 real 8x8 images resized '
+               'to 28x28; the offline default, not MNIST)'),
+    'fake': 'synthetic images (smoke runs only)',
+    'tfrecords': 'TFRecord files found in the data directory',
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+  """What prepare() found or made."""
+  data_dir: str
+  source: str
+  train_examples: int
+  test_examples: int
+
+  @property
+  def description(self) -> str:
+    return _DESCRIPTIONS[self.source]
+
+  def path(self, split: str) -> str:
+    return tfrecords.split_path(self.data_dir, split)
+
+
+def _read_info(data_dir: str) -> dict:
+  try:
+    with open(os.path.join(data_dir, INFO_NAME)) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return {}
+
+
+def _write_info(data_dir: str, info: dict) -> None:
+  path = os.path.join(data_dir, INFO_NAME)
+  with open(path + '.tmp', 'w') as f:
+    json.dump(info, f, indent=2)
+  os.replace(path + '.tmp', path)
+
+
+def _records_exist(data_dir: str) -> bool:
+  return all(os.path.isfile(tfrecords.split_path(data_dir, s)) for s in SPLITS)
+
+
+def _choose_source(data_dir: str, is_default_dir: bool) -> str:
+  """The source 'auto' stands for, given what data_dir holds."""
+  if idx.has_idx_files(data_dir):
+    return 'idx'
+  if os.path.isfile(os.path.join(data_dir, NPZ_NAME)):
+    return 'npz'
+  if _records_exist(data_dir):
+    return _read_info(data_dir).get('source', 'tfrecords')
+  if is_default_dir:
+    return 'digits'
+  if not os.path.isdir(data_dir):
+    raise DataError(f'--data_dir {data_dir} does not exist; point it at MNIST '
+                    'data, or add --data_source=digits|download|fake to '
+                    'create data there')
+  raise DataError(f'--data_dir {data_dir} holds no MNIST data (train.tfrecords '
+                  'and test.tfrecords, the four IDX files, or mnist.npz); put '
+                  'them there, or add --data_source=digits|download|fake')
+
+
+def _load(source: str, data_dir: str, url: str, seed: int) -> sources.Splits:
+  if source == 'download':
+    download.download_idx(url, data_dir)
+    return sources.load_idx(data_dir)
+  if source == 'idx':
+    return sources.load_idx(data_dir)
+  if source == 'npz':
+    return sources.load_npz(os.path.join(data_dir, NPZ_NAME))
+  if source == 'digits':
+    return sources.load_digits()
+  return sources.load_fake(seed=seed)
+
+
+def prepare(data_dir: str | None = None, source: str = 'auto',
+            url: str = download.DEFAULT_URL, seed: int = 0) -> DatasetInfo:
+  """Makes sure data_dir holds valid train/test TFRecords; returns what it holds.
+
+  Args:
+    data_dir: the directory; None for the kit's default, where 'auto' falls
+      back to scikit-learn's digits when nothing else is there.
+    source: one of SOURCES. 'auto' uses what data_dir holds.
+    url: where 'download' fetches the IDX files from.
+    seed: seed of the 'fake' data.
+
+  Raises:
+    DataError: the data is missing, malformed, or cannot be fetched.
+  """
+  if source not in SOURCES:
+    raise DataError(f'unknown data source {source!r}; use one of {SOURCES}')
+  is_default_dir = data_dir is None
+  data_dir = os.path.abspath(os.path.expanduser(data_dir or DEFAULT_DATA_DIR))
+  if source == 'auto':
+    source = _choose_source(data_dir, is_default_dir)
+
+  recorded = _read_info(data_dir).get('source')
+  if source == 'tfrecords' or (recorded == source and _records_exist(data_dir)):
+    counts = {s: tfrecords.count_records(tfrecords.split_path(data_dir, s))
+              for s in SPLITS}
+  else:
+    try:
+      os.makedirs(data_dir, exist_ok=True)
+    except OSError as e:
+      raise DataError(f'cannot create --data_dir {data_dir}: {e.strerror}') from e
+    splits = _load(source, data_dir, url, seed)
+    logging.info('Writing TFRecords to %s from %s', data_dir,
+                 _DESCRIPTIONS[source])
+    for split, (images, labels) in splits.items():
+      tfrecords.write_records(tfrecords.split_path(data_dir, split), images,
+                              labels)
+    counts = {split: len(labels) for split, (_, labels) in splits.items()}
+    _write_info(data_dir, {'source': source, 'train_examples': counts['train'],
+                           'test_examples': counts['test']})
+  info = DatasetInfo(data_dir, source, counts['train'], counts['test'])
+  logging.info('Data: %s in %s (%d train, %d test examples)', info.description,
+               data_dir, info.train_examples, info.test_examples)
+  return info

@@ -1,0 +1,107 @@
+"""Where MNIST-shaped arrays come from: IDX files, Keras' mnist.npz, scikit-learn's
+handwritten digits (the offline default), or synthetic images for smoke runs.
+
+Every loader returns ``{'train': (images, labels), 'test': (images, labels)}``
+with uint8 images of shape [n, 28, 28] and integer labels in 0..9.
+"""
+import numpy as np
+
+from mnist_common import idx
+from mnist_common.errors import DataError
+
+IMAGE_SIZE = 28
+NUM_CLASSES = 10
+
+Splits = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def check_arrays(images: np.ndarray, labels: np.ndarray, origin: str) -> None:
+  """Raises DataError unless images/labels look like one MNIST split."""
+  if images.ndim != 3 or images.shape[1:] != (IMAGE_SIZE, IMAGE_SIZE):
+    raise DataError(f'{origin}: images have shape {list(images.shape)}, '
+                    f'expected [n, {IMAGE_SIZE}, {IMAGE_SIZE}]')
+  if labels.shape != (images.shape[0],):
+    raise DataError(f'{origin}: {images.shape[0]} images but labels of shape '
+                    f'{list(labels.shape)}')
+  if len(labels) == 0:
+    raise DataError(f'{origin}: the split is empty')
+  bad = np.flatnonzero((labels < 0) | (labels >= NUM_CLASSES))
+  if bad.size:
+    raise DataError(f'{origin}: label {int(labels[bad[0]])} at index '
+                    f'{int(bad[0])} is outside 0-9 ({bad.size} such labels)')
+
+
+def _checked(splits: Splits, origin: str) -> Splits:
+  for name, (images, labels) in splits.items():
+    check_arrays(images, labels, f'{origin} [{name}]')
+  return {name: (np.asarray(images, np.uint8), np.asarray(labels, np.int64))
+          for name, (images, labels) in splits.items()}
+
+
+def load_idx(directory: str) -> Splits:
+  """The four standard IDX files (optionally gzipped) in directory."""
+  return _checked({s: idx.load_split(directory, s) for s in idx.FILES},
+                  f'IDX files in {directory}')
+
+
+def load_npz(path: str) -> Splits:
+  """Keras' mnist.npz: arrays x_train, y_train, x_test, y_test."""
+  names = ('x_train', 'y_train', 'x_test', 'y_test')
+  try:
+    with np.load(path, allow_pickle=False) as data:
+      missing = [name for name in names if name not in data.files]
+      if missing:
+        raise DataError(f'{path} lacks array {", ".join(missing)}; expected '
+                        f'{", ".join(names)} as in Keras\' mnist.npz')
+      splits = {'train': (data['x_train'], data['y_train']),
+                'test': (data['x_test'], data['y_test'])}
+  except (OSError, ValueError) as e:
+    raise DataError(f'cannot read {path} as an .npz file: {e}') from e
+  return _checked(splits, path)
+
+
+# scikit-learn's digits are 8x8 with values 0..16. MNIST centres each digit in a
+# 20x20 box inside a 28x28 frame, so the digits are resized to 20x20 and padded.
+DIGITS_BOX = 20
+DIGITS_TEST_SIZE = 497  # 1797 = 1300 train + 497 test, a 72/28 split.
+
+
+def load_digits() -> Splits:
+  """scikit-learn's 1,797 real handwritten digits, resized to MNIST's 28x28."""
+  import sklearn.datasets  # Heavy, and only this path needs it.
+  import tensorflow as tf
+
+  digits = sklearn.datasets.load_digits()
+  small = digits.images.astype(np.float32)[..., None] * (255.0 / 16.0)
+  big = tf.image.resize(small, [DIGITS_BOX, DIGITS_BOX], method='bicubic')
+  big = np.clip(np.rint(big.numpy()[..., 0]), 0, 255).astype(np.uint8)
+  pad = (IMAGE_SIZE - DIGITS_BOX) // 2
+  images = np.pad(big, ((0, 0), (pad, pad), (pad, pad)))
+  labels = digits.target.astype(np.int64)
+  # The file is ordered by writer; a fixed permutation mixes writers into both
+  # splits. RandomState(0) is stable across numpy versions.
+  order = np.random.RandomState(0).permutation(len(labels))
+  images, labels = images[order], labels[order]
+  n_train = len(labels) - DIGITS_TEST_SIZE
+  return _checked({'train': (images[:n_train], labels[:n_train]),
+                   'test': (images[n_train:], labels[n_train:])},
+                  'scikit-learn digits')
+
+
+def load_fake(num_train: int = 2048, num_test: int = 512,
+              seed: int = 0) -> Splits:
+  """Synthetic, learnable images: noise plus a bright bar whose row is the label.
+
+  For smoke runs only; accuracy on them says nothing about the model.
+  """
+  rng = np.random.RandomState(seed)
+
+  def make(n):
+    labels = rng.randint(0, NUM_CLASSES, size=n).astype(np.int64)
+    images = rng.randint(0, 64, size=(n, IMAGE_SIZE, IMAGE_SIZE))
+    rows = 2 + 2 * labels
+    images[np.arange(n), rows, 4:24] = 255
+    return images.astype(np.uint8), labels
+
+  return _checked({'train': make(num_train), 'test': make(num_test)},
+                  'fake data')

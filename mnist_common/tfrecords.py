@@ -1,0 +1,87 @@
+"""The TFRecord format both halves read: one tf.train.Example per image with
+``image_raw`` (784 bytes, uint8, row-major) and ``label`` (int64).
+"""
+import os
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+from mnist_common.errors import DataError
+from mnist_common.sources import IMAGE_SIZE, NUM_CLASSES
+
+FEATURES = {
+    'image_raw': tf.io.FixedLenFeature([], tf.string),
+    'label': tf.io.FixedLenFeature([], tf.int64),
+}
+IMAGE_BYTES = IMAGE_SIZE * IMAGE_SIZE
+
+
+def split_path(data_dir: str, split: str) -> str:
+  return os.path.join(data_dir, f'{split}.tfrecords')
+
+
+def write_records(path: str, images: np.ndarray, labels: np.ndarray) -> None:
+  """Writes one split, atomically: a reader never sees a half-written file."""
+  directory = os.path.dirname(os.path.abspath(path))
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix='.tmp-', suffix='.tfrecords')
+  os.close(fd)
+  try:
+    with tf.io.TFRecordWriter(tmp) as writer:
+      for image, label in zip(images, labels):
+        example = tf.train.Example(features=tf.train.Features(feature={
+            'image_raw': tf.train.Feature(
+                bytes_list=tf.train.BytesList(value=[image.tobytes()])),
+            'label': tf.train.Feature(
+                int64_list=tf.train.Int64List(value=[int(label)])),
+        }))
+        writer.write(example.SerializeToString())
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
+def parse_example(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+  """One serialized Example -> (uint8 image [28, 28, 1], int32 label)."""
+  example = tf.io.parse_single_example(record, FEATURES)
+  image = tf.io.decode_raw(example['image_raw'], tf.uint8)
+  image = tf.reshape(image, [IMAGE_SIZE, IMAGE_SIZE, 1])
+  return image, tf.cast(example['label'], tf.int32)
+
+
+def count_records(path: str) -> int:
+  """Reads every record of a file and returns how many there are.
+
+  Raises DataError naming the file when it is missing, empty, truncated,
+  fails its CRC checks, or holds an Example that is not an MNIST image with a
+  label in 0..9, so that training never starts on bad data.
+  """
+  if not os.path.isfile(path):
+    raise DataError(f'{path} does not exist')
+  if os.path.getsize(path) == 0:
+    raise DataError(f'{path} is empty; delete it and prepare the data again')
+  dataset = tf.data.TFRecordDataset(path).batch(4096).map(
+      lambda r: tf.io.parse_example(r, FEATURES))
+  count = 0
+  try:
+    for batch in dataset:
+      sizes = tf.strings.length(batch['image_raw']).numpy()
+      labels = batch['label'].numpy()
+      if np.any(sizes != IMAGE_BYTES):
+        i = int(np.flatnonzero(sizes != IMAGE_BYTES)[0])
+        raise DataError(f'{path}: record {count + i} has an image of '
+                        f'{sizes[i]} bytes, expected {IMAGE_BYTES}')
+      if np.any((labels < 0) | (labels >= NUM_CLASSES)):
+        i = int(np.flatnonzero((labels < 0) | (labels >= NUM_CLASSES))[0])
+        raise DataError(f'{path}: record {count + i} has label {labels[i]}, '
+                        'outside 0-9')
+      count += len(labels)
+  except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+    reason = e.message.splitlines()[0]
+    raise DataError(f'{path} is truncated or corrupt at or after record '
+                    f'{count} ({reason}); delete it and prepare the data '
+                    'again') from e
+  if count == 0:
+    raise DataError(f'{path} holds no records')
+  return count

@@ -1,0 +1,92 @@
+"""Finding the TPU, or saying at once that there is none.
+
+``TPUClusterResolver`` alone is a poor first step off a TPU: given no name it
+raises a bare ValueError, given a name it asks the GCE metadata server with no
+time limit, and given an address it succeeds, only for the first session to
+wait for a server that never answers. ``find_tpu`` checks each case first and
+answers within seconds.
+"""
+import glob
+import os
+import socket
+import threading
+import urllib.parse
+
+import tensorflow as tf
+
+from mnist_common.errors import TPUNotFoundError
+
+_HINT = ('pass --tpu=NAME (Cloud TPU name), --tpu=grpc://IP:8470, or '
+         '--tpu=local on a TPU VM; or drop --use_tpu to train on CPU/GPU')
+# Device files of TPUs attached to this VM (TPU VMs).
+_LOCAL_TPU_DEVICES = ('/dev/accel*', '/dev/vfio/[0-9]*')
+# Environment variables through which Cloud TPU tooling names the TPU.
+_TPU_ENV = ('TPU_NAME', 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS', 'TPU_CONFIG')
+
+
+def _has_local_tpu() -> bool:
+  return any(glob.glob(pattern) for pattern in _LOCAL_TPU_DEVICES)
+
+
+def _check_reachable(master: str, timeout: float) -> None:
+  address = urllib.parse.urlparse(master)
+  try:
+    with socket.create_connection((address.hostname, address.port or 8470),
+                                  timeout=timeout):
+      pass
+  except OSError as e:
+    raise TPUNotFoundError(f'no TPU answers at {master} ({e}); {_HINT}') from e
+
+
+def _resolve(tpu, zone, project, timeout):
+  # The resolver may ask the metadata server, with no time limit of its own.
+  result = {}
+
+  def target():
+    try:
+      resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+          tpu=tpu, zone=zone, project=project)
+      # For a named TPU, master() asks the Cloud TPU API for its address.
+      result['master'] = '' if tpu == 'local' else resolver.master()
+      result['resolver'] = resolver
+    except Exception as e:  # pylint: disable=broad-except
+      result['error'] = e
+
+  thread = threading.Thread(target=target, daemon=True)
+  thread.start()
+  thread.join(timeout)
+  if thread.is_alive():
+    raise TPUNotFoundError(f'looking up TPU {tpu!r} took over {timeout:.0f}s '
+                           f'(is this a GCE VM?); {_HINT}')
+  if 'error' in result:
+    e = result['error']
+    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+    raise TPUNotFoundError(f'TPU {tpu!r} not found ({reason}); {_HINT}') from e
+  return result['resolver'], result['master']
+
+
+def find_tpu(tpu: str | None, zone: str | None = None,
+             project: str | None = None, timeout: float = 15.0
+             ) -> 'tf.distribute.cluster_resolver.TPUClusterResolver':
+  """Returns a resolver for a TPU that is there, or raises TPUNotFoundError.
+
+  Args:
+    tpu: name, grpc:// address, 'local', or None (TPU_NAME and friends, then a
+      TPU attached to this VM).
+    zone: GCE zone, or None to ask the metadata server.
+    project: GCP project, or None to ask the metadata server.
+    timeout: seconds allowed for the lookup and for reaching the TPU.
+  """
+  if not tpu and not any(os.environ.get(v) for v in _TPU_ENV):
+    if not _has_local_tpu():
+      raise TPUNotFoundError(f'no TPU found on this machine; {_HINT}')
+    tpu = 'local'
+  # TPU_NAME and the like are read by the resolver itself; name it in errors.
+  tpu = tpu or os.environ.get('TPU_NAME')
+  if tpu == 'local' and not _has_local_tpu():
+    raise TPUNotFoundError(f'--tpu=local but this machine has no TPU device '
+                           f'(/dev/accel*, /dev/vfio); {_HINT}')
+  resolver, master = _resolve(tpu, zone, project, timeout)
+  if master:
+    _check_reachable(master, timeout)
+  return resolver

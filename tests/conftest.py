@@ -1,0 +1,46 @@
+"""Test-wide safety and helpers.
+
+No test may reach an address off this machine: the GCE metadata server that a
+TPUClusterResolver asks is pointed at a closed port on 127.0.0.1, and the
+variables that name a Cloud TPU are removed. Subprocesses inherit all of it.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+os.environ['GCE_METADATA_IP'] = '127.0.0.1:9'
+os.environ['GCE_METADATA_HOST'] = '127.0.0.1:9'
+for _name in ('TPU_NAME', 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS', 'TPU_CONFIG'):
+  os.environ.pop(_name, None)
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_module(module: str, *args: str, timeout: float = 600,
+               env: dict | None = None) -> subprocess.CompletedProcess:
+  """Runs ``python -m module args`` from the repo root; returns the result."""
+  full_env = dict(os.environ, PYTHONPATH=REPO, **(env or {}))
+  return subprocess.run([sys.executable, '-m', module, *args], cwd=REPO,
+                        env=full_env, capture_output=True, text=True,
+                        timeout=timeout, check=False)
+
+
+def last_line(text: str) -> str:
+  lines = [line for line in text.strip().splitlines() if line.strip()]
+  return lines[-1] if lines else ''
+
+
+@pytest.fixture(scope='session')
+def fake_data_dir(tmp_path_factory):
+  """Prepared synthetic data, shared by the tests that only need some data."""
+  from mnist_common import prepare  # pylint: disable=g-import-not-at-top
+  return prepare.prepare(str(tmp_path_factory.mktemp('fake')), 'fake')
+
+
+@pytest.fixture(scope='session')
+def digits_data_dir(tmp_path_factory):
+  from mnist_common import prepare  # pylint: disable=g-import-not-at-top
+  return prepare.prepare(str(tmp_path_factory.mktemp('digits')), 'digits')

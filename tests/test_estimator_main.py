@@ -1,0 +1,175 @@
+"""The absl entry point end to end, and its answers to bad input."""
+import glob
+import os
+import re
+import shutil
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import last_line, run_module
+from estimator_mnist import data
+from estimator_mnist import model
+from mnist_common import tfrecords
+
+FLAG_NAMES = ('tpu', 'tpu_zone', 'gcp_project', 'data_dir', 'data_source',
+              'data_url', 'model_dir', 'batch_size', 'train_steps',
+              'eval_steps', 'learning_rate', 'iterations', 'num_shards',
+              'use_tpu', 'enable_predict', 'num_predictions', 'seed',
+              'export_to_tpu', 'version')
+
+
+def _test_images(data_dir, count):
+  pairs = tf.data.TFRecordDataset(tfrecords.split_path(data_dir, 'test')).map(
+      tfrecords.parse_example).take(count)
+  images, labels = zip(*pairs.as_numpy_iterator())
+  return np.stack(images), np.array(labels)
+
+
+def _probabilities_from_checkpoint(model_dir, images):
+  """Softmax of the network at the latest checkpoint, built independently."""
+  with tf.Graph().as_default():
+    scaled = data.scale_image(tf.constant(images))
+    probs = tf.nn.softmax(model.build_network(scaled, training=False))
+    saver = tf.compat.v1.train.Saver()
+    with tf.compat.v1.Session() as sess:
+      saver.restore(sess, tf.train.latest_checkpoint(model_dir))
+      return sess.run(probs)
+
+
+@pytest.fixture(scope='module')
+def trained(fake_data_dir, tmp_path_factory):
+  model_dir = str(tmp_path_factory.mktemp('run') / 'model')
+  result = run_module('estimator_mnist', f'--data_dir={fake_data_dir.data_dir}',
+                      f'--model_dir={model_dir}', '--train_steps=60',
+                      '--batch_size=64', '--learning_rate=0.1')
+  assert result.returncode == 0, result.stderr[-3000:]
+  return model_dir, result
+
+
+def test_main_leaves_checkpoint_eval_accuracy_and_predictions(trained):
+  model_dir, result = trained
+  assert os.path.exists(os.path.join(model_dir, 'model.ckpt-60.index'))
+  accuracy = float(re.search(r'Eval accuracy: ([\d.]+) on 512 test images',
+                             result.stdout).group(1))
+  assert accuracy > 0.5  # The bars of the fake data are easy to learn.
+  predictions = re.findall(r'Prediction is "(\d)" \(([\d.]+)%\), label (\d)',
+                           result.stdout)
+  assert len(predictions) == 10
+  # Training logs its progress: the loss every 100 steps, from step 0.
+  assert re.search(r'loss = [\d.]+, step = 0', result.stderr)
+
+
+def test_saved_model_loads_and_serves_the_checkpoint(trained, fake_data_dir):
+  model_dir, result = trained
+  export_dir = re.search(r'SavedModel: (\S+)', result.stdout).group(1)
+  assert export_dir.startswith(os.path.join(model_dir, 'export'))
+  loaded = tf.saved_model.load(export_dir)  # Plain load: no tags needed.
+  serve = loaded.signatures['serving_default']
+  images, _ = _test_images(fake_data_dir.data_dir, 10)
+  served = serve(image=tf.constant(images))
+  expected = _probabilities_from_checkpoint(model_dir, images)
+  np.testing.assert_allclose(served['probabilities'].numpy(), expected,
+                             atol=1e-6)
+  np.testing.assert_array_equal(served['class_ids'].numpy(),
+                                expected.argmax(axis=1))
+  printed = [int(c) for c in re.findall(r'Prediction is "(\d)"',
+                                        result.stdout)]
+  assert printed == served['class_ids'].numpy().tolist()
+
+
+def test_helpfull_documents_every_flag():
+  result = run_module('estimator_mnist', '--helpfull')
+  # absl prints the help to stdout and exits 1 after any help flag.
+  assert 'estimator_mnist.main' in result.stdout
+  for name in FLAG_NAMES:
+    block = re.search(rf'--(\[no\])?{name}:(.*)', result.stdout)
+    assert block and block.group(2).strip(), f'--{name} is not documented'
+
+
+def test_version_names_the_estimator_build():
+  result = run_module('estimator_mnist', '--version')
+  assert result.returncode == 0
+  assert re.search(r'^tensorflow 2\.15\.', result.stdout, re.M)
+  assert re.search(r'^estimator (tensorflow-estimator|tf-estimator-nightly)==',
+                   result.stdout, re.M)
+
+
+def _assert_clean_failure(result, message, model_dir=None):
+  assert result.returncode != 0
+  assert re.search(message, last_line(result.stderr)), result.stderr[-2000:]
+  if model_dir:
+    assert not os.path.exists(model_dir), os.listdir(model_dir)
+
+
+def test_use_tpu_without_tpu_fails_fast_and_writes_nothing(tmp_path,
+                                                           fake_data_dir):
+  model_dir = str(tmp_path / 'model')
+  start = time.monotonic()
+  result = run_module('estimator_mnist', '--use_tpu',
+                      f'--data_dir={fake_data_dir.data_dir}',
+                      f'--model_dir={model_dir}', timeout=60)
+  assert time.monotonic() - start < 30
+  _assert_clean_failure(result, r'^error: no TPU found on this machine; pass '
+                        '--tpu=', model_dir)
+
+
+def test_batch_not_divisible_by_shards_under_tpu(tmp_path):
+  model_dir = str(tmp_path / 'model')
+  result = run_module('estimator_mnist', '--use_tpu', '--batch_size=1000',
+                      '--num_shards=16', f'--model_dir={model_dir}')
+  _assert_clean_failure(result, r'^error: --batch_size=1000 is not divisible '
+                        'by --num_shards=16', model_dir)
+
+
+@pytest.mark.parametrize('flag', ['--train_steps=0', '--train_steps=-5',
+                                  '--batch_size=0', '--iterations=0'])
+def test_non_positive_counts_are_refused(flag):
+  result = run_module('estimator_mnist', flag)
+  assert result.returncode != 0
+  name = flag.split('=')[0]
+  assert re.search(rf'Flags parsing error: flag {name}=.*: .* not a positive '
+                   'integer',
+                   result.stderr), result.stderr[-1000:]
+
+
+def test_unwritable_model_dir(tmp_path, fake_data_dir):
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('not a directory')
+  result = run_module('estimator_mnist', f'--data_dir={fake_data_dir.data_dir}',
+                      f'--model_dir={blocker}/model')
+  _assert_clean_failure(result, r'^error: --model_dir .*/a_file/model is not a '
+                        'writable directory')
+
+
+def test_empty_data_dir(tmp_path):
+  model_dir = str(tmp_path / 'model')
+  (tmp_path / 'empty').mkdir()
+  result = run_module('estimator_mnist', f'--data_dir={tmp_path}/empty',
+                      f'--model_dir={model_dir}')
+  _assert_clean_failure(result, r'^error: --data_dir .*/empty holds no MNIST '
+                        'data', model_dir)
+
+
+def test_corrupt_tfrecord_names_the_file(tmp_path, fake_data_dir):
+  data_dir = tmp_path / 'data'
+  shutil.copytree(fake_data_dir.data_dir, data_dir)
+  with open(data_dir / 'test.tfrecords', 'r+b') as f:
+    f.seek(3000)
+    f.write(b'\x00' * 16)
+  model_dir = str(tmp_path / 'model')
+  result = run_module('estimator_mnist', f'--data_dir={data_dir}',
+                      f'--model_dir={model_dir}')
+  _assert_clean_failure(result, r'^error: .*/data/test\.tfrecords is truncated '
+                        'or corrupt', model_dir)
+
+
+def test_stray_arguments_are_refused():
+  result = run_module('estimator_mnist', 'train')
+  _assert_clean_failure(result, r"^error: unexpected arguments \['train'\]")
+
+
+def test_no_stray_temporary_files(trained, fake_data_dir):
+  assert not glob.glob(os.path.join(fake_data_dir.data_dir, '.tmp-*'))
