@@ -173,3 +173,20 @@ def test_stray_arguments_are_refused():
 
 def test_no_stray_temporary_files(trained, fake_data_dir):
   assert not glob.glob(os.path.join(fake_data_dir.data_dir, '.tmp-*'))
+
+
+@pytest.mark.slow
+def test_default_job_on_offline_default_data(tmp_path):
+  """`python -m estimator_mnist` as the README runs it: defaults, no data."""
+  cache = tmp_path / 'cache'
+  result = run_module('estimator_mnist', f'--model_dir={tmp_path / "model"}',
+                      env={'XDG_CACHE_HOME': str(cache)}, timeout=900)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert re.search(r'Data: scikit-learn handwritten digits .* \(1300 train, '
+                   r'497 test examples\)', result.stderr)
+  assert os.path.isfile(cache / 'tpu_migration_kit' / 'mnist' /
+                        'train.tfrecords')
+  accuracy = float(re.search(r'Eval accuracy: ([\d.]+) on 497 test images '
+                             r'\(loss [\d.]+, step 1000\)',
+                             result.stdout).group(1))
+  assert accuracy >= 0.95
