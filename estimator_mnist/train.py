@@ -10,12 +10,12 @@ import tensorflow.compat.v1 as tf
 
 from estimator_mnist import data
 from estimator_mnist import model
+from mnist_common import batching
 from mnist_common import paths
 from mnist_common import prepare
 from mnist_common import sources
 from mnist_common import tfrecords
 from mnist_common import tpu as tpu_lib
-from mnist_common.errors import KitError
 
 
 def serving_input_receiver_fn(
@@ -26,12 +26,6 @@ def serving_input_receiver_fn(
   # A Tensor receiver hands model_fn a Tensor, as the input_fns do, not a dict.
   return tf.estimator.export.TensorServingInputReceiver(
       data.scale_image(image), {'image': image})
-
-
-def eval_batch_size(batch_size: int, test_examples: int, shards: int) -> int:
-  """The training batch, shrunk to fit a small test split in whole batches."""
-  size = min(batch_size, test_examples)
-  return max(shards, size - size % shards)
 
 
 def make_estimator(flags_obj, model_dir: str, data_dir: str, eval_batch: int,
@@ -95,10 +89,8 @@ def run(flags_obj, data_override: prepare.DatasetInfo | None = None) -> dict:
   """
   cluster = None
   if flags_obj.use_tpu:
-    if flags_obj.batch_size % flags_obj.num_shards:
-      raise KitError(f'--batch_size={flags_obj.batch_size} is not divisible by '
-                     f'--num_shards={flags_obj.num_shards}; each TPU core '
-                     'needs the same share of the global batch')
+    batching.per_replica_batch(flags_obj.batch_size, flags_obj.num_shards,
+                               '--num_shards')
     cluster = tpu_lib.find_tpu(flags_obj.tpu, flags_obj.tpu_zone,
                                flags_obj.gcp_project)
   info = data_override or prepare.prepare(
@@ -106,7 +98,8 @@ def run(flags_obj, data_override: prepare.DatasetInfo | None = None) -> dict:
       flags_obj.seed)
   model_dir = paths.ensure_writable_dir(flags_obj.model_dir, 'estimator_mnist_')
   shards = flags_obj.num_shards if flags_obj.use_tpu else 1
-  eval_batch = eval_batch_size(flags_obj.batch_size, info.test_examples, shards)
+  eval_batch = batching.eval_batch_size(flags_obj.batch_size,
+                                        info.test_examples, shards)
   estimator = make_estimator(flags_obj, model_dir, info.data_dir, eval_batch,
                              cluster)
   logging.info('TPUEstimator: model_dir=%s use_tpu=%s global batch=%d%s',

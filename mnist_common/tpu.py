@@ -24,7 +24,7 @@ _LOCAL_TPU_DEVICES = ('/dev/accel*', '/dev/vfio/[0-9]*')
 _TPU_ENV = ('TPU_NAME', 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS', 'TPU_CONFIG')
 
 
-def _has_local_tpu() -> bool:
+def has_local_tpu() -> bool:
   return any(glob.glob(pattern) for pattern in _LOCAL_TPU_DEVICES)
 
 
@@ -78,12 +78,12 @@ def find_tpu(tpu: str | None, zone: str | None = None,
     timeout: seconds allowed for the lookup and for reaching the TPU.
   """
   if not tpu and not any(os.environ.get(v) for v in _TPU_ENV):
-    if not _has_local_tpu():
+    if not has_local_tpu():
       raise TPUNotFoundError(f'no TPU found on this machine; {_HINT}')
     tpu = 'local'
   # TPU_NAME and the like are read by the resolver itself; name it in errors.
   tpu = tpu or os.environ.get('TPU_NAME')
-  if tpu == 'local' and not _has_local_tpu():
+  if tpu == 'local' and not has_local_tpu():
     raise TPUNotFoundError(f'--tpu=local but this machine has no TPU device '
                            f'(/dev/accel*, /dev/vfio); {_HINT}')
   resolver, master = _resolve(tpu, zone, project, timeout)

@@ -1,0 +1,71 @@
+"""Checkpoints that resume: the TF2 form of the Estimator's model_dir.
+
+Both trainers save ``tf.train.Checkpoint(model=..., optimizer=...)`` with a
+``CheckpointManager`` in --model_dir; the optimizer's ``iterations`` is the
+global step. A restarted run restores the latest checkpoint and trains only the
+remaining steps, as ``TPUEstimator.train(max_steps=...)`` did.
+"""
+import atexit
+import os
+import shutil
+import tempfile
+
+from absl import logging
+import tensorflow as tf
+
+from migrate import strategy as strategy_lib
+from mnist_common.errors import KitError
+
+# Present in every object-based (TF2) checkpoint, absent from name-based ones.
+_OBJECT_GRAPH_KEY = '_CHECKPOINTABLE_OBJECT_GRAPH'
+
+
+def restore(checkpoint: tf.train.Checkpoint, model_dir: str) -> bool:
+  """Restores the latest checkpoint in model_dir, if any; True if it did.
+
+  Raises KitError when model_dir holds a checkpoint of something else: a
+  name-based Estimator/TF1 checkpoint, or another model's.
+  """
+  path = tf.train.latest_checkpoint(model_dir)
+  if path is None:
+    return False
+  keys = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+  if _OBJECT_GRAPH_KEY not in keys:
+    raise KitError(f'--model_dir {model_dir} holds a name-based (Estimator or '
+                   f'TF1) checkpoint, {os.path.basename(path)}; convert it with '
+                   'python -m migrate.convert_checkpoint, or use another '
+                   '--model_dir')
+  try:
+    checkpoint.restore(path).assert_consumed()
+  except (AssertionError, ValueError) as e:
+    reason = str(e).splitlines()[0][:200]
+    raise KitError(f'--model_dir {model_dir} holds a checkpoint of another '
+                   f'model ({os.path.basename(path)}: {reason}); use another '
+                   '--model_dir') from e
+  logging.info('Restored %s', path)
+  return True
+
+
+def make_manager(checkpoint: tf.train.Checkpoint, model_dir: str,
+                 strategy: tf.distribute.Strategy, every_steps: int,
+                 step: tf.Variable) -> tf.train.CheckpointManager:
+  """A manager that saves every every_steps steps.
+
+  With several workers all of them must save (saving may run collectives),
+  but only the chief writes into model_dir; the others write into a
+  temporary directory, removed at exit.
+  """
+  directory = model_dir
+  if not strategy_lib.is_chief(strategy):
+    directory = tempfile.mkdtemp(prefix='migrate_worker_ckpt_')
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+  return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=3,
+                                    step_counter=step,
+                                    checkpoint_interval=every_steps)
+
+
+def save_final(manager: tf.train.CheckpointManager, step: int) -> None:
+  """Saves at `step` unless the latest checkpoint already is that step."""
+  latest = manager.latest_checkpoint
+  if latest is None or not latest.endswith(f'-{step}'):
+    manager.save(checkpoint_number=step, check_interval=False)

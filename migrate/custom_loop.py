@@ -1,0 +1,94 @@
+"""Trainer 'custom': a training loop of our own with strategy.run.
+
+The pieces TPUEstimator hid, in the open: ``train_step`` runs on every replica
+on its share of the global batch; the loss is divided by the *global* batch
+(``tf.nn.compute_average_loss``) so that the strategy's sum of the replicas'
+gradients is the gradient of the global mean; ``train_steps`` runs several
+steps per tf.function call with ``tf.range``, as ``iterations_per_loop`` did.
+"""
+from absl import logging
+import tensorflow as tf
+
+from migrate import checkpoints
+from migrate import model as model_lib
+
+
+class Trainer:
+  """Holds the distributed step functions and their metrics."""
+
+  def __init__(self, model: tf.keras.Model,
+               optimizer: tf.keras.optimizers.Optimizer,
+               strategy: tf.distribute.Strategy, global_batch: int):
+    self.model, self.optimizer, self.strategy = model, optimizer, strategy
+    self.global_batch = global_batch
+    with strategy.scope():
+      self.loss = tf.keras.metrics.Mean('loss')
+      self.accuracy = tf.keras.metrics.SparseCategoricalAccuracy('accuracy')
+
+  def train_step(self, images: tf.Tensor, labels: tf.Tensor) -> None:
+    """One step on one replica's share of the global batch."""
+    with tf.GradientTape() as tape:
+      logits = self.model(images, training=True)
+      per_example = model_lib.per_example_loss(labels, logits)
+      loss = tf.nn.compute_average_loss(per_example,
+                                        global_batch_size=self.global_batch)
+    variables = self.model.trainable_variables
+    gradients = tape.gradient(loss, variables)
+    # Under a strategy, apply_gradients sums the replicas' gradients.
+    self.optimizer.apply_gradients(zip(gradients, variables))
+    self.loss.update_state(per_example)
+    self.accuracy.update_state(labels, logits)
+
+  @tf.function
+  def train_steps(self, iterator, steps: tf.Tensor) -> None:
+    """`steps` training steps in one call: the host is visited once."""
+    for _ in tf.range(steps):
+      self.strategy.run(self.train_step, args=next(iterator))
+
+  def eval_step(self, images: tf.Tensor, labels: tf.Tensor) -> None:
+    logits = self.model(images, training=False)
+    self.loss.update_state(model_lib.per_example_loss(labels, logits))
+    self.accuracy.update_state(labels, logits)
+
+  @tf.function
+  def eval_steps(self, iterator, steps: tf.Tensor) -> None:
+    for _ in tf.range(steps):
+      self.strategy.run(self.eval_step, args=next(iterator))
+
+  def reset(self) -> dict:
+    """Returns the metrics since the last reset, and resets them."""
+    values = {'loss': float(self.loss.result()),
+              'accuracy': float(self.accuracy.result())}
+    self.loss.reset_state()
+    self.accuracy.reset_state()
+    return values
+
+
+def train(trainer: Trainer, dataset, total_steps: int, steps_per_execution: int,
+          manager: tf.train.CheckpointManager, writer, log_every: int) -> None:
+  """Trains from the optimizer's current step up to total_steps."""
+  iterator = iter(dataset)
+  step = int(trainer.optimizer.iterations.numpy())
+  while step < total_steps:
+    # Stop at each log boundary so logs and checkpoints land on round steps.
+    to_boundary = log_every - step % log_every
+    steps = min(steps_per_execution, total_steps - step, to_boundary)
+    trainer.train_steps(iterator, tf.constant(steps))
+    step = int(trainer.optimizer.iterations.numpy())
+    if step % log_every == 0 or step == total_steps:
+      metrics = trainer.reset()
+      saved = manager.save(checkpoint_number=step) is not None
+      logging.info('step %d/%d: loss %.4f, accuracy %.4f%s', step, total_steps,
+                   metrics['loss'], metrics['accuracy'],
+                   ' (checkpoint saved)' if saved else '')
+      with writer.as_default(step=step):
+        for name, value in metrics.items():
+          tf.summary.scalar(name, value)
+        tf.summary.scalar('learning_rate', trainer.optimizer.learning_rate)
+  checkpoints.save_final(manager, step)
+
+
+def evaluate(trainer: Trainer, dataset, steps: int) -> dict:
+  trainer.reset()
+  trainer.eval_steps(iter(dataset), tf.constant(steps))
+  return trainer.reset()

@@ -1,0 +1,59 @@
+"""build_model: estimator_mnist's CNN as a Keras model, plus its loss and optimizer.
+
+Layer for layer what ``estimator_mnist.model.build_network`` builds, with the
+same layer names, so that variables map one to one onto the Estimator
+checkpoint (``conv1/kernel`` <-> ``conv1/kernel:0``, ...).
+"""
+import tensorflow as tf
+
+NUM_CLASSES = 10
+DROPOUT_RATE = 0.4
+DECAY_STEPS = 100000
+DECAY_RATE = 0.96
+IMAGE_SHAPE = (28, 28, 1)
+
+
+def build_model(dropout_rate: float = DROPOUT_RATE) -> tf.keras.Model:
+  """Scaled images [batch, 28, 28, 1] -> logits [batch, 10].
+
+  Build it inside ``strategy.scope()`` so that its variables are mirrored
+  (or placed on the TPU).
+  """
+  layers = tf.keras.layers
+  inputs = tf.keras.Input(IMAGE_SHAPE, name='image')
+  y = layers.Conv2D(32, 5, padding='same', activation='relu',
+                    name='conv1')(inputs)
+  y = layers.MaxPooling2D(2, 2, padding='same', name='pool1')(y)
+  y = layers.Conv2D(64, 5, padding='same', activation='relu', name='conv2')(y)
+  y = layers.MaxPooling2D(2, 2, padding='same', name='pool2')(y)
+  y = layers.Flatten(name='flatten')(y)
+  y = layers.Dense(128, activation='relu', name='dense')(y)
+  y = layers.Dropout(dropout_rate, name='dropout')(y)
+  logits = layers.Dense(NUM_CLASSES, name='logits')(y)
+  return tf.keras.Model(inputs, logits, name='mnist_cnn')
+
+
+def per_example_loss(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+  """Softmax cross-entropy on one-hot labels, one value per example.
+
+  The Estimator averaged it over its batch; under a strategy each replica sees
+  a part of the global batch, so the caller divides the sum by the *global*
+  batch (``tf.nn.compute_average_loss``), or lets Keras do it.
+  """
+  # Keras fit hands labels in as [batch, 1]; the custom loop as [batch].
+  labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
+  onehot = tf.one_hot(labels, NUM_CLASSES)
+  return tf.keras.losses.categorical_crossentropy(onehot, logits,
+                                                  from_logits=True)
+
+
+def make_optimizer(learning_rate: float) -> tf.keras.optimizers.Optimizer:
+  """Plain SGD on exponential decay.
+
+  The schedule reads ``optimizer.iterations``, which advances once per global
+  batch whatever the number of replicas, as the Estimator's global_step did.
+  No CrossShardOptimizer: the strategy all-reduces the gradients.
+  """
+  schedule = tf.keras.optimizers.schedules.ExponentialDecay(
+      learning_rate, decay_steps=DECAY_STEPS, decay_rate=DECAY_RATE)
+  return tf.keras.optimizers.SGD(schedule)

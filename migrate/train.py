@@ -1,0 +1,190 @@
+"""Training with tf.distribute: train, evaluate, predict, export.
+
+``run(flags_obj, strategy_override=None, data_override=None)`` is the whole
+job, as estimator_mnist's ``train.run`` is for TPUEstimator. Tests inject a
+strategy and data instead of patching anything.
+"""
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from migrate import checkpoints
+from migrate import custom_loop
+from migrate import data
+from migrate import fit_loop
+from migrate import model as model_lib
+from migrate import strategy as strategy_lib
+from mnist_common import batching
+from mnist_common import paths
+from mnist_common import prepare
+from mnist_common import tfrecords
+
+LOOPS = ('fit', 'custom')
+
+
+class ServingModule(tf.Module):
+  """The exported signature: raw uint8 pixels in, as estimator_mnist's export."""
+
+  def __init__(self, model: tf.keras.Model):
+    super().__init__()
+    self.model = model
+
+  @tf.function(input_signature=[
+      tf.TensorSpec([None, *model_lib.IMAGE_SHAPE], tf.uint8, name='image')])
+  def serve(self, image):
+    logits = self.model(data.scale_image(image), training=False)
+    return {'class_ids': tf.argmax(logits, axis=1),
+            'probabilities': tf.nn.softmax(logits)}
+
+
+def export(model: tf.keras.Model, model_dir: str,
+           strategy: tf.distribute.Strategy) -> str | None:
+  """Writes a SavedModel to model_dir/export/<timestamp>; returns its path.
+
+  Written under a temporary name and renamed, so a reader never sees half of
+  it. With several workers all save (it may run collectives); only the
+  chief's copy is kept.
+  """
+  module = ServingModule(model)
+  chief = strategy_lib.is_chief(strategy)
+  base = os.path.join(model_dir, 'export')
+  os.makedirs(base, exist_ok=True)
+  tmp = tempfile.mkdtemp(dir=base if chief else None, prefix='.tmp-')
+  try:
+    tf.saved_model.save(module, tmp, signatures={'serving_default':
+                                                 module.serve})
+    if not chief:
+      return None
+    final = os.path.join(base, str(int(time.time())))
+    os.replace(tmp, final)
+    return final
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def weights_fingerprint(model: tf.keras.Model) -> str:
+  """A short hash of every weight: equal on all workers of a synchronous run."""
+  digest = hashlib.sha256()
+  for weight in model.get_weights():
+    digest.update(np.ascontiguousarray(weight).tobytes())
+  return digest.hexdigest()[:16]
+
+
+def predict(model: tf.keras.Model, info: prepare.DatasetInfo,
+            count: int) -> list:
+  """Predicts the first `count` test images and prints them."""
+  test = tf.data.TFRecordDataset(info.path('test')).take(count).map(
+      tfrecords.parse_example).batch(count)
+  images, labels = next(iter(test))
+  probabilities = tf.nn.softmax(
+      model(data.scale_image(images), training=False)).numpy()
+  results = []
+  for probs, label in zip(probabilities, labels.numpy()):
+    class_id = int(probs.argmax())
+    print(f'Prediction is "{class_id}" ({100 * probs[class_id]:.1f}%), '
+          f'label {int(label)}')
+    results.append({'class_id': class_id, 'probability': float(
+        probs[class_id]), 'label': int(label)})
+  return results
+
+
+def _summary_writer(model_dir: str, strategy):
+  if strategy_lib.is_chief(strategy):
+    return tf.summary.create_file_writer(os.path.join(model_dir, 'train'))
+  return tf.summary.create_noop_writer()
+
+
+def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
+        data_override: prepare.DatasetInfo | None = None) -> dict:
+  """Trains, evaluates, predicts and exports; returns what it measured.
+
+  Args:
+    flags_obj: the absl FLAGS (or any object with the same attributes).
+    strategy_override: a strategy to use instead of --strategy.
+    data_override: prepared data to use instead of --data_dir/--data_source.
+
+  Returns:
+    {'model_dir', 'global_step', 'eval' (or None), 'predictions',
+     'export_dir', 'fingerprint', 'strategy', 'replicas'}.
+
+  Raises:
+    KitError: bad input; nothing has been written to --model_dir.
+  """
+  strategy = strategy_override or strategy_lib.make_strategy(
+      flags_obj.strategy, flags_obj.tpu, flags_obj.tpu_zone,
+      flags_obj.gcp_project)
+  replicas = strategy.num_replicas_in_sync
+  per_replica = batching.per_replica_batch(flags_obj.batch_size, replicas,
+                                           'the number of replicas')
+  logging.info('Strategy: %s', strategy_lib.describe(
+      strategy, flags_obj.batch_size, per_replica))
+  info = data_override or prepare.prepare(
+      flags_obj.data_dir, flags_obj.data_source, flags_obj.data_url,
+      flags_obj.seed)
+  model_dir = paths.ensure_writable_dir(flags_obj.model_dir, 'migrate_')
+
+  tf.keras.utils.set_random_seed(flags_obj.seed)
+  with strategy.scope():
+    model = model_lib.build_model()
+    optimizer = model_lib.make_optimizer(flags_obj.learning_rate)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+  restored = checkpoints.restore(checkpoint, model_dir)
+  manager = checkpoints.make_manager(checkpoint, model_dir, strategy,
+                                     flags_obj.checkpoint_steps,
+                                     optimizer.iterations)
+  start = int(optimizer.iterations.numpy())
+  logging.info('model_dir=%s, loop=%s, %s at step %d of %d', model_dir,
+               flags_obj.loop, 'resuming' if restored else 'starting', start,
+               flags_obj.train_steps)
+
+  train_data = data.distribute(strategy, info.data_dir, 'train',
+                               flags_obj.batch_size, True, flags_obj.seed)
+  eval_batch = batching.eval_batch_size(flags_obj.batch_size,
+                                        info.test_examples, replicas)
+  eval_data = data.distribute(strategy, info.data_dir, 'test', eval_batch,
+                              False)
+  eval_steps = flags_obj.eval_steps
+  if eval_steps is None:
+    eval_steps = info.test_examples // eval_batch
+
+  if flags_obj.loop == 'fit':
+    with strategy.scope():
+      fit_loop.compile_model(model, optimizer, flags_obj.steps_per_execution)
+    if start < flags_obj.train_steps:
+      fit_loop.train(model, train_data, flags_obj.train_steps - start,
+                     flags_obj.train_steps, manager, model_dir,
+                     verbose=1 if strategy_lib.is_chief(strategy) else 0)
+    evaluate = lambda: fit_loop.evaluate(model, eval_data, eval_steps)
+  else:
+    trainer = custom_loop.Trainer(model, optimizer, strategy,
+                                  flags_obj.batch_size)
+    custom_loop.train(trainer, train_data, flags_obj.train_steps,
+                      flags_obj.steps_per_execution, manager,
+                      _summary_writer(model_dir, strategy),
+                      log_every=flags_obj.checkpoint_steps)
+    evaluate = lambda: custom_loop.evaluate(trainer, eval_data, eval_steps)
+
+  result = {'model_dir': model_dir, 'strategy': type(strategy).__name__,
+            'replicas': replicas,
+            'global_step': int(optimizer.iterations.numpy()), 'eval': None,
+            'predictions': [], 'fingerprint': weights_fingerprint(model)}
+  logging.info('Weights fingerprint at step %d: %s', result['global_step'],
+               result['fingerprint'])
+  if eval_steps:
+    metrics = evaluate()
+    result['eval'] = {k: float(v) for k, v in metrics.items()}
+    print(f'Eval accuracy: {metrics["accuracy"]:.4f} on '
+          f'{eval_steps * eval_batch} test images (loss {metrics["loss"]:.4f}, '
+          f'step {result["global_step"]})')
+  if flags_obj.enable_predict:
+    result['predictions'] = predict(model, info, flags_obj.num_predictions)
+  result['export_dir'] = export(model, model_dir, strategy)
+  if result['export_dir']:
+    print(f'SavedModel: {result["export_dir"]}')
+  return result

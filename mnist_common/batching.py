@@ -1,0 +1,25 @@
+"""Batch-size arithmetic that both halves must get the same."""
+from mnist_common.errors import KitError
+
+
+def per_replica_batch(global_batch: int, replicas: int, what: str) -> int:
+  """The share of the global batch each replica (TPU core) computes.
+
+  Raises KitError when it does not divide evenly; ``what`` names what sets the
+  number of replicas (a flag, say), for the message.
+  """
+  if global_batch % replicas:
+    raise KitError(f'--batch_size={global_batch} is not divisible by '
+                   f'{what}={replicas}; each replica needs the same share of '
+                   'the global batch')
+  return global_batch // replicas
+
+
+def eval_batch_size(batch_size: int, test_examples: int, replicas: int) -> int:
+  """The training batch, shrunk to fit a small test split in whole batches.
+
+  Stays a multiple of the number of replicas, so every replica gets the same
+  static shape.
+  """
+  size = min(batch_size, test_examples)
+  return max(replicas, size - size % replicas)
