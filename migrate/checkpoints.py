@@ -47,9 +47,9 @@ def restore(checkpoint: tf.train.Checkpoint, model_dir: str) -> bool:
 
 
 def make_manager(checkpoint: tf.train.Checkpoint, model_dir: str,
-                 strategy: tf.distribute.Strategy, every_steps: int,
-                 step: tf.Variable) -> tf.train.CheckpointManager:
-  """A manager that saves every every_steps steps.
+                 strategy: tf.distribute.Strategy
+                 ) -> tf.train.CheckpointManager:
+  """A manager that keeps the last 3 checkpoints.
 
   With several workers all of them must save (saving may run collectives),
   but only the chief writes into model_dir; the others write into a
@@ -59,13 +59,11 @@ def make_manager(checkpoint: tf.train.Checkpoint, model_dir: str,
   if not strategy_lib.is_chief(strategy):
     directory = tempfile.mkdtemp(prefix='migrate_worker_ckpt_')
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
-  return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=3,
-                                    step_counter=step,
-                                    checkpoint_interval=every_steps)
+  return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=3)
 
 
 def save_final(manager: tf.train.CheckpointManager, step: int) -> None:
   """Saves at `step` unless the latest checkpoint already is that step."""
   latest = manager.latest_checkpoint
   if latest is None or not latest.endswith(f'-{step}'):
-    manager.save(checkpoint_number=step, check_interval=False)
+    manager.save(checkpoint_number=step)

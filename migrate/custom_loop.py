@@ -66,7 +66,11 @@ class Trainer:
 
 def train(trainer: Trainer, dataset, total_steps: int, steps_per_execution: int,
           manager: tf.train.CheckpointManager, writer, log_every: int) -> None:
-  """Trains from the optimizer's current step up to total_steps."""
+  """Trains from the optimizer's step up to total_steps.
+
+  Logs, writes summaries and saves a checkpoint at every multiple of
+  log_every, and at the end.
+  """
   iterator = iter(dataset)
   step = int(trainer.optimizer.iterations.numpy())
   while step < total_steps:
@@ -77,10 +81,9 @@ def train(trainer: Trainer, dataset, total_steps: int, steps_per_execution: int,
     step = int(trainer.optimizer.iterations.numpy())
     if step % log_every == 0 or step == total_steps:
       metrics = trainer.reset()
-      saved = manager.save(checkpoint_number=step) is not None
-      logging.info('step %d/%d: loss %.4f, accuracy %.4f%s', step, total_steps,
-                   metrics['loss'], metrics['accuracy'],
-                   ' (checkpoint saved)' if saved else '')
+      manager.save(checkpoint_number=step)
+      logging.info('step %d/%d: loss %.4f, accuracy %.4f (checkpoint saved)',
+                   step, total_steps, metrics['loss'], metrics['accuracy'])
       with writer.as_default(step=step):
         for name, value in metrics.items():
           tf.summary.scalar(name, value)

@@ -12,20 +12,25 @@ from migrate import model as model_lib
 
 
 class SaveAndLog(tf.keras.callbacks.Callback):
-  """Saves a checkpoint and logs the loss every so many steps.
+  """Saves a checkpoint and logs the loss each time the step passes a multiple
+  of every_steps, and at the end.
 
   Keras calls on_train_batch_end once per execution (steps_per_execution
-  steps); the manager saves when its interval has passed.
+  steps), so that is how often this looks.
   """
 
-  def __init__(self, manager: tf.train.CheckpointManager,
-               step: tf.Variable, total_steps: int):
+  def __init__(self, manager: tf.train.CheckpointManager, step: tf.Variable,
+               every_steps: int, total_steps: int):
     super().__init__()
-    self._manager, self._step, self._total = manager, step, total_steps
+    self._manager, self._step = manager, step
+    self._every, self._total = every_steps, total_steps
+    self._last = int(step.numpy())
 
   def on_train_batch_end(self, batch, logs=None):
     step = int(self._step.numpy())
-    if self._manager.save(checkpoint_number=step) is not None:
+    if step // self._every > self._last // self._every:
+      self._manager.save(checkpoint_number=step)
+      self._last = step
       logging.info('step %d/%d: loss %.4f, accuracy %.4f (checkpoint saved)',
                    step, self._total, logs['loss'], logs['accuracy'])
 
@@ -42,15 +47,19 @@ def compile_model(model: tf.keras.Model, optimizer, steps_per_execution: int
                 steps_per_execution=steps_per_execution)
 
 
-def train(model: tf.keras.Model, dataset, steps: int, total_steps: int,
+def train(model: tf.keras.Model, dataset, total_steps: int,
           manager: tf.train.CheckpointManager, model_dir: str,
-          verbose: int) -> None:
-  """Trains for `steps` more steps (one Keras 'epoch' of that length)."""
+          every_steps: int, verbose: int) -> None:
+  """Trains from the optimizer's step up to total_steps, as one Keras epoch."""
+  step = model.optimizer.iterations
+  remaining = total_steps - int(step.numpy())
+  if remaining <= 0:
+    return
   callbacks = [
-      tf.keras.callbacks.TensorBoard(model_dir, update_freq=100),
-      SaveAndLog(manager, model.optimizer.iterations, total_steps),
+      tf.keras.callbacks.TensorBoard(model_dir, update_freq=every_steps),
+      SaveAndLog(manager, step, every_steps, total_steps),
   ]
-  model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=callbacks,
+  model.fit(dataset, epochs=1, steps_per_epoch=remaining, callbacks=callbacks,
             verbose=verbose)
 
 

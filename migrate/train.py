@@ -61,7 +61,10 @@ def export(model: tf.keras.Model, model_dir: str,
                                                  module.serve})
     if not chief:
       return None
-    final = os.path.join(base, str(int(time.time())))
+    stamp = int(time.time())
+    while os.path.exists(os.path.join(base, str(stamp))):
+      stamp += 1  # Two exports within a second.
+    final = os.path.join(base, str(stamp))
     os.replace(tmp, final)
     return final
   finally:
@@ -133,11 +136,12 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
   with strategy.scope():
     model = model_lib.build_model()
     optimizer = model_lib.make_optimizer(flags_obj.learning_rate)
+    # Creates the slot variables now, so that a restore can check that the
+    # checkpoint matches the model and optimizer in full.
+    optimizer.build(model.trainable_variables)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
   restored = checkpoints.restore(checkpoint, model_dir)
-  manager = checkpoints.make_manager(checkpoint, model_dir, strategy,
-                                     flags_obj.checkpoint_steps,
-                                     optimizer.iterations)
+  manager = checkpoints.make_manager(checkpoint, model_dir, strategy)
   start = int(optimizer.iterations.numpy())
   logging.info('model_dir=%s, loop=%s, %s at step %d of %d', model_dir,
                flags_obj.loop, 'resuming' if restored else 'starting', start,
@@ -156,10 +160,9 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
   if flags_obj.loop == 'fit':
     with strategy.scope():
       fit_loop.compile_model(model, optimizer, flags_obj.steps_per_execution)
-    if start < flags_obj.train_steps:
-      fit_loop.train(model, train_data, flags_obj.train_steps - start,
-                     flags_obj.train_steps, manager, model_dir,
-                     verbose=1 if strategy_lib.is_chief(strategy) else 0)
+    fit_loop.train(model, train_data, flags_obj.train_steps, manager,
+                   model_dir, flags_obj.checkpoint_steps,
+                   verbose=1 if strategy_lib.is_chief(strategy) else 0)
     evaluate = lambda: fit_loop.evaluate(model, eval_data, eval_steps)
   else:
     trainer = custom_loop.Trainer(model, optimizer, strategy,

@@ -1,4 +1,4 @@
-"""Test-wide safety and helpers.
+"""Test-wide safety, devices and helpers.
 
 No test may reach an address off this machine: the GCE metadata server that a
 TPUClusterResolver asks is pointed at a closed port on 127.0.0.1, and the
@@ -16,6 +16,15 @@ for _name in ('TPU_NAME', 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS', 'TPU_CONFIG'):
   os.environ.pop(_name, None)
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
 
+# Multi-replica tests run in this process on logical CPU devices, which must
+# exist before TensorFlow runs its first op: split the CPU here, at import.
+NUM_CPU_DEVICES = 4
+import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices('CPU')[0],
+    [tf.config.LogicalDeviceConfiguration()] * NUM_CPU_DEVICES)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -26,6 +35,14 @@ def run_module(module: str, *args: str, timeout: float = 600,
   return subprocess.run([sys.executable, '-m', module, *args], cwd=REPO,
                         env=full_env, capture_output=True, text=True,
                         timeout=timeout, check=False)
+
+
+def cpu_strategy(replicas: int) -> tf.distribute.Strategy:
+  """MirroredStrategy over the first `replicas` logical CPUs (or one device)."""
+  devices = [f'/cpu:{i}' for i in range(replicas)]
+  if replicas == 1:
+    return tf.distribute.OneDeviceStrategy(devices[0])
+  return tf.distribute.MirroredStrategy(devices)
 
 
 def last_line(text: str) -> str:

@@ -1,0 +1,113 @@
+"""The migrated model, loss, optimizer and input pipeline, piece by piece."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import cpu_strategy
+from estimator_mnist import model as estimator_model
+from migrate import data
+from migrate import model
+from mnist_common import batching
+from mnist_common.errors import KitError
+
+
+def _estimator_variables():
+  with tf.Graph().as_default():
+    estimator_model.build_network(tf.zeros([1, 28, 28, 1]), training=False)
+    return {v.op.name: v.shape.as_list()
+            for v in tf.compat.v1.trainable_variables()}
+
+
+def test_variables_map_one_to_one_onto_the_estimator_checkpoint():
+  keras = {v.name.removesuffix(':0'): v.shape.as_list()
+           for v in model.build_model().trainable_variables}
+  assert keras == _estimator_variables()
+
+
+def test_layers_and_activations_match_the_estimator():
+  net = model.build_model()
+  kinds = [(type(layer).__name__, getattr(layer, 'activation', None))
+           for layer in net.layers[1:]]
+  relu = tf.keras.activations.relu
+  linear = tf.keras.activations.linear
+  assert [k for k, _ in kinds] == ['Conv2D', 'MaxPooling2D', 'Conv2D',
+                                   'MaxPooling2D', 'Flatten', 'Dense',
+                                   'Dropout', 'Dense']
+  assert [a for _, a in kinds if a is not None] == [relu, relu, relu, linear]
+  assert net.get_layer('dropout').rate == 0.4
+
+
+def test_loss_equals_the_estimator_loss():
+  rng = np.random.RandomState(0)
+  logits = tf.constant(rng.randn(16, 10), tf.float32)
+  labels = tf.constant(rng.randint(0, 10, 16), tf.int32)
+  ours = tf.reduce_mean(model.per_example_loss(labels, logits))
+  theirs = tf.compat.v1.losses.softmax_cross_entropy(
+      tf.one_hot(labels, 10), logits)
+  assert float(ours) == float(theirs)
+  # Keras fit hands labels in as [batch, 1]; the loss must not change.
+  np.testing.assert_array_equal(
+      model.per_example_loss(labels[:, None], logits),
+      model.per_example_loss(labels, logits))
+
+
+def test_learning_rate_decays_once_per_optimizer_step():
+  schedule = model.learning_rate_schedule(0.05)
+  assert float(schedule(0)) == pytest.approx(0.05)
+  assert float(schedule(50000)) == pytest.approx(0.05 * 0.96 ** 0.5)
+  # The optimizer steps the schedule once per apply_gradients.
+  strategy = cpu_strategy(2)
+  with strategy.scope():
+    optimizer = model.make_optimizer(0.05)
+    weight = tf.Variable(1.0)
+  optimizer.iterations.assign(50000)
+  strategy.run(lambda: optimizer.apply_gradients([(tf.constant(0.0), weight)]))
+  assert int(optimizer.iterations.numpy()) == 50001  # Once, not per replica.
+  assert float(optimizer.learning_rate.numpy()) == pytest.approx(
+      0.05 * 0.96 ** 0.5)
+
+
+def test_per_replica_batch_arithmetic():
+  assert batching.per_replica_batch(1024, 8, '--num_shards') == 128
+  with pytest.raises(KitError, match=r'--batch_size=1000 is not divisible by '
+                     r'the number of replicas=3'):
+    batching.per_replica_batch(1000, 3, 'the number of replicas')
+  # Eval batches shrink to small test splits but stay whole per replica.
+  assert batching.eval_batch_size(1024, 497, 1) == 497
+  assert batching.eval_batch_size(1024, 497, 8) == 496
+  assert batching.eval_batch_size(1024, 10000, 8) == 1024
+
+
+@pytest.mark.parametrize('replicas', [1, 2, 4])
+def test_each_replica_gets_its_share_of_the_global_batch(fake_data_dir,
+                                                          replicas):
+  strategy = cpu_strategy(replicas)
+  dataset = data.distribute(strategy, fake_data_dir.data_dir, 'train', 64,
+                            training=True)
+  images, labels = next(iter(dataset))
+  local = strategy.experimental_local_results(images)
+  assert len(local) == replicas
+  assert all(part.shape == (64 // replicas, 28, 28, 1) for part in local)
+  assert strategy.experimental_local_results(labels)[0].shape == (
+      64 // replicas,)
+
+
+def test_input_pipelines_read_disjoint_shards(fake_data_dir):
+  def labels_of(pipeline_id):
+    context = tf.distribute.InputContext(num_input_pipelines=2,
+                                         input_pipeline_id=pipeline_id,
+                                         num_replicas_in_sync=2)
+    dataset = data.make_dataset(fake_data_dir.data_dir, 'test', 1, False,
+                                input_context=context)
+    return [tuple(img.numpy().ravel()[:50]) for img, _ in dataset]
+
+  first, second = labels_of(0), labels_of(1)
+  assert len(first) == len(second) == 256  # 512 test examples, halved.
+  assert not set(first) & set(second)
+
+
+def test_images_are_scaled_like_the_estimator(fake_data_dir):
+  images, _ = next(iter(data.make_dataset(fake_data_dir.data_dir, 'train', 256,
+                                          True)))
+  assert float(tf.reduce_min(images)) == -0.5
+  assert float(tf.reduce_max(images)) == 0.5

@@ -1,0 +1,154 @@
+"""migrate.train.run in-process, with injected strategies and data."""
+import os
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import cpu_strategy
+from migrate import checkpoints
+from migrate import custom_loop
+from migrate import data
+from migrate import model as model_lib
+from migrate import train
+from mnist_common.errors import KitError
+
+
+def make_flags(model_dir, **overrides):
+  values = dict(
+      strategy='auto', tpu=None, tpu_zone=None, gcp_project=None,
+      data_dir=None, data_source='auto', data_url='', model_dir=str(model_dir),
+      batch_size=64, train_steps=20, eval_steps=None, learning_rate=0.1,
+      enable_predict=True, num_predictions=5, seed=0, steps_per_execution=5,
+      loop='fit', checkpoint_steps=10)
+  values.update(overrides)
+  return types.SimpleNamespace(**values)
+
+
+def _serve(export_dir, images):
+  return tf.saved_model.load(export_dir).signatures['serving_default'](
+      image=tf.constant(images))
+
+
+@pytest.mark.parametrize('loop', ['fit', 'custom'])
+@pytest.mark.parametrize('replicas', [1, 2])
+def test_trains_evaluates_predicts_and_exports(tmp_path, fake_data_dir, loop,
+                                               replicas):
+  flags_obj = make_flags(tmp_path / 'model', loop=loop)
+  result = train.run(flags_obj, cpu_strategy(replicas), fake_data_dir)
+  assert result['replicas'] == replicas and result['global_step'] == 20
+  assert result['eval']['accuracy'] > 0.5  # The fake data is easy.
+  assert len(result['predictions']) == 5
+  assert tf.train.latest_checkpoint(flags_obj.model_dir).endswith('ckpt-20')
+  # The served model gives the printed predictions.
+  test = tf.data.TFRecordDataset(fake_data_dir.path('test')).take(5)
+  images = np.stack([tf.io.decode_raw(tf.io.parse_single_example(
+      r, {'image_raw': tf.io.FixedLenFeature([], tf.string)})['image_raw'],
+                                      tf.uint8).numpy().reshape(28, 28, 1)
+                     for r in test])
+  served = _serve(result['export_dir'], images)
+  assert served['class_ids'].numpy().tolist() == [
+      p['class_id'] for p in result['predictions']]
+  np.testing.assert_allclose(
+      served['probabilities'].numpy().max(axis=1),
+      [p['probability'] for p in result['predictions']], atol=1e-6)
+
+
+def _checkpoint_steps(model_dir):
+  state = tf.train.get_checkpoint_state(str(model_dir))
+  return [int(p.rsplit('-', 1)[1]) for p in state.all_model_checkpoint_paths]
+
+
+def test_fit_visits_the_host_once_per_execution(tmp_path, fake_data_dir):
+  # A checkpoint is due after every step, but Keras only returns to Python
+  # (and its callbacks) once per execution of 5 steps. The last 3 are kept.
+  flags_obj = make_flags(tmp_path / 'model', steps_per_execution=5,
+                         checkpoint_steps=1, enable_predict=False,
+                         eval_steps=0)
+  train.run(flags_obj, cpu_strategy(1), fake_data_dir)
+  assert _checkpoint_steps(tmp_path / 'model') == [10, 15, 20]
+
+
+def test_custom_loop_runs_several_steps_per_call(tmp_path, fake_data_dir):
+  strategy = cpu_strategy(2)
+  with strategy.scope():
+    net = model_lib.build_model()
+    optimizer = model_lib.make_optimizer(0.1)
+  trainer = custom_loop.Trainer(net, optimizer, strategy, 64)
+  calls = []
+  steps_fn = trainer.train_steps
+  trainer.train_steps = lambda it, steps: (calls.append(int(steps)),
+                                           steps_fn(it, steps))
+  checkpoint = tf.train.Checkpoint(model=net, optimizer=optimizer)
+  manager = checkpoints.make_manager(checkpoint, str(tmp_path), strategy)
+  dataset = data.distribute(strategy, fake_data_dir.data_dir, 'train', 64, True)
+  custom_loop.train(trainer, dataset, 23, 4, manager,
+                    tf.summary.create_noop_writer(), log_every=10)
+  # Calls stop at each log boundary (10, 20) and at the end (23).
+  assert calls == [4, 4, 2, 4, 4, 2, 3]
+  assert int(optimizer.iterations.numpy()) == 23
+  assert _checkpoint_steps(tmp_path) == [10, 20, 23]
+
+
+@pytest.mark.parametrize('loop', ['fit', 'custom'])
+def test_restart_resumes_from_the_last_checkpoint(tmp_path, fake_data_dir,
+                                                  loop):
+  model_dir = tmp_path / 'model'
+  first = train.run(make_flags(model_dir, loop=loop, train_steps=10,
+                               enable_predict=False, eval_steps=0),
+                    cpu_strategy(1), fake_data_dir)
+  assert first['global_step'] == 10
+  second = train.run(make_flags(model_dir, loop=loop, train_steps=20,
+                                enable_predict=False, eval_steps=0),
+                     cpu_strategy(1), fake_data_dir)
+  assert second['global_step'] == 20
+  assert _checkpoint_steps(model_dir) == [10, 20]
+  # A run that is already done trains no further.
+  third = train.run(make_flags(model_dir, loop=loop, train_steps=20,
+                               enable_predict=False, eval_steps=0),
+                    cpu_strategy(1), fake_data_dir)
+  assert third['global_step'] == 20
+  assert third['fingerprint'] == second['fingerprint']
+
+
+def test_resume_restores_weights_and_step_exactly(tmp_path, fake_data_dir):
+  """Checkpoints written by one trainer restore in the other."""
+  model_dir = tmp_path / 'model'
+  done = train.run(make_flags(model_dir, loop='fit', train_steps=10,
+                              enable_predict=False, eval_steps=0),
+                   cpu_strategy(1), fake_data_dir)
+  again = train.run(make_flags(model_dir, loop='custom', train_steps=10,
+                               enable_predict=False, eval_steps=0),
+                    cpu_strategy(2), fake_data_dir)
+  assert again['global_step'] == 10
+  assert again['fingerprint'] == done['fingerprint']
+
+
+def test_batch_not_divisible_by_replicas(tmp_path, fake_data_dir):
+  with pytest.raises(KitError, match=r'--batch_size=64 is not divisible by the '
+                     r'number of replicas=3'):
+    train.run(make_flags(tmp_path / 'model'), cpu_strategy(3), fake_data_dir)
+  assert not os.path.exists(tmp_path / 'model')
+
+
+def test_checkpoint_of_another_model_is_refused(tmp_path, fake_data_dir):
+  other = tf.keras.Sequential([tf.keras.layers.Dense(3, input_shape=(4,))])
+  tf.train.Checkpoint(model=other).save(str(tmp_path / 'ckpt'))
+  with pytest.raises(KitError, match=r'holds a checkpoint of another model'):
+    train.run(make_flags(tmp_path), cpu_strategy(1), fake_data_dir)
+
+
+def test_estimator_checkpoint_is_refused_with_a_pointer_to_the_converter(
+    tmp_path, fake_data_dir):
+  with tf.Graph().as_default():
+    tf.compat.v1.get_variable('conv1/kernel', [5, 5, 1, 32])
+    tf.compat.v1.train.create_global_step()
+    with tf.compat.v1.Session() as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      tf.compat.v1.train.Saver().save(sess, str(tmp_path / 'model.ckpt'),
+                                      global_step=100)
+  with pytest.raises(KitError, match=r'holds a name-based \(Estimator or TF1\) '
+                     r'checkpoint, model\.ckpt-100; convert it with python -m '
+                     r'migrate\.convert_checkpoint'):
+    train.run(make_flags(tmp_path), cpu_strategy(1), fake_data_dir)
