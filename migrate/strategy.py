@@ -112,6 +112,9 @@ def describe(strategy: tf.distribute.Strategy, global_batch: int,
              per_replica: int) -> str:
   """'MirroredStrategy with 2 replicas; global batch 1024 = 2 x 512 ...'."""
   replicas = strategy.num_replicas_in_sync
-  return (f'{type(strategy).__name__} with {replicas} replica'
+  name = type(strategy).__name__
+  if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    name = 'MultiWorkerMirroredStrategy'  # Its class is named for its ops.
+  return (f'{name} with {replicas} replica'
           f'{"s" if replicas > 1 else ""}; global batch {global_batch} = '
           f'{replicas} x {per_replica} per replica')

@@ -114,7 +114,7 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
 
   Returns:
     {'model_dir', 'global_step', 'eval' (or None), 'predictions',
-     'export_dir', 'fingerprint', 'strategy', 'replicas'}.
+     'export_dir', 'fingerprint', 'replicas'}.
 
   Raises:
     KitError: bad input; nothing has been written to --model_dir.
@@ -173,7 +173,7 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
                       log_every=flags_obj.checkpoint_steps)
     evaluate = lambda: custom_loop.evaluate(trainer, eval_data, eval_steps)
 
-  result = {'model_dir': model_dir, 'strategy': type(strategy).__name__,
+  result = {'model_dir': model_dir,
             'replicas': replicas,
             'global_step': int(optimizer.iterations.numpy()), 'eval': None,
             'predictions': [], 'fingerprint': weights_fingerprint(model)}
