@@ -12,6 +12,18 @@ import tensorflow as tf
 from migrate import checkpoints
 from migrate import model as model_lib
 
+# TF 2.15: destroying a distributed iterator waits for tf.data's autotuning
+# threads (one per replica device), whose sleep is not cut short by
+# cancellation: up to a minute each after a long run. Iterators are kept
+# until the process exits, when nothing waits for them.
+_LIVE_ITERATORS = []
+
+
+def _iterator(dataset):
+  iterator = iter(dataset)
+  _LIVE_ITERATORS.append(iterator)
+  return iterator
+
 
 class Trainer:
   """Holds the distributed step functions and their metrics."""
@@ -71,7 +83,7 @@ def train(trainer: Trainer, dataset, total_steps: int, steps_per_execution: int,
   Logs, writes summaries and saves a checkpoint at every multiple of
   log_every, and at the end.
   """
-  iterator = iter(dataset)
+  iterator = _iterator(dataset)
   step = int(trainer.optimizer.iterations.numpy())
   while step < total_steps:
     # Stop at each log boundary so logs and checkpoints land on round steps.
@@ -93,5 +105,5 @@ def train(trainer: Trainer, dataset, total_steps: int, steps_per_execution: int,
 
 def evaluate(trainer: Trainer, dataset, steps: int) -> dict:
   trainer.reset()
-  trainer.eval_steps(iter(dataset), tf.constant(steps))
+  trainer.eval_steps(_iterator(dataset), tf.constant(steps))
   return trainer.reset()
