@@ -4,6 +4,7 @@ No test may reach an address off this machine: the GCE metadata server that a
 TPUClusterResolver asks is pointed at a closed port on 127.0.0.1, and the
 variables that name a Cloud TPU are removed. Subprocesses inherit all of it.
 """
+import functools
 import os
 import subprocess
 import sys
@@ -37,8 +38,14 @@ def run_module(module: str, *args: str, timeout: float = 600,
                         timeout=timeout, check=False)
 
 
+@functools.lru_cache(maxsize=None)
 def cpu_strategy(replicas: int) -> tf.distribute.Strategy:
-  """MirroredStrategy over the first `replicas` logical CPUs (or one device)."""
+  """MirroredStrategy over the first `replicas` logical CPUs (or one device).
+
+  One per replica count for the whole session: two MirroredStrategy objects
+  over the same devices number their collective ops alike, and a process
+  that runs both sees "Shape mismatch in the collective instance".
+  """
   devices = [f'/cpu:{i}' for i in range(replicas)]
   if replicas == 1:
     return tf.distribute.OneDeviceStrategy(devices[0])

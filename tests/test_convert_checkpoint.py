@@ -1,0 +1,112 @@
+"""Estimator checkpoint -> migrated model, checked by predictions."""
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import last_line, run_module
+from estimator_mnist import model as estimator_model
+from migrate import convert_checkpoint
+from migrate import model as model_lib
+from mnist_common.errors import KitError
+
+
+@pytest.fixture(scope='module')
+def estimator_dir(fake_data_dir, tmp_path_factory):
+  model_dir = str(tmp_path_factory.mktemp('estimator') / 'model')
+  result = run_module('estimator_mnist', f'--data_dir={fake_data_dir.data_dir}',
+                      f'--model_dir={model_dir}', '--train_steps=30',
+                      '--batch_size=64', '--learning_rate=0.1',
+                      '--noenable_predict', '--eval_steps=0')
+  assert result.returncode == 0, result.stderr[-2000:]
+  return model_dir
+
+
+def test_converts_and_verifies_on_the_whole_test_split(estimator_dir,
+                                                       fake_data_dir, tmp_path):
+  output = tmp_path / 'converted'
+  result = run_module('migrate.convert_checkpoint',
+                      f'--estimator_dir={estimator_dir}', f'--output={output}',
+                      '--verify', '--verify_images=512',
+                      f'--data_dir={fake_data_dir.data_dir}')
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert re.search(r'Checkpoint: .*/converted/ckpt-30', result.stdout)
+  match = re.search(r'Verified on 512 test images: same classes, '
+                    r'probabilities within ([\d.e+-]+)', result.stdout)
+  assert match and float(match.group(1)) <= 1e-6
+
+
+def test_migrate_resumes_from_the_converted_checkpoint(estimator_dir,
+                                                       fake_data_dir, tmp_path):
+  output = str(tmp_path / 'converted')
+  convert_checkpoint.convert(estimator_dir, output)
+  result = run_module('migrate', f'--data_dir={fake_data_dir.data_dir}',
+                      f'--model_dir={output}', '--train_steps=35',
+                      '--batch_size=64', '--steps_per_execution=5',
+                      '--noenable_predict')
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert 'resuming at step 30 of 35' in result.stderr
+
+
+def test_weights_are_carried_exactly(estimator_dir, tmp_path):
+  path = convert_checkpoint.convert(estimator_dir, str(tmp_path / 'out'))
+  model = model_lib.build_model()
+  tf.train.Checkpoint(model=model).restore(path).expect_partial()
+  reader = tf.train.load_checkpoint(estimator_dir)
+  for variable in model.trainable_variables:
+    np.testing.assert_array_equal(
+        variable.numpy(), reader.get_tensor(variable.name.removesuffix(':0')))
+
+
+def test_mis_mapped_kernel_fails_verification(estimator_dir, fake_data_dir,
+                                              tmp_path):
+  # Two same-shaped variables swapped: shapes pass, predictions must not.
+  swapped = dict(convert_checkpoint.VARIABLE_MAP)
+  swapped['conv1/bias'], swapped['dense/bias'] = 'dense/bias', 'conv1/bias'
+  with pytest.raises(KitError, match='wrong shape'):
+    convert_checkpoint.convert(estimator_dir, str(tmp_path / 'a'), swapped)
+  # Transposing a square kernel is invisible to the shape check.
+  output = str(tmp_path / 'b')
+  convert_checkpoint.convert(estimator_dir, output)
+  model = model_lib.build_model()
+  checkpoint = tf.train.Checkpoint(model=model)
+  checkpoint.restore(tf.train.latest_checkpoint(output)).expect_partial()
+  kernel = model.get_layer('conv1').kernel
+  kernel.assign(tf.transpose(kernel, [1, 0, 2, 3]))  # 5x5 spatially flipped.
+  checkpoint.write(tf.train.latest_checkpoint(output))
+  with pytest.raises(KitError, match=r'verification failed: .* kernel '
+                     r'mis-mapped or transposed'):
+    convert_checkpoint.verify(estimator_dir, output, fake_data_dir,
+                              estimator_model.model_fn, 64)
+
+
+def test_mismatched_checkpoint_lists_every_problem(tmp_path):
+  with tf.Graph().as_default():
+    tf.compat.v1.get_variable('conv1/kernel', [3, 3, 1, 32])
+    tf.compat.v1.get_variable('conv1/bias', [32])
+    tf.compat.v1.get_variable('conv2/kernel/Momentum', [5, 5, 32, 64])
+    with tf.compat.v1.Session() as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      tf.compat.v1.train.Saver().save(sess, str(tmp_path / 'est' / 'model.ckpt'))
+  result = run_module('migrate.convert_checkpoint',
+                      f'--estimator_dir={tmp_path / "est"}',
+                      f'--output={tmp_path / "out"}')
+  assert result.returncode != 0
+  line = last_line(result.stderr)
+  assert line.startswith('error: the checkpoint does not match the migrated '
+                         'model; missing from the checkpoint: conv2/bias, ')
+  assert 'extra in the checkpoint: conv2/kernel/Momentum' in line
+  assert ('wrong shape: conv1/kernel [3, 3, 1, 32] -> conv1/kernel '
+          '[5, 5, 1, 32]') in line
+  assert not os.path.exists(tmp_path / 'out')
+
+
+def test_no_checkpoint_and_non_empty_output(tmp_path, estimator_dir):
+  with pytest.raises(KitError, match='no checkpoint in --estimator_dir'):
+    convert_checkpoint.convert(str(tmp_path), str(tmp_path / 'out'))
+  (tmp_path / 'full').mkdir()
+  (tmp_path / 'full' / 'x').write_text('')
+  with pytest.raises(KitError, match='exists and is not empty'):
+    convert_checkpoint.convert(estimator_dir, str(tmp_path / 'full'))
