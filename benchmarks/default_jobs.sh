@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs the README's three main jobs with default flags, one after the other,
+# and prints a Markdown table row per job: eval accuracy and wall time.
+#   bash benchmarks/default_jobs.sh [PYTHON]      (default: .venv/bin/python)
+# Each job writes into a fresh temporary --model_dir; data comes from the
+# kit's default data directory (the offline default unless you put MNIST there).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${1:-.venv/bin/python}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+echo "| command | eval accuracy | wall time |"
+echo "| --- | --- | --- |"
+for job in "estimator_mnist" "migrate --loop=fit" \
+           "migrate --loop=custom --num_cpu_devices=2"; do
+  dir="$work/$(echo "$job" | tr -c 'a-z0-9' '_')"
+  start=$(date +%s.%N)
+  # shellcheck disable=SC2086
+  PYTHONPATH=$PWD "$python" -m $job --model_dir="$dir" > "$dir.log" 2>&1 ||
+    { echo "$job failed:"; tail -5 "$dir.log"; exit 1; }
+  end=$(date +%s.%N)
+  accuracy=$(grep -o 'Eval accuracy: [0-9.]* on [0-9]* test images' "$dir.log" |
+             sed 's/Eval accuracy: //')
+  printf '| `python -m %s` | %s | %.0f s |\n' "$job" "$accuracy" \
+    "$(echo "$end - $start" | bc)"
+done
