@@ -13,6 +13,7 @@ from estimator_mnist import model
 from mnist_common import batching
 from mnist_common import paths
 from mnist_common import prepare
+from mnist_common import report
 from mnist_common import sources
 from mnist_common import tfrecords
 from mnist_common import tpu as tpu_lib
@@ -65,11 +66,8 @@ def _predict(estimator, info: prepare.DatasetInfo, count: int) -> list:
   results = []
   for pred, label in zip(estimator.predict(data.predict_input_fn), labels):
     class_id = int(pred['class_ids'])
-    probability = float(pred['probabilities'][class_id])
-    print(f'Prediction is "{class_id}" ({100 * probability:.1f}%), '
-          f'label {label}')
-    results.append({'class_id': class_id, 'probability': probability,
-                    'label': label})
+    results.append(report.print_prediction(
+        class_id, float(pred['probabilities'][class_id]), label))
   return results
 
 
@@ -122,9 +120,8 @@ def run(flags_obj, data_override: prepare.DatasetInfo | None = None) -> dict:
   if eval_steps:
     metrics = estimator.evaluate(data.eval_input_fn, steps=eval_steps)
     result['eval'] = {k: float(v) for k, v in metrics.items()}
-    print(f'Eval accuracy: {metrics["accuracy"]:.4f} on '
-          f'{eval_steps * eval_batch} test images (loss '
-          f'{metrics["loss"]:.4f}, step {metrics["global_step"]})')
+    report.print_eval(metrics['accuracy'], eval_steps * eval_batch,
+                      metrics['loss'], metrics['global_step'])
 
   if flags_obj.enable_predict:
     result['predictions'] = _predict(estimator, info, flags_obj.num_predictions)

@@ -23,6 +23,7 @@ from migrate import strategy as strategy_lib
 from mnist_common import batching
 from mnist_common import paths
 from mnist_common import prepare
+from mnist_common import report
 from mnist_common import tfrecords
 
 LOOPS = ('fit', 'custom')
@@ -87,14 +88,9 @@ def predict(model: tf.keras.Model, info: prepare.DatasetInfo,
   images, labels = next(iter(test))
   probabilities = tf.nn.softmax(
       model(data.scale_image(images), training=False)).numpy()
-  results = []
-  for probs, label in zip(probabilities, labels.numpy()):
-    class_id = int(probs.argmax())
-    print(f'Prediction is "{class_id}" ({100 * probs[class_id]:.1f}%), '
-          f'label {int(label)}')
-    results.append({'class_id': class_id, 'probability': float(
-        probs[class_id]), 'label': int(label)})
-  return results
+  return [report.print_prediction(int(probs.argmax()), float(probs.max()),
+                                  int(label))
+          for probs, label in zip(probabilities, labels.numpy())]
 
 
 def _summary_writer(model_dir: str, strategy):
@@ -182,9 +178,8 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
   if eval_steps:
     metrics = evaluate()
     result['eval'] = {k: float(v) for k, v in metrics.items()}
-    print(f'Eval accuracy: {metrics["accuracy"]:.4f} on '
-          f'{eval_steps * eval_batch} test images (loss {metrics["loss"]:.4f}, '
-          f'step {result["global_step"]})')
+    report.print_eval(metrics['accuracy'], eval_steps * eval_batch,
+                      metrics['loss'], result['global_step'])
   if flags_obj.enable_predict:
     result['predictions'] = predict(model, info, flags_obj.num_predictions)
   result['export_dir'] = export(model, model_dir, strategy)
