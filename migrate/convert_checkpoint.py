@@ -134,16 +134,21 @@ def verify(estimator_dir: str, output: str, info: prepare.DatasetInfo,
   return result
 
 
-flags.DEFINE_string('estimator_dir', None, 'Estimator model_dir to read.')
-flags.DEFINE_string('output', None, 'New directory for the TF2 checkpoint.')
-flags.DEFINE_bool('verify', False, 'Check predictions of both sides agree.')
-flags.DEFINE_integer('verify_images', 1000,
-                     'How many test images --verify predicts.', lower_bound=1)
-flags.DEFINE_string('legacy_model_fn', legacy.DEFAULT_MODEL_FN,
-                    'The legacy model_fn for --verify, as package.module:name.')
-flags.DEFINE_string('data_dir', None, 'Data for --verify (see python -m '
-                    'migrate --helpfull); unset: the kit\'s default.')
-flags.mark_flags_as_required(['estimator_dir', 'output'])
+def _define_flags() -> None:
+  """Command-line flags; defined only when run as a command, so that
+  importing this module defines none."""
+  flags.DEFINE_string('estimator_dir', None, 'Estimator model_dir to read.')
+  flags.DEFINE_string('output', None, 'New directory for the TF2 checkpoint.')
+  flags.DEFINE_bool('verify', False, 'Check predictions of both sides agree.')
+  flags.DEFINE_integer('verify_images', 1000,
+                       'How many test images --verify predicts.', lower_bound=1)
+  flags.DEFINE_string('legacy_model_fn', legacy.DEFAULT_MODEL_FN,
+                      'The legacy model_fn for --verify, as package.module:name.')
+  flags.DEFINE_string('data_dir', None, 'Data for --verify (see python -m '
+                      'migrate --helpfull); unset: the kit\'s default.')
+  flags.mark_flags_as_required(['estimator_dir', 'output'])
+
+
 FLAGS = flags.FLAGS
 
 
@@ -170,4 +175,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == '__main__':
+  _define_flags()
   app.run(main)

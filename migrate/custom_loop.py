@@ -37,17 +37,26 @@ class Trainer:
       self.loss = tf.keras.metrics.Mean('loss')
       self.accuracy = tf.keras.metrics.SparseCategoricalAccuracy('accuracy')
 
-  def train_step(self, images: tf.Tensor, labels: tf.Tensor) -> None:
-    """One step on one replica's share of the global batch."""
+  def scaled_loss(self, per_example: tf.Tensor) -> tf.Tensor:
+    """This replica's share of the global-batch mean: sum / global batch."""
+    return tf.nn.compute_average_loss(per_example,
+                                      global_batch_size=self.global_batch)
+
+  def loss_and_gradients(self, images: tf.Tensor, labels: tf.Tensor):
+    """Per-example losses, logits and this replica's gradients."""
     with tf.GradientTape() as tape:
       logits = self.model(images, training=True)
       per_example = model_lib.per_example_loss(labels, logits)
-      loss = tf.nn.compute_average_loss(per_example,
-                                        global_batch_size=self.global_batch)
-    variables = self.model.trainable_variables
-    gradients = tape.gradient(loss, variables)
+      loss = self.scaled_loss(per_example)
+    return per_example, logits, tape.gradient(
+        loss, self.model.trainable_variables)
+
+  def train_step(self, images: tf.Tensor, labels: tf.Tensor) -> None:
+    """One step on one replica's share of the global batch."""
+    per_example, logits, gradients = self.loss_and_gradients(images, labels)
     # Under a strategy, apply_gradients sums the replicas' gradients.
-    self.optimizer.apply_gradients(zip(gradients, variables))
+    self.optimizer.apply_gradients(
+        zip(gradients, self.model.trainable_variables))
     self.loss.update_state(per_example)
     self.accuracy.update_state(labels, logits)
 

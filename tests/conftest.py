@@ -32,7 +32,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def run_module(module: str, *args: str, timeout: float = 600,
                env: dict | None = None) -> subprocess.CompletedProcess:
   """Runs ``python -m module args`` from the repo root; returns the result."""
-  full_env = dict(os.environ, PYTHONPATH=REPO, **(env or {}))
+  full_env = {**os.environ, 'PYTHONPATH': REPO, **(env or {})}
   return subprocess.run([sys.executable, '-m', module, *args], cwd=REPO,
                         env=full_env, capture_output=True, text=True,
                         timeout=timeout, check=False)

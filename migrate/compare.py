@@ -1,0 +1,311 @@
+"""The equivalence checks: a legacy model_fn against the migrated port.
+
+  python -m migrate.compare [--steps=100] [--replicas=1,2,4] [--report=R.json]
+
+Each check returns a dict: name, passed, the measured figures, the tolerance
+(from migrate/tolerances.py) and, on failure, what the difference points at.
+The command prints one line per check, writes them all to --report, and exits
+1 when any fails. Its defaults compare the kit's own pair; --legacy_model_fn,
+--legacy_input_fn and --port name yours.
+"""
+import os
+
+# oneDNN picks its kernels per graph, so the same convolution can round
+# differently in the legacy graph and in the port's tf.function; without it
+# the single-replica comparison is exact to the bit. Read when TensorFlow
+# loads: effective for the command, not for a process that imported TF before.
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
+
+import json  # pylint: disable=g-import-not-at-top,wrong-import-position
+import sys  # pylint: disable=g-import-not-at-top,wrong-import-position
+import tempfile  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import logging  # pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from migrate import equivalence  # pylint: disable=wrong-import-position
+from migrate import legacy as legacy_lib  # pylint: disable=wrong-import-position
+from migrate import strategy as strategy_lib  # pylint: disable=wrong-import-position
+from migrate import tolerances  # pylint: disable=wrong-import-position
+from mnist_common import batching  # pylint: disable=wrong-import-position
+from mnist_common import prepare  # pylint: disable=wrong-import-position
+from mnist_common.errors import KitError  # pylint: disable=wrong-import-position
+
+
+def _max_diff(a: dict, b: dict) -> tuple[float, str]:
+  worst = max(a, key=lambda k: float(np.abs(a[k] - b[k]).max()))
+  return float(np.abs(a[worst] - b[worst]).max()), worst
+
+
+def _check(name, value, tolerance, figures, hint):
+  passed = bool(value <= tolerance)
+  return {'name': name, 'passed': passed, 'max_abs_diff': value,
+          'tolerance': tolerance, **figures,
+          'message': '' if passed else hint}
+
+
+def inventory(legacy, migrated) -> dict:
+  theirs = {k: list(v.shape) for k, v in legacy.weights().items()}
+  ours = {k: list(v.shape) for k, v in migrated.weights().items()}
+  missing = sorted(set(theirs) - set(ours))
+  extra = sorted(set(ours) - set(theirs))
+  shapes = sorted(k for k in set(theirs) & set(ours) if theirs[k] != ours[k])
+  passed = not (missing or extra or shapes)
+  return {'name': 'inventory', 'passed': passed, 'variables': theirs,
+          'missing_in_port': missing, 'extra_in_port': extra,
+          'wrong_shape': shapes,
+          'message': '' if passed else (
+              'the variables do not map one to one: check the layer names '
+              'and sizes, and the port\'s variable map')}
+
+
+def inputs(legacy_images: np.ndarray, migrated) -> dict:
+  ours = next(iter(migrated.port.distribute(
+      migrated.strategy, migrated.info.data_dir, equivalence.SPLIT,
+      len(legacy_images), False)))[0]
+  ours = np.concatenate([t.numpy() for t in
+                         migrated.strategy.experimental_local_results(ours)])
+  diff = float(np.abs(ours[:len(legacy_images)] - legacy_images).max())
+  return _check('inputs', diff, tolerances.INPUT_ATOL,
+                {'legacy_range': [float(legacy_images.min()),
+                                  float(legacy_images.max())],
+                 'port_range': [float(ours.min()), float(ours.max())]},
+                'the input pipelines give different images for the same '
+                'records: compare the pixel scaling (legacy range vs port '
+                'range)')
+
+
+def inference(legacy, migrated, images) -> dict:
+  diff = float(np.abs(legacy.predict(images) - migrated.predict(images)).max())
+  return _check('inference', diff, tolerances.INFERENCE_ATOL, {},
+                'different outputs at identical weights and inputs: compare '
+                'the layers, activations (a missing or misplaced ReLU) and the '
+                'variable map (a transposed or swapped kernel)')
+
+
+def one_step(name: str, theirs: dict, ours: dict, legacy, migrated) -> dict:
+  loss = abs(theirs['loss'] - ours['loss'])
+  gradient, worst = _max_diff(theirs['gradients'], ours['gradients'])
+  rate = abs(theirs.get('learning_rate', np.nan) - ours['learning_rate'])
+  weights, _ = _max_diff(legacy.weights(), migrated.weights())
+  value = max(loss, gradient, weights)
+  result = _check(name, value, tolerances.ONE_STEP_ATOL, {
+      'loss_diff': loss, 'gradient_diff': gradient, 'worst_gradient': worst,
+      'updated_weights_diff': weights, 'learning_rate_diff': rate,
+      'legacy_learning_rate': theirs.get('learning_rate'),
+      'port_learning_rate': ours['learning_rate']},
+                  'one step differs at identical weights: the loss (label '
+                  'encoding, sparse vs one-hot, reduction) or its scaling')
+  ratio = np.median([np.abs(ours['gradients'][k]).sum() /
+                     max(np.abs(theirs['gradients'][k]).sum(), 1e-30)
+                     for k in theirs['gradients']])
+  result['gradient_scale_ratio'] = float(ratio)
+  if not result['passed'] and abs(ratio - 1) > 0.01:
+    result['message'] += (f'; the port\'s gradients are {ratio:.3g}x the '
+                          'legacy ones: is the loss averaged per replica or '
+                          'summed instead of divided by the global batch?')
+  return result
+
+
+def learning_rate_check(theirs: list, ours: list) -> dict:
+  diff = float(np.abs(np.array(theirs) - np.array(ours)).max())
+  return _check('learning_rate', diff, tolerances.LEARNING_RATE_ATOL,
+                {'legacy': theirs[-1], 'port': ours[-1]},
+                'the learning rates drift apart: the schedule must step once '
+                'per global batch (not per replica, not per epoch)')
+
+
+def trajectory(name: str, theirs: list, ours: list, legacy, migrated,
+               exact_steps: int | None = None) -> dict:
+  """Losses step by step, and the final weights.
+
+  exact_steps: judge only the losses of the first steps (multi-replica runs,
+  see tolerances.MULTI_REPLICA_EXACT_STEPS); None: every loss and the final
+  weights.
+  """
+  losses = np.abs(np.array(theirs) - np.array(ours))
+  weights, worst = _max_diff(legacy.weights(), migrated.weights())
+  over = np.flatnonzero(losses > tolerances.TRAJECTORY_ATOL)
+  first = int(over[0]) if over.size else None
+  judged = (float(losses[:exact_steps].max()) if exact_steps else
+            max(float(losses.max()), weights))
+  hint = ('the trajectories part: check the per-replica batch (global // '
+          'replicas) and that the loss is divided by the global batch')
+  if first == 0:
+    hint = ('the very first loss differs: the replicas do not see the legacy '
+            'global batch; is the global batch used as the per-replica batch?')
+  return _check(name, judged, tolerances.TRAJECTORY_ATOL,
+                {'steps': len(theirs), 'judged_steps': exact_steps or
+                 len(theirs), 'max_loss_diff': float(losses.max()),
+                 'first_step_over_tolerance': first,
+                 'final_weights_diff': weights, 'worst_weight': worst,
+                 'bit_identical': bool(losses.max() == 0 and weights == 0),
+                 'legacy_losses': [float(x) for x in theirs],
+                 'port_losses': [float(x) for x in ours]}, hint)
+
+
+def run_pair(legacy, migrated, batches, steps):
+  """Steps both runners; returns (legacy steps, port steps)."""
+  theirs, ours = [], []
+  for images, labels in batches[:steps]:
+    theirs.append(legacy.step(images, labels))
+    ours.append(migrated.step())
+  return theirs, ours
+
+
+def compare(model_fn, input_fn, port: equivalence.Port,
+            source, workdir: str, strategies: dict, steps: int = 100,
+            global_batch: int = 64, learning_rate: float = 0.05,
+            seed: int = 0) -> list:
+  """Runs every check and returns them.
+
+  Args:
+    model_fn, input_fn: the legacy pair; input_fn reads params['data_dir'] and
+      params['batch_size'] and yields (images, labels) in file order.
+    port: the migrated pieces.
+    source: prepared data the comparison records are taken from.
+    workdir: where the comparison records are written.
+    strategies: {name: strategy}, the first one single-replica; each gets a
+      trajectory against the single-replica legacy model.
+    steps, global_batch, learning_rate, seed: the training compared.
+  """
+  info = equivalence.write_comparison_data(source, workdir,
+                                           steps * global_batch)
+  batches = equivalence.legacy_batches(input_fn, info.data_dir, global_batch)
+  params = {'learning_rate': learning_rate, 'use_tpu': False}
+  checks = []
+  with equivalence.dropout_disabled():
+    tf.keras.utils.set_random_seed(seed)
+    start = None
+    for index, (name, strategy) in enumerate(strategies.items()):
+      legacy = equivalence.LegacyRunner(model_fn, params, global_batch)
+      start = start or legacy.weights()
+      legacy.set_weights(start)
+      migrated = equivalence.MigratedRunner(port, strategy, info,
+                                            global_batch, learning_rate)
+      if index == 0:
+        checks.append(inventory(legacy, migrated))
+        if not checks[-1]['passed']:
+          return checks
+      migrated.set_weights(start)
+      if index == 0:
+        checks.append(inputs(batches[0][0], migrated))
+        checks.append(inference(legacy, migrated, batches[0][0]))
+      first_theirs = legacy.step(*batches[0])
+      first_ours = migrated.step()
+      checks.append(one_step(f'one_step ({name})', first_theirs, first_ours,
+                             legacy, migrated))
+      try:
+        theirs, ours = run_pair(legacy, migrated, batches[1:], steps - 1)
+      except (tf.errors.OutOfRangeError, StopIteration):
+        checks.append({
+            'name': f'trajectory ({name})', 'passed': False,
+            'message': ('the port\'s input ran out before the legacy input '
+                        'did: it reads more than the global batch per step; '
+                        'is the global batch used as the per-replica batch?')})
+        continue
+      theirs, ours = [first_theirs] + theirs, [first_ours] + ours
+      if index == 0:
+        checks.append(learning_rate_check(
+            [t.get('learning_rate', np.nan) for t in theirs],
+            [o['learning_rate'] for o in ours]))
+      checks.append(trajectory(
+          f'trajectory ({name})', [t['loss'] for t in theirs],
+          [o['loss'] for o in ours], legacy, migrated,
+          None if strategy.num_replicas_in_sync == 1 else
+          tolerances.MULTI_REPLICA_EXACT_STEPS))
+  return checks
+
+
+def cpu_strategies(replica_counts: list[int]) -> dict:
+  """{'1 replica': ..., '2 replicas': ...} over the logical CPU devices.
+
+  ReductionToOneDevice, not collectives: strategies of several sizes over the
+  same devices in one process would clash on collective group keys.
+  """
+  strategies = {}
+  for count in replica_counts:
+    devices = [f'/cpu:{i}' for i in range(count)]
+    name = f'{count} replica' + ('s' if count > 1 else '')
+    strategies[name] = (tf.distribute.OneDeviceStrategy(devices[0])
+                        if count == 1 else tf.distribute.MirroredStrategy(
+                            devices, cross_device_ops=(
+                                tf.distribute.ReductionToOneDevice())))
+  return strategies
+
+
+def _define_flags() -> None:
+  """Command-line flags; defined only when run as a command, so that
+  importing this module defines none."""
+  flags.DEFINE_string('legacy_model_fn', legacy_lib.DEFAULT_MODEL_FN,
+                      'The legacy model_fn, as package.module:name.')
+  flags.DEFINE_string('legacy_input_fn', 'estimator_mnist.data:eval_input_fn',
+                      'A legacy input_fn that reads params["data_dir"] and '
+                      'params["batch_size"] and yields (images, labels) in file '
+                      'order, without shuffling.')
+  flags.DEFINE_string('port', 'migrate.equivalence:Port',
+                      'A callable returning the equivalence.Port to check.')
+  flags.DEFINE_string('data_dir', None, 'Where the compared records come from '
+                      '(see python -m migrate --helpfull); unset: the kit\'s '
+                      'default data.')
+  flags.DEFINE_integer('steps', 100, 'Training steps compared.', lower_bound=1)
+  flags.DEFINE_integer('batch_size', 64, 'Global batch.', lower_bound=1)
+  flags.DEFINE_float('learning_rate', 0.05, 'Initial learning rate.')
+  flags.DEFINE_list('replicas', ['1', '2', '4'],
+                    'Replica counts to run the port on; the first must be 1.')
+  flags.DEFINE_string('report', 'equivalence_report.json',
+                      'Where the JSON report goes.')
+
+
+FLAGS = flags.FLAGS
+
+
+def _summary(check: dict) -> str:
+  figure = check.get('max_abs_diff')
+  figure = '' if figure is None else (
+      f' max diff {figure:.3g} (tolerance {check["tolerance"]:.0e})')
+  return (f'{"PASS" if check["passed"] else "FAIL"} {check["name"]}:{figure}'
+          f'{"; " + check["message"] if check["message"] else ""}')
+
+
+def main(argv: list[str]) -> None:
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  try:
+    counts = [int(r) for r in FLAGS.replicas]
+    if counts[0] != 1:
+      raise KitError('--replicas must start with 1, the legacy single '
+                     'replica reference')
+    for count in counts:
+      batching.per_replica_batch(FLAGS.batch_size, count, 'replicas')
+    strategy_lib.split_cpu(max(counts))
+    source = prepare.prepare(FLAGS.data_dir)
+    with tempfile.TemporaryDirectory() as workdir:
+      checks = compare(legacy_lib.load_callable(FLAGS.legacy_model_fn),
+                       legacy_lib.load_callable(FLAGS.legacy_input_fn),
+                       legacy_lib.load_callable(FLAGS.port)(), source,
+                       workdir, cpu_strategies(counts), FLAGS.steps,
+                       FLAGS.batch_size, FLAGS.learning_rate)
+  except KitError as e:
+    sys.exit(f'error: {e}')
+  for check in checks:
+    print(_summary(check))
+  report = {'passed': all(c['passed'] for c in checks), 'checks': checks,
+            'steps': FLAGS.steps, 'batch_size': FLAGS.batch_size,
+            'learning_rate': FLAGS.learning_rate, 'data': source.description,
+            'onednn': os.environ.get('TF_ENABLE_ONEDNN_OPTS')}
+  tmp = FLAGS.report + '.tmp'
+  with open(tmp, 'w') as f:
+    json.dump(report, f, indent=1, default=lambda value: value.item())
+  os.replace(tmp, FLAGS.report)
+  print(f'Report: {FLAGS.report}')
+  if not report['passed']:
+    sys.exit(1)
+
+
+if __name__ == '__main__':
+  _define_flags()
+  app.run(main)
