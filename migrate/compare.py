@@ -174,14 +174,14 @@ def compare(model_fn, input_fn, port: equivalence.Port,
   """
   info = equivalence.write_comparison_data(source, workdir,
                                            steps * global_batch)
-  batches = equivalence.legacy_batches(input_fn, info.data_dir, global_batch)
+  batches = legacy_lib.legacy_batches(input_fn, info.data_dir, global_batch)
   params = {'learning_rate': learning_rate, 'use_tpu': False}
   checks = []
   with equivalence.dropout_disabled():
     tf.keras.utils.set_random_seed(seed)
     start = None
     for index, (name, strategy) in enumerate(strategies.items()):
-      legacy = equivalence.LegacyRunner(model_fn, params, global_batch)
+      legacy = legacy_lib.LegacyRunner(model_fn, params, global_batch)
       start = start or legacy.weights()
       legacy.set_weights(start)
       migrated = equivalence.MigratedRunner(port, strategy, info,

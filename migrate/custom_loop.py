@@ -19,7 +19,8 @@ from migrate import model as model_lib
 _LIVE_ITERATORS = []
 
 
-def _iterator(dataset):
+def live_iterator(dataset):
+  """iter(dataset), kept alive until the process exits (see above)."""
   iterator = iter(dataset)
   _LIVE_ITERATORS.append(iterator)
   return iterator
@@ -92,7 +93,7 @@ def train(trainer: Trainer, dataset, total_steps: int, steps_per_execution: int,
   Logs, writes summaries and saves a checkpoint at every multiple of
   log_every, and at the end.
   """
-  iterator = _iterator(dataset)
+  iterator = live_iterator(dataset)
   step = int(trainer.optimizer.iterations.numpy())
   while step < total_steps:
     # Stop at each log boundary so logs and checkpoints land on round steps.
@@ -114,5 +115,5 @@ def train(trainer: Trainer, dataset, total_steps: int, steps_per_execution: int,
 
 def evaluate(trainer: Trainer, dataset, steps: int) -> dict:
   trainer.reset()
-  trainer.eval_steps(_iterator(dataset), tf.constant(steps))
+  trainer.eval_steps(live_iterator(dataset), tf.constant(steps))
   return trainer.reset()
