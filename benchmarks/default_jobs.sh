@@ -22,5 +22,5 @@ for job in "estimator_mnist" "migrate --loop=fit" \
   accuracy=$(grep -o 'Eval accuracy: [0-9.]* on [0-9]* test images' "$dir.log" |
              sed 's/Eval accuracy: //')
   printf '| `python -m %s` | %s | %.0f s |\n' "$job" "$accuracy" \
-    "$(echo "$end - $start" | bc)"
+    "$(awk "BEGIN { print $end - $start }")"
 done
