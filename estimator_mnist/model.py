@@ -11,13 +11,12 @@ DECAY_STEPS = 100000
 DECAY_RATE = 0.96
 LOG_EVERY_STEPS = 100
 
-# Layer names fix the checkpoint's variable names (conv1/kernel, ...), which
-# the migrated model and the checkpoint converter map onto one to one.
-LAYER_NAMES = ('conv1', 'conv2', 'dense', 'logits')
-
-
 def build_network(images: tf.Tensor, training: bool) -> tf.Tensor:
-  """Scaled images [batch, 28, 28, 1] -> logits [batch, 10]."""
+  """Scaled images [batch, 28, 28, 1] -> logits [batch, 10].
+
+  The layer names fix the checkpoint's variable names (conv1/kernel, ...),
+  which the migrated model and the checkpoint converter map onto one to one.
+  """
   layers = tf.layers
   y = layers.Conv2D(32, 5, padding='same', activation=tf.nn.relu,
                     name='conv1')(images)

@@ -11,10 +11,6 @@ from migrate import equivalence
 from migrate import model as model_lib
 
 
-def kit() -> equivalence.Port:
-  return equivalence.Port()
-
-
 class _PerReplicaMean(custom_loop.Trainer):
 
   def scaled_loss(self, per_example):
