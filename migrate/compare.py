@@ -2,11 +2,16 @@
 
   python -m migrate.compare [--steps=100] [--replicas=1,2,4] [--report=R.json]
 
-Each check returns a dict: name, passed, the measured figures, the tolerance
-(from migrate/tolerances.py) and, on failure, what the difference points at.
-The command prints one line per check, writes them all to --report, and exits
-1 when any fails. Its defaults compare the kit's own pair; --legacy_model_fn,
---legacy_input_fn and --port name yours.
+Checks: inventory, inputs, inference, one_step, learning_rate, trajectory
+(1, 2 and 4 replicas against the single-replica legacy model), stepwise,
+evaluation, served_predictions, and dropout (random numbers aligned). Each
+returns a dict: name, passed, the measured figures, the tolerance (from
+migrate/tolerances.py) and, on failure, what the difference points at.
+The command prints one line per check, writes them all to --report and the
+loss curves to a PNG beside it, and exits 1 when any fails. Its defaults
+compare the kit's own pair; --legacy_model_fn, --legacy_input_fn,
+--legacy_serving_input_fn and --port name yours. The README lists the figures
+it reaches on the kit's pair (every single-replica check bit-identical).
 """
 import os
 
@@ -28,10 +33,12 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-posi
 
 from migrate import equivalence  # pylint: disable=wrong-import-position
 from migrate import legacy as legacy_lib  # pylint: disable=wrong-import-position
+from migrate import plot  # pylint: disable=wrong-import-position
 from migrate import strategy as strategy_lib  # pylint: disable=wrong-import-position
 from migrate import tolerances  # pylint: disable=wrong-import-position
 from mnist_common import batching  # pylint: disable=wrong-import-position
 from mnist_common import prepare  # pylint: disable=wrong-import-position
+from mnist_common import tfrecords  # pylint: disable=wrong-import-position
 from mnist_common.errors import KitError  # pylint: disable=wrong-import-position
 
 
@@ -110,9 +117,9 @@ def one_step(name: str, theirs: dict, ours: dict, legacy, migrated) -> dict:
   return result
 
 
-def learning_rate_check(theirs: list, ours: list) -> dict:
+def learning_rate_check(name: str, theirs: list, ours: list) -> dict:
   diff = float(np.abs(np.array(theirs) - np.array(ours)).max())
-  return _check('learning_rate', diff, tolerances.LEARNING_RATE_ATOL,
+  return _check(name, diff, tolerances.LEARNING_RATE_ATOL,
                 {'legacy': theirs[-1], 'port': ours[-1]},
                 'the learning rates drift apart: the schedule must step once '
                 'per global batch (not per replica, not per epoch)')
@@ -129,12 +136,12 @@ def trajectory(name: str, theirs: list, ours: list, legacy, migrated,
   losses = np.abs(np.array(theirs) - np.array(ours))
   weights, worst = _max_diff(legacy.weights(), migrated.weights())
   over = np.flatnonzero(losses > tolerances.TRAJECTORY_ATOL)
-  first = int(over[0]) if over.size else None
+  first = int(over[0]) + 1 if over.size else None  # Steps count from 1.
   judged = (float(losses[:exact_steps].max()) if exact_steps else
             max(float(losses.max()), weights))
   hint = ('the trajectories part: check the per-replica batch (global // '
           'replicas) and that the loss is divided by the global batch')
-  if first == 0:
+  if first == 1:
     hint = ('the very first loss differs: the replicas do not see the legacy '
             'global batch; is the global batch used as the per-replica batch?')
   return _check(name, judged, tolerances.TRAJECTORY_ATOL,
@@ -147,38 +154,174 @@ def trajectory(name: str, theirs: list, ours: list, legacy, migrated,
                  'port_losses': [float(x) for x in ours]}, hint)
 
 
-def run_pair(legacy, migrated, batches, steps):
-  """Steps both runners; returns (legacy steps, port steps)."""
-  theirs, ours = [], []
+def evaluation(legacy, migrated, input_fn, source) -> dict:
+  """Both evaluations over the source's test split, at identical weights."""
+  batches = legacy_lib.legacy_batches(input_fn, source.data_dir,
+                                      migrated.global_batch)
+  migrated.set_weights(legacy.weights())
+  theirs = legacy.evaluate(batches)
+  ours = migrated.evaluate(source.data_dir, len(batches))
+  accuracy = abs(theirs['accuracy'] - ours['accuracy'])
+  loss = abs(theirs['loss'] - ours['loss'])
+  return _check('evaluation', accuracy, tolerances.EVAL_ACCURACY_ATOL, {
+      'examples': len(batches) * migrated.global_batch,
+      'legacy_accuracy': theirs['accuracy'], 'port_accuracy': ours['accuracy'],
+      'legacy_loss': theirs['loss'], 'port_loss': ours['loss'],
+      'loss_diff': loss},
+                'the evaluations disagree at identical weights: compare the '
+                'metric (argmax of the logits against int labels) and the '
+                'eval input pipeline (split, batching, remainder)')
+
+
+def _serve(path: str, images: np.ndarray) -> dict:
+  signature = tf.saved_model.load(path).signatures['serving_default']
+  return {k: v.numpy() for k, v in signature(tf.constant(images)).items()}
+
+
+def served_predictions(legacy, migrated, serving_input_fn, source,
+                       workdir: str) -> dict:
+  """Both SavedModels, loaded back, on the raw test images."""
+  images = np.concatenate([image.numpy() for image, _ in tf.data.TFRecordDataset(
+      source.path('test')).map(tfrecords.parse_example).batch(1024)])
+  migrated.set_weights(legacy.weights())
+  # The port first: the legacy export leaves the port's Keras model unusable.
+  ours_path = migrated.export(os.path.join(workdir, 'port'))
+  theirs = _serve(legacy.export_saved_model(serving_input_fn, workdir), images)
+  ours = _serve(ours_path, images)
+  missing = sorted({'class_ids', 'probabilities'} - set(theirs) - set(ours))
+  if missing or set(theirs) != set(ours):
+    return {'name': 'served_predictions', 'passed': False,
+            'legacy_outputs': sorted(theirs), 'port_outputs': sorted(ours),
+            'message': ('the two serving signatures differ: both need the '
+                        'outputs class_ids and probabilities')}
+  classes = int((theirs['class_ids'] != ours['class_ids']).sum())
+  diff = float(np.abs(theirs['probabilities'] - ours['probabilities']).max())
+  result = _check('served_predictions', diff, tolerances.INFERENCE_ATOL,
+                  {'images': len(images), 'different_classes': classes},
+                  'the SavedModels serve different predictions at identical '
+                  'weights: compare the serving functions (uint8 input, the '
+                  'same pixel scaling as training) and the exported outputs')
+  result['passed'] = result['passed'] and classes == 0
+  return result
+
+
+def _ran_out(name: str) -> dict:
+  return {'name': name, 'passed': False,
+          'message': ('the port\'s input ran out before the legacy input did: '
+                      'it reads more than the global batch per step; is the '
+                      'global batch used as the per-replica batch?')}
+
+
+def _train_pair(name: str, legacy, migrated, batches, steps: int,
+                exact_steps: int | None) -> list:
+  """One step, then the rest of the trajectory; the checks on them."""
+  theirs = [legacy.step(*batches[0])]
+  ours = [migrated.step()]
+  checks = [one_step(f'one_step ({name})', theirs[0], ours[0], legacy,
+                     migrated)]
+  try:
+    for images, labels in batches[1:steps]:
+      theirs.append(legacy.step(images, labels))
+      ours.append(migrated.step())
+  except (tf.errors.OutOfRangeError, StopIteration):
+    return checks + [_ran_out(f'trajectory ({name})')]
+  checks.append(learning_rate_check(
+      f'learning_rate ({name})', [t.get('learning_rate', np.nan) for t in theirs],
+      [o['learning_rate'] for o in ours]))
+  checks.append(trajectory(f'trajectory ({name})', [t['loss'] for t in theirs],
+                           [o['loss'] for o in ours], legacy, migrated,
+                           exact_steps))
+  return checks
+
+
+def stepwise(name: str, legacy, migrated, batches, steps: int) -> dict:
+  """Every step of the legacy trajectory as a one-step check.
+
+  Before each step the port takes the legacy weights, so a difference cannot
+  grow from step to step: what a free-running multi-replica trajectory can
+  only be judged on over its first steps (see tolerances) is judged here over
+  all of them, at the one-step bar.
+  """
+  per_step = []
   for images, labels in batches[:steps]:
-    theirs.append(legacy.step(images, labels))
-    ours.append(migrated.step())
-  return theirs, ours
+    migrated.set_weights(legacy.weights())
+    try:
+      theirs, ours = legacy.step(images, labels), migrated.step()
+    except (tf.errors.OutOfRangeError, StopIteration):
+      return _ran_out(name)
+    weights, _ = _max_diff(legacy.weights(), migrated.weights())
+    per_step.append(max(abs(theirs['loss'] - ours['loss']), weights))
+  per_step = np.array(per_step)
+  over = np.flatnonzero(per_step > tolerances.ONE_STEP_ATOL)
+  first = int(over[0]) + 1 if over.size else None
+  return _check(name, float(per_step.max()), tolerances.ONE_STEP_ATOL, {
+      'steps': len(per_step), 'per_step_max_diff': per_step.tolist(),
+      'first_step_over_tolerance': first},
+                f'step {first} of the legacy trajectory differs at identical '
+                'weights: the per-replica batch, the loss scaling or the '
+                'learning rate at that step')
+
+
+def dropout_trajectory(model_fn, port, params, info, batches, start: dict,
+                       steps: int) -> dict:
+  """Both sides trained with dropout on, their random numbers aligned.
+
+  Both graphs are built inside one DeterministicRandomTestTool scope
+  ('constant' mode), which gives every stateful random op the same seeds: the
+  legacy graph's dropout op and the port's, in its tf.function, then draw the
+  same mask at the same step (one draw per step on each side). A wrong rate,
+  or a dropout in the wrong place, shows from the first step.
+  """
+  tool = tf.compat.v1.keras.utils.DeterministicRandomTestTool()
+  global_batch = len(batches[0][1])
+  with tool.scope():
+    legacy = legacy_lib.LegacyRunner(model_fn, params, global_batch)
+    strategy = tf.distribute.OneDeviceStrategy('/cpu:0')
+    migrated = equivalence.MigratedRunner(port, strategy, info, global_batch,
+                                          params['learning_rate'])
+    legacy.set_weights(start)
+    migrated.set_weights(start)
+    theirs, ours = [], []
+    for images, labels in batches[:steps]:
+      theirs.append(legacy.step(images, labels)['loss'])
+      ours.append(migrated.train_loss())
+  result = trajectory('dropout (1 replica)', theirs, ours, legacy, migrated)
+  if not result['passed']:
+    result['message'] = (
+        'with dropout on (random numbers aligned) the trajectories part: '
+        'compare the dropout rate and where the dropout layer sits; if the '
+        'dropout-off trajectory passes, dropout is the difference. (Masks '
+        'align only when both draw them with stateful random ops, as '
+        'tf.compat.v1.layers and Keras 2.15 layers do by default.)')
+  return result
 
 
 def compare(model_fn, input_fn, port: equivalence.Port,
             source, workdir: str, strategies: dict, steps: int = 100,
             global_batch: int = 64, learning_rate: float = 0.05,
-            seed: int = 0) -> list:
+            seed: int = 0, serving_input_fn=None) -> list:
   """Runs every check and returns them.
 
   Args:
     model_fn, input_fn: the legacy pair; input_fn reads params['data_dir'] and
       params['batch_size'] and yields (images, labels) in file order.
     port: the migrated pieces.
-    source: prepared data the comparison records are taken from.
-    workdir: where the comparison records are written.
+    source: prepared data: the comparison's training records are taken from
+      its train split; evaluation and serving use its test split.
+    workdir: where the comparison records and SavedModels are written.
     strategies: {name: strategy}, the first one single-replica; each gets a
       trajectory against the single-replica legacy model.
     steps, global_batch, learning_rate, seed: the training compared.
+    serving_input_fn: the legacy serving_input_receiver_fn; None skips the
+      served-predictions check.
   """
   info = equivalence.write_comparison_data(source, workdir,
                                            steps * global_batch)
   batches = legacy_lib.legacy_batches(input_fn, info.data_dir, global_batch)
   params = {'learning_rate': learning_rate, 'use_tpu': False}
   checks = []
+  tf.keras.utils.set_random_seed(seed)
   with equivalence.dropout_disabled():
-    tf.keras.utils.set_random_seed(seed)
     start = None
     for index, (name, strategy) in enumerate(strategies.items()):
       legacy = legacy_lib.LegacyRunner(model_fn, params, global_batch)
@@ -194,29 +337,24 @@ def compare(model_fn, input_fn, port: equivalence.Port,
       if index == 0:
         checks.append(inputs(batches[0][0], migrated))
         checks.append(inference(legacy, migrated, batches[0][0]))
-      first_theirs = legacy.step(*batches[0])
-      first_ours = migrated.step()
-      checks.append(one_step(f'one_step ({name})', first_theirs, first_ours,
-                             legacy, migrated))
-      try:
-        theirs, ours = run_pair(legacy, migrated, batches[1:], steps - 1)
-      except (tf.errors.OutOfRangeError, StopIteration):
-        checks.append({
-            'name': f'trajectory ({name})', 'passed': False,
-            'message': ('the port\'s input ran out before the legacy input '
-                        'did: it reads more than the global batch per step; '
-                        'is the global batch used as the per-replica batch?')})
-        continue
-      theirs, ours = [first_theirs] + theirs, [first_ours] + ours
+      checks += _train_pair(name, legacy, migrated, batches, steps,
+                            None if strategy.num_replicas_in_sync == 1 else
+                            tolerances.MULTI_REPLICA_EXACT_STEPS)
       if index == 0:
-        checks.append(learning_rate_check(
-            [t.get('learning_rate', np.nan) for t in theirs],
-            [o['learning_rate'] for o in ours]))
-      checks.append(trajectory(
-          f'trajectory ({name})', [t['loss'] for t in theirs],
-          [o['loss'] for o in ours], legacy, migrated,
-          None if strategy.num_replicas_in_sync == 1 else
-          tolerances.MULTI_REPLICA_EXACT_STEPS))
+        # Here, before another legacy graph makes this port model unusable.
+        checks.append(evaluation(legacy, migrated, input_fn, source))
+        if serving_input_fn is not None:
+          checks.append(served_predictions(legacy, migrated, serving_input_fn,
+                                           source, workdir))
+      else:
+        legacy = legacy_lib.LegacyRunner(model_fn, params, global_batch)
+        legacy.set_weights(start)
+        migrated = equivalence.MigratedRunner(port, strategy, info,
+                                              global_batch, learning_rate)
+        checks.append(stepwise(f'stepwise ({name})', legacy, migrated,
+                               batches, steps))
+  checks.append(dropout_trajectory(model_fn, port, params, info, batches,
+                                   start, steps))
   return checks
 
 
@@ -246,6 +384,11 @@ def _define_flags() -> None:
                       'A legacy input_fn that reads params["data_dir"] and '
                       'params["batch_size"] and yields (images, labels) in file '
                       'order, without shuffling.')
+  flags.DEFINE_string('legacy_serving_input_fn',
+                      'estimator_mnist.train:serving_input_receiver_fn',
+                      'The legacy serving_input_receiver_fn the Estimator '
+                      'exported with; empty: skip the served-predictions '
+                      'check.')
   flags.DEFINE_string('port', 'migrate.equivalence:Port',
                       'A callable returning the equivalence.Port to check.')
   flags.DEFINE_string('data_dir', None, 'Where the compared records come from '
@@ -257,7 +400,8 @@ def _define_flags() -> None:
   flags.DEFINE_list('replicas', ['1', '2', '4'],
                     'Replica counts to run the port on; the first must be 1.')
   flags.DEFINE_string('report', 'equivalence_report.json',
-                      'Where the JSON report goes.')
+                      'Where the JSON report goes; the loss plot goes beside '
+                      'it, with the suffix .png.')
 
 
 FLAGS = flags.FLAGS
@@ -280,19 +424,24 @@ def main(argv: list[str]) -> None:
       raise KitError('--replicas must start with 1, the legacy single '
                      'replica reference')
     for count in counts:
-      batching.per_replica_batch(FLAGS.batch_size, count, 'replicas')
+      batching.per_replica_batch(FLAGS.batch_size, count, '--replicas')
     strategy_lib.split_cpu(max(counts))
+    serving = FLAGS.legacy_serving_input_fn
+    serving = legacy_lib.load_callable(serving) if serving else None
+    model_fn = legacy_lib.load_callable(FLAGS.legacy_model_fn)
+    input_fn = legacy_lib.load_callable(FLAGS.legacy_input_fn)
+    port = legacy_lib.load_callable(FLAGS.port)()
     source = prepare.prepare(FLAGS.data_dir)
     with tempfile.TemporaryDirectory() as workdir:
-      checks = compare(legacy_lib.load_callable(FLAGS.legacy_model_fn),
-                       legacy_lib.load_callable(FLAGS.legacy_input_fn),
-                       legacy_lib.load_callable(FLAGS.port)(), source,
-                       workdir, cpu_strategies(counts), FLAGS.steps,
-                       FLAGS.batch_size, FLAGS.learning_rate)
+      checks = compare(model_fn, input_fn, port, source, workdir,
+                       cpu_strategies(counts), FLAGS.steps, FLAGS.batch_size,
+                       FLAGS.learning_rate, serving_input_fn=serving)
   except KitError as e:
     sys.exit(f'error: {e}')
   for check in checks:
     print(_summary(check))
+  plot_path = os.path.splitext(FLAGS.report)[0] + '.png'
+  plot.loss_curves(checks, plot_path)
   report = {'passed': all(c['passed'] for c in checks), 'checks': checks,
             'steps': FLAGS.steps, 'batch_size': FLAGS.batch_size,
             'learning_rate': FLAGS.learning_rate, 'data': source.description,
@@ -301,7 +450,7 @@ def main(argv: list[str]) -> None:
   with open(tmp, 'w') as f:
     json.dump(report, f, indent=1, default=lambda value: value.item())
   os.replace(tmp, FLAGS.report)
-  print(f'Report: {FLAGS.report}')
+  print(f'Report: {FLAGS.report}, plot: {plot_path}')
   if not report['passed']:
     sys.exit(1)
 

@@ -43,11 +43,15 @@ class Trainer:
     return tf.nn.compute_average_loss(per_example,
                                       global_batch_size=self.global_batch)
 
+  def per_example_loss(self, labels: tf.Tensor,
+                       logits: tf.Tensor) -> tf.Tensor:
+    return model_lib.per_example_loss(labels, logits)
+
   def loss_and_gradients(self, images: tf.Tensor, labels: tf.Tensor):
     """Per-example losses, logits and this replica's gradients."""
     with tf.GradientTape() as tape:
       logits = self.model(images, training=True)
-      per_example = model_lib.per_example_loss(labels, logits)
+      per_example = self.per_example_loss(labels, logits)
       loss = self.scaled_loss(per_example)
     return per_example, logits, tape.gradient(
         loss, self.model.trainable_variables)
@@ -69,7 +73,7 @@ class Trainer:
 
   def eval_step(self, images: tf.Tensor, labels: tf.Tensor) -> None:
     logits = self.model(images, training=False)
-    self.loss.update_state(model_lib.per_example_loss(labels, logits))
+    self.loss.update_state(self.per_example_loss(labels, logits))
     self.accuracy.update_state(labels, logits)
 
   @tf.function

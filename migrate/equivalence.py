@@ -17,6 +17,7 @@ from migrate import convert_checkpoint
 from migrate import custom_loop
 from migrate import data
 from migrate import model as model_lib
+from migrate import train as train_lib
 from mnist_common import prepare
 from mnist_common import tfrecords
 
@@ -45,6 +46,7 @@ class Port:
   make_optimizer: Callable = model_lib.make_optimizer
   trainer_class: type = custom_loop.Trainer
   distribute: Callable = data.distribute
+  export: Callable = train_lib.export
   variable_map: dict = dataclasses.field(
       default_factory=lambda: dict(convert_checkpoint.VARIABLE_MAP))
 
@@ -75,6 +77,7 @@ class MigratedRunner:
     self._dataset = port.distribute(strategy, info.data_dir, SPLIT,
                                     global_batch, False)
     self._iterator = custom_loop.live_iterator(self._dataset)
+    self.global_batch = global_batch
     self._probe = custom_loop.live_iterator(self._dataset)
     self._by_name = {v.name.removesuffix(':0'): v
                      for v in self.model.trainable_variables}
@@ -120,3 +123,22 @@ class MigratedRunner:
     return {'loss': loss,
             'gradients': {n: g.numpy() for n, g in zip(names, summed)},
             'learning_rate': float(self.optimizer.learning_rate.numpy())}
+
+  def train_loss(self) -> float:
+    """Takes the next step, all of it inside the port's step function, and
+    returns the loss that step's metric recorded (the same forward pass, so
+    the same dropout mask, as the update)."""
+    self.trainer.train_steps(self._iterator, tf.constant(1))
+    return self.trainer.reset()['loss']
+
+  def evaluate(self, data_dir: str, steps: int) -> dict:
+    """The port's evaluation over `steps` batches of data_dir's test split."""
+    dataset = self.port.distribute(self.strategy, data_dir, 'test',
+                                   self.global_batch, False)
+    self.trainer.reset()
+    self.trainer.eval_steps(custom_loop.live_iterator(dataset),
+                            tf.constant(steps))
+    return self.trainer.reset()
+
+  def export(self, base_dir: str) -> str:
+    return self.port.export(self.model, base_dir, self.strategy)

@@ -7,6 +7,7 @@ the model_fn and input_fn named on their command line,
 does on CPU. Training and export never come here.
 """
 import importlib
+import os
 
 import numpy as np
 import tensorflow as tf
@@ -21,7 +22,7 @@ def load_callable(spec: str):
   """'package.module:name' -> the object."""
   module_name, _, attribute = spec.partition(':')
   if not module_name or not attribute:
-    raise KitError(f'--legacy_model_fn={spec!r}: expected package.module:name')
+    raise KitError(f'{spec!r}: expected package.module:name')
   try:
     return getattr(importlib.import_module(module_name), attribute)
   except (ImportError, AttributeError) as e:
@@ -92,8 +93,15 @@ class LegacyRunner:
 
   def __init__(self, model_fn, params: dict, batch_size: int):
     modes = tf.compat.v1.estimator.ModeKeys
+    self.model_fn, self.params = model_fn, params
+    # Every graph is built here: building tf.compat.v1.layers in a graph
+    # invalidates Keras models made earlier in the process (the port's).
     self.train = _Graph(model_fn, modes.TRAIN, params, batch_size)
     self.infer = _Graph(model_fn, modes.PREDICT, params, batch_size)
+    self.eval = _Graph(model_fn, modes.EVAL, params, batch_size)
+    with self.eval.graph.as_default():
+      self.eval_metrics = _eval_metric_ops(self.eval.spec)
+      self.eval_init = tf.compat.v1.local_variables_initializer()
     with self.train.graph.as_default():
       self.gradients = dict(zip(self.train.variables, tf.gradients(
           self.train.spec.loss, list(self.train.variables.values()))))
@@ -114,11 +122,63 @@ class LegacyRunner:
                                   {self.infer.images: images})
 
   def step(self, images: np.ndarray, labels: np.ndarray) -> dict:
-    """The loss, gradients and learning rate of one step; then takes it."""
+    """The loss, gradients and learning rate of one step, which it takes.
+
+    One session.run, as TPUEstimator's: the values fetched are those of the
+    forward pass the update uses, and a dropout layer draws one mask per step.
+    """
     feed = {self.train.images: images, self.train.labels: labels}
-    fetches = {'loss': self.train.spec.loss, 'gradients': self.gradients}
+    fetches = {'loss': self.train.spec.loss, 'gradients': self.gradients,
+               'train_op': self.train.spec.train_op}
     if self.learning_rate is not None:
       fetches['learning_rate'] = self.learning_rate
-    before = self.train.session.run(fetches, feed)
-    self.train.session.run(self.train.spec.train_op, feed)
-    return before
+    values = self.train.session.run(fetches, feed)
+    del values['train_op']
+    return values
+
+  def evaluate(self, batches: list) -> dict:
+    """The model_fn's EVAL metrics over batches, as Estimator.evaluate reports
+    them: each metric accumulated over all batches, 'loss' the batch mean."""
+    graph = self.eval
+    graph.set_weights(self.weights())
+    graph.session.run(self.eval_init)
+    updates = {name: update for name, (_, update) in self.eval_metrics.items()}
+    losses = []
+    for images, labels in batches:
+      losses.append(graph.session.run(
+          [graph.spec.loss, updates],
+          {graph.images: images, graph.labels: labels})[0])
+    results = graph.session.run({name: value for name, (value, _) in
+                                 self.eval_metrics.items()})
+    results['loss'] = float(np.mean(losses))
+    return {name: float(value) for name, value in results.items()}
+
+  def export_saved_model(self, serving_input_fn, base_dir: str) -> str:
+    """Exports the current weights through the Estimator's own export path
+    (the model_fn in PREDICT mode, the serving_input_fn's receiver).
+
+    It builds a graph of layers: Keras models made before it are unusable
+    after it (see __init__).
+    """
+    model_dir = os.path.join(base_dir, 'legacy_model')
+    with self.train.graph.as_default():
+      saver = tf.compat.v1.train.Saver()
+      step = self.train.session.run(tf.compat.v1.train.get_global_step())
+      saver.save(self.train.session, os.path.join(model_dir, 'model.ckpt'),
+                 global_step=step)
+    params = {k: v for k, v in self.params.items() if k != 'batch_size'}
+    estimator = tf.compat.v1.estimator.tpu.TPUEstimator(
+        model_fn=self.model_fn, params=params, use_tpu=False,
+        config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=model_dir),
+        export_to_tpu=False)
+    return estimator.export_saved_model(os.path.join(base_dir, 'legacy_export'),
+                                        serving_input_fn).decode()
+
+
+def _eval_metric_ops(spec) -> dict:
+  """{name: (value, update_op)} of an EstimatorSpec or a TPUEstimatorSpec."""
+  if getattr(spec, 'eval_metrics', None):
+    metric_fn, tensors = spec.eval_metrics
+    return (metric_fn(**tensors) if isinstance(tensors, dict) else
+            metric_fn(*tensors))
+  return dict(getattr(spec, 'eval_metric_ops', None) or {})

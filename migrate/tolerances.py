@@ -8,6 +8,10 @@ CONVERSION_PROBABILITY_ATOL = 1e-6
 # images for the same records.
 INFERENCE_ATOL = 1e-6
 INPUT_ATOL = 1e-6
+# Evaluation accuracy at identical weights: the same examples right and wrong
+# (an argmax flips only at a near-tie, which outputs within INFERENCE_ATOL
+# make vanishingly rare).
+EVAL_ACCURACY_ATOL = 0.0
 # One step at identical weights: the loss, every gradient, the updated weights.
 ONE_STEP_ATOL = 1e-6
 # The learning rate each side applied at a step.
@@ -20,5 +24,8 @@ TRAJECTORY_ATOL = 1e-5
 # they pass 1e-5 after 13 (2 replicas) and 17 (4 replicas) steps. So a
 # multi-replica trajectory is held to TRAJECTORY_ATOL over its first steps,
 # and its whole length is reported. The bugs it is there for (loss scaled per
-# replica, global batch per replica) differ from the first step on.
+# replica, global batch per replica) differ from the first step on. Every step
+# of it is also held to ONE_STEP_ATOL with the port re-synchronised to the
+# legacy weights before each step (compare.stepwise), which no amplification
+# can reach.
 MULTI_REPLICA_EXACT_STEPS = 10

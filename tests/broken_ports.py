@@ -51,3 +51,77 @@ def missing_relu() -> equivalence.Port:
     net.get_layer('dense').activation = tf.keras.activations.linear
     return net
   return equivalence.Port(build_model=build_model)
+
+
+class _ScheduleOnSteps(tf.keras.optimizers.schedules.LearningRateSchedule):
+  """The kit's schedule, read at step_fn(optimizer step)."""
+
+  def __init__(self, learning_rate, step_fn):
+    self.inner = model_lib.learning_rate_schedule(learning_rate)
+    self.step_fn = step_fn
+
+  def __call__(self, step):
+    return self.inner(self.step_fn(step))
+
+
+def lr_per_replica() -> equivalence.Port:
+  def make_optimizer(learning_rate):
+    # Built in strategy.scope(): the step advanced once per replica.
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    return tf.keras.optimizers.SGD(
+        _ScheduleOnSteps(learning_rate, lambda step: step * replicas))
+  return equivalence.Port(make_optimizer=make_optimizer)
+
+
+def lr_per_epoch() -> equivalence.Port:
+  steps_per_epoch = 20
+  def make_optimizer(learning_rate):
+    return tf.keras.optimizers.SGD(_ScheduleOnSteps(
+        learning_rate, lambda step: step // steps_per_epoch))
+  return equivalence.Port(make_optimizer=make_optimizer)
+
+
+def wrong_dropout_rate() -> equivalence.Port:
+  return equivalence.Port(build_model=lambda: model_lib.build_model(0.5))
+
+
+class _SparseLabelsAsOneHot(custom_loop.Trainer):
+
+  def per_example_loss(self, labels, logits):
+    # Class ids where one-hot rows belong: the op broadcasts [B, 1] against
+    # [B, 10] and returns a loss of the wrong value, with no error.
+    labels = tf.cast(tf.reshape(labels, [-1, 1]), tf.float32)
+    return tf.nn.softmax_cross_entropy_with_logits(labels=labels,
+                                                   logits=logits)
+
+
+def sparse_labels_as_one_hot() -> equivalence.Port:
+  return equivalence.Port(trainer_class=_SparseLabelsAsOneHot)
+
+
+def relu_on_logits() -> equivalence.Port:
+  def build_model():
+    net = model_lib.build_model()
+    net.get_layer('logits').activation = tf.nn.relu
+    return net
+  return equivalence.Port(build_model=build_model)
+
+
+def transposed_kernel() -> equivalence.Port:
+  def build_model():
+    net = model_lib.build_model()
+    conv1 = net.get_layer('conv1')
+    convolve = conv1.convolution_op
+    # The checkpoint's [height, width, in, out] kernel read as [width, height,
+    # in, out]: a square kernel, so no shape check can see it.
+    conv1.convolution_op = lambda inputs, kernel: convolve(
+        inputs, tf.transpose(kernel, [1, 0, 2, 3]))
+    return net
+  return equivalence.Port(build_model=build_model)
+
+
+def mis_mapped_kernels() -> equivalence.Port:
+  port = equivalence.Port()
+  port.variable_map['dense/kernel'] = 'logits/kernel'
+  port.variable_map['logits/kernel'] = 'dense/kernel'
+  return port

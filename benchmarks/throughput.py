@@ -1,0 +1,324 @@
+"""Training throughput: TPUEstimator and the migrated trainers, in one run.
+
+  python benchmarks/throughput.py [--batch_size=1024] [--report=throughput.json]
+
+Trains the kit's CNN on the same TFRecords at the same global batch with each
+trainer in turn, in this one process, and reports training examples per second
+(the median of --windows timed windows of --window_steps steps, after one
+warm-up window), each trainer's ratio to the TPUEstimator baseline, and its
+fraction of this machine's ceiling: the float32 matmul rate times nothing
+else, divided into the FLOPs a training example costs (counted from the layer
+shapes). Also timed: the input pipelines alone. Prints a table, writes JSON.
+
+Ratios are the headline: absolute rates move with the machine's load. Tests
+run it for a few steps only; nothing here is asserted on timing.
+"""
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import types
+
+from absl import app
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+# Two logical CPUs for the 2-replica runs: must precede every TF op.
+from migrate import strategy as strategy_lib  # pylint: disable=g-bad-import-order
+strategy_lib.split_cpu(2)
+
+from estimator_mnist import data as estimator_data  # pylint: disable=g-import-not-at-top,wrong-import-position
+from estimator_mnist import train as estimator_train  # pylint: disable=g-import-not-at-top,wrong-import-position
+from estimator_mnist import versions  # pylint: disable=g-import-not-at-top,wrong-import-position
+from migrate import custom_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
+from migrate import data as migrate_data  # pylint: disable=g-import-not-at-top,wrong-import-position
+from migrate import fit_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
+from migrate import model as model_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mnist_common import prepare  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mnist_common.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+flags.DEFINE_integer('batch_size', 1024, 'Global batch, for every trainer.',
+                     lower_bound=2)
+flags.DEFINE_integer('window_steps', 50, 'Steps per timed window; a multiple '
+                     'of --steps_per_execution.', lower_bound=1)
+flags.DEFINE_integer('windows', 3, 'Timed windows per trainer (after one '
+                     'warm-up window); the median is reported.', lower_bound=1)
+flags.DEFINE_integer('steps_per_execution', 50, 'Steps per host visit for the '
+                     '"many steps" trainers (the kit\'s default).',
+                     lower_bound=1)
+flags.DEFINE_list('trainers', [], 'Run only these (names as in the table); '
+                  'empty: all.')
+flags.DEFINE_integer('matmul_size', 4096, 'Side of the square matmul that '
+                     'measures the ceiling.', lower_bound=64)
+flags.DEFINE_string('data_dir', None, 'Prepared data (see python -m migrate '
+                    '--helpfull); unset: the kit\'s default data.')
+flags.DEFINE_string('report', 'throughput.json', 'Where the JSON goes.')
+FLAGS = flags.FLAGS
+
+
+def _median_rate(stamps: list, steps_per_window: int, batch: int) -> dict:
+  """Examples/s from window-end timestamps; stamps[0] ends the warm-up."""
+  rates = [steps_per_window * batch / (b - a)
+           for a, b in zip(stamps, stamps[1:])]
+  return {'examples_per_second': statistics.median(rates),
+          'window_rates': rates}
+
+
+# ------------------------------------------------------------ the ceiling --
+
+def matmul_flops_per_second(size: int, repeats: int = 10) -> float:
+  """float32 FLOP/s of a size x size matmul, the median of several."""
+  a = tf.random.normal([size, size])
+  b = tf.random.normal([size, size])
+  matmul = tf.function(lambda x, y: tf.reduce_sum(tf.matmul(x, y)))
+  matmul(a, b).numpy()  # Traces and warms up.
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    matmul(a, b).numpy()
+    times.append(time.perf_counter() - start)
+  return 2 * size ** 3 / statistics.median(times)
+
+
+def training_flops_per_example(model: tf.keras.Model) -> dict:
+  """Multiply-adds x 2 of each layer's forward pass, from its shapes.
+
+  Training costs the forward pass, the weight gradients (as much again) and
+  the input gradients (as much again, except for the first layer, whose input
+  needs none). Pooling, activations and the loss are left out: they are small
+  next to the convolutions.
+  """
+  layers = {}
+  for layer in model.layers:
+    if isinstance(layer, tf.keras.layers.Conv2D):
+      _, height, width, out = layer.output.shape
+      kernel_h, kernel_w, inputs, _ = layer.kernel.shape
+      layers[layer.name] = 2 * height * width * out * kernel_h * kernel_w * inputs
+    elif isinstance(layer, tf.keras.layers.Dense):
+      inputs, out = layer.kernel.shape
+      layers[layer.name] = 2 * inputs * out
+  forward = sum(layers.values())
+  first = next(iter(layers.values()))
+  return {'forward_by_layer': layers, 'forward': forward,
+          'training': 3 * forward - first}
+
+
+# ----------------------------------------------------------------- inputs --
+
+def input_pipeline(dataset, batch: int, window_steps: int,
+                   windows: int) -> dict:
+  """How fast the pipeline alone delivers batches (no model)."""
+  iterator = iter(dataset)
+  stamps = []
+  for _ in range(windows + 1):
+    for _ in range(window_steps):
+      next(iterator)
+    stamps.append(time.perf_counter())
+  return _median_rate(stamps, window_steps, batch)
+
+
+# --------------------------------------------------------------- trainers --
+
+class _WindowHook(tf.estimator.SessionRunHook):
+  """Timestamps every window_steps session runs (one step each off a TPU)."""
+
+  def __init__(self, window_steps: int):
+    self.window_steps, self.runs, self.stamps = window_steps, 0, []
+
+  def after_run(self, run_context, run_values):
+    self.runs += 1
+    if self.runs % self.window_steps == 0:
+      self.stamps.append(time.perf_counter())
+
+
+def estimator(info, batch: int, window_steps: int, windows: int) -> dict:
+  """estimator_mnist's TPUEstimator, use_tpu=False, as its main.py builds it."""
+  steps = window_steps * (windows + 1)
+  flags_obj = types.SimpleNamespace(
+      iterations=steps,  # Checkpoints only at the start and the end.
+      seed=0, use_tpu=False, num_shards=8, batch_size=batch,
+      num_predictions=10, learning_rate=0.05, export_to_tpu=False)
+  hook = _WindowHook(window_steps)
+  with tempfile.TemporaryDirectory() as model_dir:
+    model = estimator_train.make_estimator(flags_obj, model_dir, info.data_dir,
+                                           batch)
+    model.train(estimator_data.train_input_fn, max_steps=steps, hooks=[hook])
+  return _median_rate(hook.stamps, window_steps, batch)
+
+
+def _model_and_data(strategy, info, batch: int):
+  with strategy.scope():
+    model = model_lib.build_model()
+    optimizer = model_lib.make_optimizer(0.05)
+  dataset = migrate_data.distribute(strategy, info.data_dir, 'train', batch,
+                                    True)
+  return model, optimizer, dataset
+
+
+class _WindowCallback(tf.keras.callbacks.Callback):
+  """Timestamps each time the step count reaches a window's end."""
+
+  def __init__(self, window_steps: int):
+    super().__init__()
+    self.window_steps, self.stamps = window_steps, []
+
+  def on_train_batch_end(self, batch, logs=None):
+    # Keras calls this once per execution, with the index of its last step.
+    if (batch + 1) % self.window_steps == 0:
+      self.stamps.append(time.perf_counter())
+
+
+def fit(strategy, info, batch: int, window_steps: int, windows: int,
+        steps_per_execution: int) -> dict:
+  model, optimizer, dataset = _model_and_data(strategy, info, batch)
+  with strategy.scope():
+    fit_loop.compile_model(model, optimizer, steps_per_execution)
+  callback = _WindowCallback(window_steps)
+  model.fit(dataset, epochs=1, steps_per_epoch=window_steps * (windows + 1),
+            callbacks=[callback], verbose=0)
+  return _median_rate(callback.stamps, window_steps, batch)
+
+
+def custom(strategy, info, batch: int, window_steps: int, windows: int,
+           steps_per_call: int) -> dict:
+  model, optimizer, dataset = _model_and_data(strategy, info, batch)
+  trainer = custom_loop.Trainer(model, optimizer, strategy, batch)
+  iterator = custom_loop.live_iterator(dataset)
+  steps = tf.constant(steps_per_call)
+  stamps = []
+  for _ in range(windows + 1):
+    for _ in range(window_steps // steps_per_call):
+      trainer.train_steps(iterator, steps)
+    optimizer.iterations.numpy()  # Waits for the window's last step.
+    stamps.append(time.perf_counter())
+  return _median_rate(stamps, window_steps, batch)
+
+
+def trainers(steps_per_execution: int) -> dict:
+  """{table name: (function, strategy, extra args)}; the first is the
+  baseline."""
+  one = tf.distribute.OneDeviceStrategy('/cpu:0')
+  two = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])
+  many = steps_per_execution
+  return {
+      'estimator (TPUEstimator, CPU)': (estimator, None, ()),
+      'fit, steps_per_execution=1': (fit, one, (1,)),
+      f'fit, steps_per_execution={many}': (fit, one, (many,)),
+      'custom, 1 step per call': (custom, one, (1,)),
+      f'custom, {many} steps per call': (custom, one, (many,)),
+      f'fit, 2 replicas, steps_per_execution={many}': (fit, two, (many,)),
+      f'custom, 2 replicas, {many} steps per call': (custom, two, (many,)),
+  }
+
+
+# ------------------------------------------------------------------- main --
+
+def _cpu_name() -> str:
+  try:
+    with open('/proc/cpuinfo') as f:
+      for line in f:
+        if line.startswith('model name'):
+          return line.split(':', 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or 'unknown'
+
+
+def run(info, batch: int, window_steps: int, windows: int,
+        steps_per_execution: int, only: list, matmul_size: int) -> dict:
+  """Every measurement; returns the report."""
+  if window_steps % steps_per_execution:
+    raise KitError(f'--window_steps={window_steps} must be a multiple of '
+                   f'--steps_per_execution={steps_per_execution}')
+  flops = training_flops_per_example(model_lib.build_model())
+  ceiling = matmul_flops_per_second(matmul_size)
+  logging.info('matmul ceiling: %.1f GFLOP/s', ceiling / 1e9)
+  table = trainers(steps_per_execution)
+  unknown = sorted(set(only) - set(table))
+  if unknown:
+    raise KitError(f'--trainers: unknown {unknown}; known: {sorted(table)}')
+  results = {}
+  for name, (function, strategy, extra) in table.items():
+    if only and name not in only:
+      continue
+    logging.info('timing %s', name)
+    args = (info, batch, window_steps, windows, *extra)
+    results[name] = function(*args) if strategy is None else function(
+        strategy, *args)
+  baseline = results.get(next(iter(table)), {}).get('examples_per_second')
+  for result in results.values():
+    rate = result['examples_per_second']
+    result['ratio_to_estimator'] = rate / baseline if baseline else None
+    result['fraction_of_ceiling'] = rate * flops['training'] / ceiling
+  pipelines = {
+      'migrate.data (train)': input_pipeline(migrate_data.make_dataset(
+          info.data_dir, 'train', batch, True), batch, window_steps, windows),
+      'estimator_mnist.data.train_input_fn': input_pipeline(
+          estimator_data.train_input_fn({'data_dir': info.data_dir,
+                                         'batch_size': batch, 'seed': 0}),
+          batch, window_steps, windows),
+  }
+  return {
+      'trainers': results, 'input_pipelines': pipelines,
+      'matmul_flops_per_second': ceiling, 'matmul_size': matmul_size,
+      'flops_per_example': flops, 'batch_size': batch,
+      'window_steps': window_steps, 'windows': windows,
+      'steps_per_execution': steps_per_execution, 'data': info.description,
+      'machine': {'cpu': _cpu_name(), 'cores': os.cpu_count(),
+                  'python': platform.python_version(),
+                  'tensorflow': tf.__version__,
+                  'keras': tf.keras.__version__,
+                  'estimator': versions.estimator_build(),
+                  'onednn': os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'default')},
+  }
+
+
+def table(report: dict) -> str:
+  """The report as a Markdown table."""
+  best = max(r['examples_per_second'] for r in report['trainers'].values())
+  lines = ['| trainer | examples/s | vs TPUEstimator | of matmul ceiling |',
+           '| --- | ---: | ---: | ---: |']
+  for name, r in report['trainers'].items():
+    ratio = r['ratio_to_estimator']
+    lines.append(f'| {name} | {r["examples_per_second"]:,.0f} | '
+                 f'{"-" if ratio is None else f"{ratio:.2f}x"} | '
+                 f'{r["fraction_of_ceiling"]:.0%} |')
+  for name, r in report['input_pipelines'].items():
+    lines.append(f'| input pipeline alone: {name} | '
+                 f'{r["examples_per_second"]:,.0f} | | '
+                 f'{r["examples_per_second"] / best:.0f}x the best trainer |')
+  flops = report['flops_per_example']
+  lines.append('')
+  lines.append(f'Ceiling: {report["matmul_flops_per_second"] / 1e9:.0f} '
+               f'GFLOP/s ({report["matmul_size"]}^2 float32 matmul); the '
+               f'model: {flops["training"] / 1e6:.1f} MFLOP per training '
+               f'example ({flops["forward"] / 1e6:.1f} forward). Global batch '
+               f'{report["batch_size"]}; {report["machine"]["cpu"]}, '
+               f'{report["machine"]["cores"]} cores.')
+  return '\n'.join(lines)
+
+
+def main(argv: list[str]) -> None:
+  del argv
+  logging.set_verbosity(logging.INFO)
+  tf.get_logger().setLevel('ERROR')
+  try:
+    info = prepare.prepare(FLAGS.data_dir)
+    report = run(info, FLAGS.batch_size, FLAGS.window_steps, FLAGS.windows,
+                 FLAGS.steps_per_execution, FLAGS.trainers, FLAGS.matmul_size)
+  except KitError as e:
+    sys.exit(f'error: {e}')
+  print(table(report))
+  tmp = FLAGS.report + '.tmp'
+  with open(tmp, 'w') as f:
+    json.dump(report, f, indent=1)
+  os.replace(tmp, FLAGS.report)
+  print(f'JSON: {FLAGS.report}')
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,54 @@
+"""The loss-curve plot of ``python -m migrate.compare``."""
+import os
+
+import matplotlib
+matplotlib.use('Agg')  # Files only: no display on a server or in CI.
+from matplotlib import pyplot  # pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+# Differences below this are drawn on a linear scale, so that exact zeros
+# (bit-identical steps) show on the axis instead of vanishing from a log plot.
+_LINEAR_BELOW = 1e-9
+
+
+def loss_curves(checks: list, path: str) -> None:
+  """Legacy and port losses of every trajectory check, and |difference|
+  (with the per-step differences of the stepwise checks).
+
+  Written to a temporary name and renamed.
+  """
+  runs = [c for c in checks if 'legacy_losses' in c]
+  figure, (losses, diffs) = pyplot.subplots(2, 1, figsize=(8, 7), sharex=True)
+  for index, check in enumerate(runs):
+    theirs = np.array(check['legacy_losses'])
+    ours = np.array(check['port_losses'])
+    steps = np.arange(1, len(theirs) + 1)
+    color = f'C{index}'
+    losses.plot(steps, theirs, color=color, label=f'legacy, {check["name"]}')
+    losses.plot(steps, ours, color=color, linestyle='--', marker='.',
+                markersize=3, label=f'port, {check["name"]}')
+    judged = check.get('judged_steps', len(theirs))
+    diffs.plot(steps, np.abs(theirs - ours), color=color,
+               label=check['name'] + (f' (judged on steps 1-{judged})'
+                                      if judged < len(theirs) else ''))
+  for index, check in enumerate(c for c in checks if 'per_step_max_diff' in c):
+    per_step = check['per_step_max_diff']
+    diffs.plot(range(1, len(per_step) + 1), per_step, color=f'C{index + 1}',
+               linestyle=':', label=f'{check["name"]}: re-synchronised each '
+               'step (loss, weights)')
+  if runs:
+    diffs.axhline(runs[0]['tolerance'], color='gray', linestyle=':',
+                  label='tolerance')
+  losses.set_ylabel('training loss')
+  losses.legend(fontsize='small')
+  diffs.set_yscale('symlog', linthresh=_LINEAR_BELOW)
+  diffs.set_ylim(bottom=0)
+  diffs.set_ylabel('|legacy - port|')
+  diffs.set_xlabel('step')
+  diffs.legend(loc='upper left', fontsize='x-small')
+  figure.suptitle('migrate.compare: legacy model_fn vs port')
+  figure.tight_layout()
+  tmp = path + '.tmp.png'
+  figure.savefig(tmp, dpi=100)
+  pyplot.close(figure)
+  os.replace(tmp, path)
