@@ -13,6 +13,7 @@ shapes). Also timed: the input pipelines alone. Prints a table, writes JSON.
 Ratios are the headline: absolute rates move with the machine's load. Tests
 run it for a few steps only; nothing here is asserted on timing.
 """
+from importlib import metadata
 import json
 import os
 import platform
@@ -50,8 +51,9 @@ flags.DEFINE_integer('windows', 3, 'Timed windows per trainer (after one '
 flags.DEFINE_integer('steps_per_execution', 50, 'Steps per host visit for the '
                      '"many steps" trainers (the kit\'s default).',
                      lower_bound=1)
-flags.DEFINE_list('trainers', [], 'Run only these (names as in the table); '
-                  'empty: all.')
+flags.DEFINE_list('trainers', [], 'Run only these: estimator, fit_1, '
+                  'fit_many, custom_1, custom_many, fit_2_replicas, '
+                  'custom_2_replicas; empty: all.')
 flags.DEFINE_integer('matmul_size', 4096, 'Side of the square matmul that '
                      'measures the ceiling.', lower_bound=64)
 flags.DEFINE_string('data_dir', None, 'Prepared data (see python -m migrate '
@@ -199,19 +201,21 @@ def custom(strategy, info, batch: int, window_steps: int, windows: int,
 
 
 def trainers(steps_per_execution: int) -> dict:
-  """{table name: (function, strategy, extra args)}; the first is the
+  """{id: (label, function, strategy, extra args)}; the first is the
   baseline."""
   one = tf.distribute.OneDeviceStrategy('/cpu:0')
   two = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])
   many = steps_per_execution
   return {
-      'estimator (TPUEstimator, CPU)': (estimator, None, ()),
-      'fit, steps_per_execution=1': (fit, one, (1,)),
-      f'fit, steps_per_execution={many}': (fit, one, (many,)),
-      'custom, 1 step per call': (custom, one, (1,)),
-      f'custom, {many} steps per call': (custom, one, (many,)),
-      f'fit, 2 replicas, steps_per_execution={many}': (fit, two, (many,)),
-      f'custom, 2 replicas, {many} steps per call': (custom, two, (many,)),
+      'estimator': ('estimator (TPUEstimator, CPU)', estimator, None, ()),
+      'fit_1': ('fit, steps_per_execution=1', fit, one, (1,)),
+      'fit_many': (f'fit, steps_per_execution={many}', fit, one, (many,)),
+      'custom_1': ('custom, 1 step per call', custom, one, (1,)),
+      'custom_many': (f'custom, {many} steps per call', custom, one, (many,)),
+      'fit_2_replicas': (f'fit, 2 replicas, steps_per_execution={many}', fit,
+                         two, (many,)),
+      'custom_2_replicas': (f'custom, 2 replicas, {many} steps per call',
+                            custom, two, (many,)),
   }
 
 
@@ -242,14 +246,15 @@ def run(info, batch: int, window_steps: int, windows: int,
   if unknown:
     raise KitError(f'--trainers: unknown {unknown}; known: {sorted(table)}')
   results = {}
-  for name, (function, strategy, extra) in table.items():
-    if only and name not in only:
+  for key, (label, function, strategy, extra) in table.items():
+    if only and key not in only:
       continue
-    logging.info('timing %s', name)
+    logging.info('timing %s', label)
     args = (info, batch, window_steps, windows, *extra)
-    results[name] = function(*args) if strategy is None else function(
+    results[key] = function(*args) if strategy is None else function(
         strategy, *args)
-  baseline = results.get(next(iter(table)), {}).get('examples_per_second')
+    results[key]['label'] = label
+  baseline = results.get('estimator', {}).get('examples_per_second')
   for result in results.values():
     rate = result['examples_per_second']
     result['ratio_to_estimator'] = rate / baseline if baseline else None
@@ -271,7 +276,7 @@ def run(info, batch: int, window_steps: int, windows: int,
       'machine': {'cpu': _cpu_name(), 'cores': os.cpu_count(),
                   'python': platform.python_version(),
                   'tensorflow': tf.__version__,
-                  'keras': tf.keras.__version__,
+                  'keras': metadata.version('keras'),
                   'estimator': versions.estimator_build(),
                   'onednn': os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'default')},
   }
@@ -282,9 +287,9 @@ def table(report: dict) -> str:
   best = max(r['examples_per_second'] for r in report['trainers'].values())
   lines = ['| trainer | examples/s | vs TPUEstimator | of matmul ceiling |',
            '| --- | ---: | ---: | ---: |']
-  for name, r in report['trainers'].items():
+  for r in report['trainers'].values():
     ratio = r['ratio_to_estimator']
-    lines.append(f'| {name} | {r["examples_per_second"]:,.0f} | '
+    lines.append(f'| {r["label"]} | {r["examples_per_second"]:,.0f} | '
                  f'{"-" if ratio is None else f"{ratio:.2f}x"} | '
                  f'{r["fraction_of_ceiling"]:.0%} |')
   for name, r in report['input_pipelines'].items():
