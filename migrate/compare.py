@@ -186,7 +186,7 @@ def served_predictions(legacy, migrated, serving_input_fn, source,
   migrated.set_weights(legacy.weights())
   # The port first: the legacy export leaves the port's Keras model unusable.
   ours_path = migrated.export(os.path.join(workdir, 'port'))
-  theirs = _serve(legacy.export_saved_model(serving_input_fn, workdir), images)
+  theirs = _serve(legacy.export(serving_input_fn, workdir), images)
   ours = _serve(ours_path, images)
   missing = sorted({'class_ids', 'probabilities'} - set(theirs) - set(ours))
   if missing or set(theirs) != set(ours):

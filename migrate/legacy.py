@@ -6,6 +6,7 @@ the model_fn and input_fn named on their command line,
 ``package.module:function``, when they run, and run them here as TPUEstimator
 does on CPU. Training and export never come here.
 """
+# migrate.scan: skip-file (it runs legacy code on purpose, to compare with it)
 import importlib
 import os
 
@@ -153,7 +154,7 @@ class LegacyRunner:
     results['loss'] = float(np.mean(losses))
     return {name: float(value) for name, value in results.items()}
 
-  def export_saved_model(self, serving_input_fn, base_dir: str) -> str:
+  def export(self, serving_input_fn, base_dir: str) -> str:
     """Exports the current weights through the Estimator's own export path
     (the model_fn in PREDICT mode, the serving_input_fn's receiver).
 
