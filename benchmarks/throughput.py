@@ -14,7 +14,6 @@ Ratios are the headline: absolute rates move with the machine's load. Tests
 run it for a few steps only; nothing here is asserted on timing.
 """
 from importlib import metadata
-import json
 import os
 import platform
 import statistics
@@ -39,6 +38,7 @@ from migrate import custom_loop  # pylint: disable=g-import-not-at-top,wrong-imp
 from migrate import data as migrate_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import fit_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import model as model_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mnist_common import paths  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common import prepare  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -318,10 +318,7 @@ def main(argv: list[str]) -> None:
   except KitError as e:
     sys.exit(f'error: {e}')
   print(table(report))
-  tmp = FLAGS.report + '.tmp'
-  with open(tmp, 'w') as f:
-    json.dump(report, f, indent=1)
-  os.replace(tmp, FLAGS.report)
+  paths.write_json(FLAGS.report, report)
   print(f'JSON: {FLAGS.report}')
 
 

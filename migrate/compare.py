@@ -21,7 +21,6 @@ import os
 # loads: effective for the command, not for a process that imported TF before.
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
 
-import json  # pylint: disable=g-import-not-at-top,wrong-import-position
 import sys  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tempfile  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -37,6 +36,7 @@ from migrate import plot  # pylint: disable=wrong-import-position
 from migrate import strategy as strategy_lib  # pylint: disable=wrong-import-position
 from migrate import tolerances  # pylint: disable=wrong-import-position
 from mnist_common import batching  # pylint: disable=wrong-import-position
+from mnist_common import paths  # pylint: disable=wrong-import-position
 from mnist_common import prepare  # pylint: disable=wrong-import-position
 from mnist_common import tfrecords  # pylint: disable=wrong-import-position
 from mnist_common.errors import KitError  # pylint: disable=wrong-import-position
@@ -449,10 +449,7 @@ def main(argv: list[str]) -> None:
             'steps': FLAGS.steps, 'batch_size': FLAGS.batch_size,
             'learning_rate': FLAGS.learning_rate, 'data': source.description,
             'onednn': os.environ.get('TF_ENABLE_ONEDNN_OPTS')}
-  tmp = FLAGS.report + '.tmp'
-  with open(tmp, 'w') as f:
-    json.dump(report, f, indent=1, default=lambda value: value.item())
-  os.replace(tmp, FLAGS.report)
+  paths.write_json(FLAGS.report, report, default=lambda value: value.item())
   print(f'Report: {FLAGS.report}, plot: {plot_path}')
   if not report['passed']:
     sys.exit(1)

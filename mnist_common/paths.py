@@ -1,4 +1,6 @@
-"""Output directories: checked before any work, so bad ones fail at once."""
+"""Output paths: directories checked before any work, so bad ones fail at
+once; files written whole or not at all."""
+import json
 import os
 import tempfile
 
@@ -21,3 +23,12 @@ def ensure_writable_dir(path: str | None, prefix: str) -> str:
     raise KitError(f'--model_dir {path} is not a writable directory '
                    f'({e.strerror}); pass a directory you can write to') from e
   return path
+
+
+def write_json(path: str, value, indent: int = 1, default=None) -> None:
+  """Writes value as JSON to a temporary name, then renames it into place, so
+  a reader never sees half a file."""
+  tmp = path + '.tmp'
+  with open(tmp, 'w') as f:
+    json.dump(value, f, indent=indent, default=default)
+  os.replace(tmp, path)

@@ -13,6 +13,7 @@ from absl import logging
 
 from mnist_common import download
 from mnist_common import idx
+from mnist_common import paths
 from mnist_common import sources
 from mnist_common import tfrecords
 from mnist_common.errors import DataError
@@ -61,10 +62,7 @@ def _read_info(data_dir: str) -> dict:
 
 
 def _write_info(data_dir: str, info: dict) -> None:
-  path = os.path.join(data_dir, INFO_NAME)
-  with open(path + '.tmp', 'w') as f:
-    json.dump(info, f, indent=2)
-  os.replace(path + '.tmp', path)
+  paths.write_json(os.path.join(data_dir, INFO_NAME), info, indent=2)
 
 
 def _records_exist(data_dir: str) -> bool:
