@@ -18,25 +18,19 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
-import types
 
 from absl import app
 from absl import flags
 from absl import logging
 import tensorflow as tf
 
-# Two logical CPUs for the 2-replica runs: must precede every TF op.
-from migrate import strategy as strategy_lib  # pylint: disable=g-bad-import-order
-strategy_lib.split_cpu(2)
+# trainers splits the CPU in two at import, before any TF op.
+import trainers  # pylint: disable=g-bad-import-order
 
 from estimator_mnist import data as estimator_data  # pylint: disable=g-import-not-at-top,wrong-import-position
-from estimator_mnist import train as estimator_train  # pylint: disable=g-import-not-at-top,wrong-import-position
 from estimator_mnist import versions  # pylint: disable=g-import-not-at-top,wrong-import-position
-from migrate import custom_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import data as migrate_data  # pylint: disable=g-import-not-at-top,wrong-import-position
-from migrate import fit_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import model as model_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common import paths  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common import prepare  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -53,21 +47,13 @@ flags.DEFINE_integer('steps_per_execution', 50, 'Steps per host visit for the '
                      lower_bound=1)
 flags.DEFINE_list('trainers', [], 'Run only these: estimator, fit_1, '
                   'fit_many, custom_1, custom_many, fit_2_replicas, '
-                  'custom_2_replicas; empty: all.')
+                  'custom_2_replicas, fit_tape, custom_tape; empty: all.')
 flags.DEFINE_integer('matmul_size', 4096, 'Side of the square matmul that '
                      'measures the ceiling.', lower_bound=64)
 flags.DEFINE_string('data_dir', None, 'Prepared data (see python -m migrate '
                     '--helpfull); unset: the kit\'s default data.')
 flags.DEFINE_string('report', 'throughput.json', 'Where the JSON goes.')
 FLAGS = flags.FLAGS
-
-
-def _median_rate(stamps: list, steps_per_window: int, batch: int) -> dict:
-  """Examples/s from window-end timestamps; stamps[0] ends the warm-up."""
-  rates = [steps_per_window * batch / (b - a)
-           for a, b in zip(stamps, stamps[1:])]
-  return {'examples_per_second': statistics.median(rates),
-          'window_rates': rates}
 
 
 # ------------------------------------------------------------ the ceiling --
@@ -120,103 +106,7 @@ def input_pipeline(dataset, batch: int, window_steps: int,
     for _ in range(window_steps):
       next(iterator)
     stamps.append(time.perf_counter())
-  return _median_rate(stamps, window_steps, batch)
-
-
-# --------------------------------------------------------------- trainers --
-
-class _WindowHook(tf.estimator.SessionRunHook):
-  """Timestamps every window_steps session runs (one step each off a TPU)."""
-
-  def __init__(self, window_steps: int):
-    self.window_steps, self.runs, self.stamps = window_steps, 0, []
-
-  def after_run(self, run_context, run_values):
-    self.runs += 1
-    if self.runs % self.window_steps == 0:
-      self.stamps.append(time.perf_counter())
-
-
-def estimator(info, batch: int, window_steps: int, windows: int) -> dict:
-  """estimator_mnist's TPUEstimator, use_tpu=False, as its main.py builds it."""
-  steps = window_steps * (windows + 1)
-  flags_obj = types.SimpleNamespace(
-      iterations=steps,  # Checkpoints only at the start and the end.
-      seed=0, use_tpu=False, num_shards=8, batch_size=batch,
-      num_predictions=10, learning_rate=0.05, export_to_tpu=False)
-  hook = _WindowHook(window_steps)
-  with tempfile.TemporaryDirectory() as model_dir:
-    model = estimator_train.make_estimator(flags_obj, model_dir, info.data_dir,
-                                           batch)
-    model.train(estimator_data.train_input_fn, max_steps=steps, hooks=[hook])
-  return _median_rate(hook.stamps, window_steps, batch)
-
-
-def _model_and_data(strategy, info, batch: int):
-  with strategy.scope():
-    model = model_lib.build_model()
-    optimizer = model_lib.make_optimizer(0.05)
-  dataset = migrate_data.distribute(strategy, info.data_dir, 'train', batch,
-                                    True)
-  return model, optimizer, dataset
-
-
-class _WindowCallback(tf.keras.callbacks.Callback):
-  """Timestamps each time the step count reaches a window's end."""
-
-  def __init__(self, window_steps: int):
-    super().__init__()
-    self.window_steps, self.stamps = window_steps, []
-
-  def on_train_batch_end(self, batch, logs=None):
-    # Keras calls this once per execution, with the index of its last step.
-    if (batch + 1) % self.window_steps == 0:
-      self.stamps.append(time.perf_counter())
-
-
-def fit(strategy, info, batch: int, window_steps: int, windows: int,
-        steps_per_execution: int) -> dict:
-  model, optimizer, dataset = _model_and_data(strategy, info, batch)
-  with strategy.scope():
-    fit_loop.compile_model(model, optimizer, steps_per_execution)
-  callback = _WindowCallback(window_steps)
-  model.fit(dataset, epochs=1, steps_per_epoch=window_steps * (windows + 1),
-            callbacks=[callback], verbose=0)
-  return _median_rate(callback.stamps, window_steps, batch)
-
-
-def custom(strategy, info, batch: int, window_steps: int, windows: int,
-           steps_per_call: int) -> dict:
-  model, optimizer, dataset = _model_and_data(strategy, info, batch)
-  trainer = custom_loop.Trainer(model, optimizer, strategy, batch)
-  iterator = custom_loop.live_iterator(dataset)
-  steps = tf.constant(steps_per_call)
-  stamps = []
-  for _ in range(windows + 1):
-    for _ in range(window_steps // steps_per_call):
-      trainer.train_steps(iterator, steps)
-    optimizer.iterations.numpy()  # Waits for the window's last step.
-    stamps.append(time.perf_counter())
-  return _median_rate(stamps, window_steps, batch)
-
-
-def trainers(steps_per_execution: int) -> dict:
-  """{id: (label, function, strategy, extra args)}; the first is the
-  baseline."""
-  one = tf.distribute.OneDeviceStrategy('/cpu:0')
-  two = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])
-  many = steps_per_execution
-  return {
-      'estimator': ('estimator (TPUEstimator, CPU)', estimator, None, ()),
-      'fit_1': ('fit, steps_per_execution=1', fit, one, (1,)),
-      'fit_many': (f'fit, steps_per_execution={many}', fit, one, (many,)),
-      'custom_1': ('custom, 1 step per call', custom, one, (1,)),
-      'custom_many': (f'custom, {many} steps per call', custom, one, (many,)),
-      'fit_2_replicas': (f'fit, 2 replicas, steps_per_execution={many}', fit,
-                         two, (many,)),
-      'custom_2_replicas': (f'custom, 2 replicas, {many} steps per call',
-                            custom, two, (many,)),
-  }
+  return trainers.median_rate(stamps, window_steps, batch)
 
 
 # ------------------------------------------------------------------- main --
@@ -241,18 +131,16 @@ def run(info, batch: int, window_steps: int, windows: int,
   flops = training_flops_per_example(model_lib.build_model())
   ceiling = matmul_flops_per_second(matmul_size)
   logging.info('matmul ceiling: %.1f GFLOP/s', ceiling / 1e9)
-  table = trainers(steps_per_execution)
-  unknown = sorted(set(only) - set(table))
+  by_id = trainers.by_id(steps_per_execution)
+  unknown = sorted(set(only) - set(by_id))
   if unknown:
-    raise KitError(f'--trainers: unknown {unknown}; known: {sorted(table)}')
+    raise KitError(f'--trainers: unknown {unknown}; known: {sorted(by_id)}')
   results = {}
-  for key, (label, function, strategy, extra) in table.items():
+  for key, (label, train) in by_id.items():
     if only and key not in only:
       continue
     logging.info('timing %s', label)
-    args = (info, batch, window_steps, windows, *extra)
-    results[key] = function(*args) if strategy is None else function(
-        strategy, *args)
+    results[key] = train(info, batch, window_steps, windows)
     results[key]['label'] = label
   baseline = results.get('estimator', {}).get('examples_per_second')
   for result in results.values():

@@ -96,19 +96,20 @@ class MigratedRunner:
   def predict(self, images: np.ndarray) -> np.ndarray:
     return tf.nn.softmax(self.model(images, training=False)).numpy()
 
+  @tf.function
+  def _probe_step(self):
+    """The replicas' loss_and_gradients on the next batch; in a function, as
+    in the port's step (its gradients may be graph-only)."""
+    return self.strategy.run(self.trainer.loss_and_gradients,
+                             args=next(self._probe))
+
   def step(self) -> dict:
     """The loss, gradients and learning rate of the next step; then takes it.
 
     Gradients are what the port's replicas compute, summed over replicas as
     the strategy's all-reduce sums them before the update.
     """
-    def replica_fn(images, labels):
-      per_example, _, gradients = self.trainer.loss_and_gradients(images,
-                                                                  labels)
-      return per_example, gradients
-
-    per_example, gradients = self.strategy.run(replica_fn,
-                                               args=next(self._probe))
+    per_example, _, gradients = self._probe_step()
     summed = [self.strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None)
               for g in gradients]
     # Summed and divided as the legacy loss is, so that equal losses compare

@@ -1,9 +1,12 @@
-"""build_model: estimator_mnist's CNN as a Keras model, plus its loss and optimizer.
+"""build_model: estimator_mnist's CNN as a Keras model, plus its loss,
+optimizer and gradients.
 
 Layer for layer what ``estimator_mnist.model.build_network`` builds, with the
 same layer names, so that variables map one to one onto the Estimator
 checkpoint (``conv1/kernel`` <-> ``conv1/kernel:0``, ...).
 """
+from typing import Sequence
+
 import tensorflow as tf
 
 NUM_CLASSES = 10
@@ -30,7 +33,7 @@ def build_model(dropout_rate: float = DROPOUT_RATE) -> tf.keras.Model:
   y = layers.Dense(128, activation='relu', name='dense')(y)
   y = layers.Dropout(dropout_rate, name='dropout')(y)
   logits = layers.Dense(NUM_CLASSES, name='logits')(y)
-  return tf.keras.Model(inputs, logits, name='mnist_cnn')
+  return Classifier(inputs, logits, name='mnist_cnn')
 
 
 def per_example_loss(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
@@ -62,3 +65,34 @@ def make_optimizer(learning_rate: float) -> tf.keras.optimizers.Optimizer:
   No CrossShardOptimizer: the strategy all-reduces the gradients.
   """
   return tf.keras.optimizers.SGD(learning_rate_schedule(learning_rate))
+
+
+def gradients(loss: tf.Tensor, variables: Sequence[tf.Variable]
+              ) -> list[tf.Tensor]:
+  """d loss / d variables, gated per op as TF 1 optimizers took them.
+
+  ``optimizer.minimize`` in a model_fn called ``tf.gradients`` with
+  ``gate_gradients=True`` (GATE_OP, the default): each op's gradients are
+  grouped before they flow on. A GradientTape does not group them, and on a
+  CPU oneDNN then fuses each convolution's weight gradient with its bias
+  gradient into one kernel (_MklNativeConv2DBackpropFilterWithBias) that
+  takes 1.8x (conv2) and 6x (conv1) the time of the two apart here
+  (``python benchmarks/kernels.py``; README, "Benchmarks"). The gradients
+  are the same ops on the same values. Graph-only: call it inside a
+  tf.function (a training step always is).
+  """
+  return tf.gradients(loss, variables, gate_gradients=True)
+
+
+class Classifier(tf.keras.Model):
+  """A functional Keras model whose fit() step takes its gradients with
+  ``gradients`` (above) instead of a GradientTape; otherwise Keras's own
+  step: compiled loss (scaled for the replicas), optimizer, metrics."""
+
+  def train_step(self, data):
+    images, labels = data
+    logits = self(images, training=True)
+    loss = self.compute_loss(images, labels, logits)
+    variables = self.trainable_variables
+    self.optimizer.apply_gradients(zip(gradients(loss, variables), variables))
+    return self.compute_metrics(images, labels, logits, sample_weight=None)

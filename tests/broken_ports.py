@@ -86,6 +86,17 @@ def wrong_dropout_rate() -> equivalence.Port:
 
 
 class _SparseLabelsAsOneHot(custom_loop.Trainer):
+  """With a GradientTape, as most ports take their gradients: the kit's
+  gated tf.gradients would stop this bug at trace time with a shape error
+  (it checks the labels' gradient too)."""
+
+  def loss_and_gradients(self, images, labels):
+    with tf.GradientTape() as tape:
+      logits = self.model(images, training=True)
+      per_example = self.per_example_loss(labels, logits)
+      loss = self.scaled_loss(per_example)
+    return per_example, logits, tape.gradient(
+        loss, self.model.trainable_variables)
 
   def per_example_loss(self, labels, logits):
     # Class ids where one-hot rows belong: the op broadcasts [B, 1] against

@@ -1,4 +1,5 @@
-"""benchmarks/throughput.py runs end to end (a few steps; no timing asserted)."""
+"""benchmarks/throughput.py and kernels.py run end to end (a few steps; no
+timing asserted), and the kernels the kit's trainers run are the fast ones."""
 import json
 import os
 import subprocess
@@ -6,12 +7,16 @@ import sys
 
 from conftest import REPO, last_line
 
-SCRIPT = os.path.join(REPO, 'benchmarks', 'throughput.py')
+BENCHMARKS = os.path.join(REPO, 'benchmarks')
 
 
-def _run(*args):
-  return subprocess.run([sys.executable, SCRIPT, *args], cwd=REPO,
-                        env={**os.environ, 'PYTHONPATH': REPO},
+def _run(*args, script='throughput.py'):
+  # oneDNN on, as TF 2.15 has it by default on x86 Linux: the kernel names
+  # the tests look for are oneDNN's.
+  return subprocess.run([sys.executable, os.path.join(BENCHMARKS, script),
+                         *args], cwd=REPO,
+                        env={**os.environ, 'PYTHONPATH': REPO,
+                             'TF_ENABLE_ONEDNN_OPTS': '1'},
                         capture_output=True, text=True, timeout=600,
                         check=False)
 
@@ -28,7 +33,9 @@ def test_throughput_smoke_run_writes_table_and_json(tmp_path, fake_data_dir):
       'estimator (TPUEstimator, CPU)', 'fit, steps_per_execution=1',
       'fit, steps_per_execution=2', 'custom, 1 step per call',
       'custom, 2 steps per call', 'fit, 2 replicas, steps_per_execution=2',
-      'custom, 2 replicas, 2 steps per call']
+      'custom, 2 replicas, 2 steps per call',
+      "fit, steps_per_execution=2, GradientTape (Keras's own train_step)",
+      'custom, 2 steps per call, GradientTape']
   for name, trainer in trainers.items():
     assert len(trainer['window_rates']) == 2, name
     assert trainer['examples_per_second'] > 0, name
@@ -52,4 +59,50 @@ def test_window_not_a_multiple_of_the_execution_fails_in_one_line(
   assert result.returncode == 1
   assert last_line(result.stderr) == (
       'error: --window_steps=5 must be a multiple of --steps_per_execution=2')
+  assert not report.exists()
+
+
+def _kernels(rows):
+  return {(row['op'], row['kernel']) for row in rows}
+
+
+def test_kit_trainers_run_no_fused_filter_and_bias_gradient(tmp_path,
+                                                           fake_data_dir):
+  """The tape's gradients make oneDNN fuse each convolution's weight and bias
+  gradients into a slower kernel; model_lib.gradients must not, in either
+  trainer, on one replica or two; and the first convolution's input gradient
+  must not be computed at all."""
+  report = tmp_path / 'kernels.json'
+  result = _run(f'--data_dir={fake_data_dir.data_dir}', '--batch_size=32',
+                '--steps=2', '--steps_per_execution=2', '--top=5',
+                '--trainers=custom_tape,fit_tape,custom_many,fit_many,'
+                'custom_2_replicas,estimator', f'--report={report}',
+                script='kernels.py')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert '| ms/step | calls/step | kernel | op |' in result.stdout
+  profiles = json.loads(report.read_text())
+  fused = '_MklNativeConv2DBackpropFilterWithBias'
+  for key in ('custom_tape', 'fit_tape'):
+    # The check below can fail: the tape's graph does get the fused kernel.
+    assert sum(kernel == fused for _, kernel in _kernels(profiles[key])) == 2
+  for key in ('custom_many', 'fit_many', 'custom_2_replicas', 'estimator'):
+    kernels = _kernels(profiles[key])
+    assert not [k for k in kernels if k[1] == fused], key
+    filters = {op for op, kernel in kernels
+               if kernel == '_MklNativeConv2DBackpropFilter'}
+    for layer in ('conv1', 'conv2'):
+      assert any(f'/{layer}/' in op for op in filters), (key, layer, filters)
+    assert not [op for op, _ in kernels
+                if '/conv1/' in op and 'Conv2DBackpropInput' in op], key
+    for row in profiles[key]:
+      assert row['calls_per_step'] > 0 and row['ms_per_step'] >= 0
+
+
+def test_kernels_bad_trainer_fails_in_one_line(tmp_path):
+  report = tmp_path / 'kernels.json'
+  result = _run('--trainers=estimator,nope', f'--report={report}',
+                script='kernels.py')
+  assert result.returncode == 1
+  assert last_line(result.stderr).startswith(
+      "error: --trainers: unknown ['nope']; known: [")
   assert not report.exists()

@@ -51,6 +51,64 @@ def test_loss_equals_the_estimator_loss():
       model.per_example_loss(labels, logits))
 
 
+def _batch(size: int, seed: int = 0):
+  rng = np.random.RandomState(seed)
+  images = rng.uniform(-0.5, 0.5, (size, 28, 28, 1)).astype(np.float32)
+  return images, rng.randint(0, 10, size).astype(np.int32)
+
+
+def test_gradients_are_the_tape_gradients():
+  net = model.build_model(dropout_rate=0.0)
+  images, labels = _batch(32)
+
+  def loss():
+    return tf.reduce_mean(model.per_example_loss(
+        labels, net(images, training=True)))
+
+  @tf.function
+  def both():
+    with tf.GradientTape() as tape:
+      taped = loss()
+    return (model.gradients(loss(), net.trainable_variables),
+            tape.gradient(taped, net.trainable_variables))
+
+  ours, tape = both()
+  assert len(ours) == len(tape) == 8
+  for variable, a, b in zip(net.trainable_variables, ours, tape):
+    # oneDNN may run the two through different kernels: rounding only.
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7,
+                               err_msg=variable.name)
+
+
+def test_fit_step_is_keras_own_step_on_two_replicas():
+  """Classifier.train_step (gated gradients) against Keras's default step
+  (a tape) in a plain Model: same loss scaling under the strategy, same
+  update, same metrics."""
+  strategy = cpu_strategy(2)
+  images, labels = _batch(64, seed=1)
+  dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(64)
+  weights, results = None, []
+  for plain in (False, True):
+    with strategy.scope():
+      net = model.build_model(dropout_rate=0.0)
+      if plain:
+        net = tf.keras.Model(net.inputs, net.outputs)
+      weights = weights or net.get_weights()
+      net.set_weights(weights)
+      net.compile(optimizer=model.make_optimizer(0.5),
+                  loss=model.per_example_loss, metrics=['accuracy'])
+    history = net.fit(dataset, epochs=1, verbose=0)
+    results.append((net.get_weights(), history.history['loss'][0]))
+  (ours, our_loss), (keras, keras_loss) = results
+  assert not isinstance(net, model.Classifier)
+  assert our_loss == pytest.approx(keras_loss, rel=1e-6)
+  moved = 0
+  for before, a, b in zip(weights, ours, keras):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    moved += not np.array_equal(a, before)
+  assert moved == len(weights)
+
+
 def test_learning_rate_decays_once_per_optimizer_step():
   schedule = model.learning_rate_schedule(0.05)
   assert float(schedule(0)) == pytest.approx(0.05)

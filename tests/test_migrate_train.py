@@ -78,8 +78,12 @@ def test_custom_loop_runs_several_steps_per_call(tmp_path, fake_data_dir):
   trainer = custom_loop.Trainer(net, optimizer, strategy, 64)
   calls = []
   steps_fn = trainer.train_steps
-  trainer.train_steps = lambda it, steps: (calls.append(int(steps)),
-                                           steps_fn(it, steps))
+
+  def counted(iterator, steps):
+    calls.append(int(steps))
+    return steps_fn(iterator, steps)
+
+  trainer.train_steps = counted
   checkpoint = tf.train.Checkpoint(model=net, optimizer=optimizer)
   manager = checkpoints.make_manager(checkpoint, str(tmp_path), strategy)
   dataset = data.distribute(strategy, fake_data_dir.data_dir, 'train', 64, True)

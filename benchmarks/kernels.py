@@ -1,0 +1,133 @@
+"""Where a training step's time goes: the kernels each trainer runs, by time.
+
+  python benchmarks/kernels.py [--trainers=estimator,custom_many,custom_tape]
+
+Runs each trainer of benchmarks/throughput.py (benchmarks/trainers.py: same
+model, data and global batch) for a warm-up window and a profiled one, under the TensorFlow profiler and prints the kernels that took the most time
+per step: op name, the kernel that ran it (after oneDNN's rewrites, e.g.
+_MklNativeConv2DBackpropFilter), calls per step and milliseconds per step
+(median duration per call, so the first, slower calls do not count). This is
+how the kit found why its first port ran slower than TPUEstimator: the
+tape's gradients let oneDNN fuse each convolution's weight and bias gradients
+into a slower kernel (README, "Benchmarks"). Writes the figures as JSON too.
+"""
+import collections
+import glob
+import os
+import re
+import statistics
+import sys
+import tempfile
+
+from absl import app
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+# trainers splits the CPU in two at import, before any TF op.
+import trainers  # pylint: disable=g-bad-import-order
+
+from mnist_common import paths  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mnist_common import prepare  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mnist_common.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+flags.DEFINE_integer('batch_size', 1024, 'Global batch, for every trainer.',
+                     lower_bound=2)
+flags.DEFINE_integer('steps', 40, 'Steps per window (a warm-up window, then a '
+                     'timed one); a multiple of --steps_per_execution.',
+                     lower_bound=1)
+flags.DEFINE_integer('steps_per_execution', 10, 'Steps per host visit for '
+                     'the "many steps" trainers.', lower_bound=1)
+flags.DEFINE_list('trainers', ['estimator', 'custom_many', 'custom_tape'],
+                  'Trainer ids, as benchmarks/throughput.py --trainers.')
+flags.DEFINE_integer('top', 15, 'Kernels shown per trainer.', lower_bound=1)
+flags.DEFINE_string('data_dir', None, 'Prepared data (see python -m migrate '
+                    '--helpfull); unset: the kit\'s default data.')
+flags.DEFINE_string('report', 'kernels.json', 'Where the JSON goes.')
+FLAGS = flags.FLAGS
+
+# A kernel's trace event is "op name:op type"; runtime events ("Iterator::...",
+# "EagerLocalExecute: ...") have other shapes.
+_KERNEL_EVENT = re.compile(r'^([^:\s]+):([A-Za-z_]\w*)$')
+
+
+def _events(logdir: str):
+  """(name, duration in ms) of every host event in the profile under logdir."""
+  # Imported here: a TF-internal module (the profiler's trace format).
+  from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
+  files = glob.glob(os.path.join(logdir, '**', '*.xplane.pb'), recursive=True)
+  if not files:
+    raise KitError(f'the profiler wrote no trace under {logdir}')
+  space = xplane_pb2.XSpace()
+  with open(files[0], 'rb') as f:
+    space.ParseFromString(f.read())
+  for plane in space.planes:
+    for line in plane.lines:
+      for event in line.events:
+        yield (plane.event_metadata[event.metadata_id].name,
+               event.duration_ps / 1e9)
+
+
+def kernel_times(logdir: str, steps: int) -> list[dict]:
+  """Each kernel's calls per step and ms per step, slowest first."""
+  durations = collections.defaultdict(list)
+  for name, ms in _events(logdir):
+    match = _KERNEL_EVENT.match(name)
+    if match:
+      durations[match.groups()].append(ms)
+  rows = []
+  for (op, kernel), times in durations.items():
+    calls = len(times) / steps
+    rows.append({'op': op, 'kernel': kernel, 'calls_per_step': calls,
+                 'ms_per_step': statistics.median(times) * calls})
+  return sorted(rows, key=lambda row: -row['ms_per_step'])
+
+
+def profile(train, info, batch: int, steps: int) -> list[dict]:
+  """Kernel times of trainers.by_id()'s `train`, over 2 windows of steps."""
+  with tempfile.TemporaryDirectory() as logdir:
+    tf.profiler.experimental.start(logdir)
+    try:
+      train(info, batch, steps, 1)
+    finally:
+      tf.profiler.experimental.stop()
+    return kernel_times(logdir, 2 * steps)
+
+
+def table(label: str, rows: list[dict], top: int) -> str:
+  lines = [f'{label}: {sum(r["ms_per_step"] for r in rows):.0f} ms of '
+           'kernels per step',
+           '| ms/step | calls/step | kernel | op |', '| ---: | ---: | --- | --- |']
+  for r in rows[:top]:
+    lines.append(f'| {r["ms_per_step"]:.1f} | {r["calls_per_step"]:g} | '
+                 f'{r["kernel"]} | {r["op"]} |')
+  return '\n'.join(lines)
+
+
+def main(argv: list[str]) -> None:
+  del argv
+  logging.set_verbosity(logging.INFO)
+  tf.get_logger().setLevel('ERROR')
+  by_id = trainers.by_id(FLAGS.steps_per_execution)
+  try:
+    unknown = sorted(set(FLAGS.trainers) - set(by_id))
+    if unknown:
+      raise KitError(f'--trainers: unknown {unknown}; known: {sorted(by_id)}')
+    if FLAGS.steps % FLAGS.steps_per_execution:
+      raise KitError(f'--steps={FLAGS.steps} must be a multiple of '
+                     f'--steps_per_execution={FLAGS.steps_per_execution}')
+    info = prepare.prepare(FLAGS.data_dir)
+    report = {}
+    for key in FLAGS.trainers:
+      label, train = by_id[key]
+      logging.info('profiling %s', label)
+      report[key] = profile(train, info, FLAGS.batch_size, FLAGS.steps)
+      print(table(label, report[key], FLAGS.top) + '\n', flush=True)
+  except KitError as e:
+    sys.exit(f'error: {e}')
+  paths.write_json(FLAGS.report, report)
+  print(f'JSON: {FLAGS.report}')
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,157 @@
+"""The trainers the benchmarks time: TPUEstimator and the migrated ones.
+
+Each trainer function trains the kit's CNN on a prepared dataset at a global
+batch for (windows + 1) x window_steps steps and returns examples per second:
+the median over the timed windows, after one warm-up window. by_id() lists
+them by id for benchmarks/throughput.py and benchmarks/kernels.py. Importing
+this module splits the CPU into two logical devices (for the 2-replica
+trainers): import it before any TF op runs.
+"""
+from functools import partial
+import statistics
+import tempfile
+import time
+import types
+
+import tensorflow as tf
+
+# Two logical CPUs for the 2-replica runs: must precede every TF op.
+from migrate import strategy as strategy_lib  # pylint: disable=g-bad-import-order
+strategy_lib.split_cpu(2)
+
+from estimator_mnist import data as estimator_data  # pylint: disable=g-import-not-at-top,wrong-import-position
+from estimator_mnist import train as estimator_train  # pylint: disable=g-import-not-at-top,wrong-import-position
+from migrate import custom_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
+from migrate import data as migrate_data  # pylint: disable=g-import-not-at-top,wrong-import-position
+from migrate import fit_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
+from migrate import model as model_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def median_rate(stamps: list, steps_per_window: int, batch: int) -> dict:
+  """Examples/s from window-end timestamps; stamps[0] ends the warm-up."""
+  rates = [steps_per_window * batch / (b - a)
+           for a, b in zip(stamps, stamps[1:])]
+  return {'examples_per_second': statistics.median(rates),
+          'window_rates': rates}
+
+
+class _WindowHook(tf.estimator.SessionRunHook):
+  """Timestamps every window_steps session runs (one step each off a TPU)."""
+
+  def __init__(self, window_steps: int):
+    self.window_steps, self.runs, self.stamps = window_steps, 0, []
+
+  def after_run(self, run_context, run_values):
+    self.runs += 1
+    if self.runs % self.window_steps == 0:
+      self.stamps.append(time.perf_counter())
+
+
+def estimator(info, batch: int, window_steps: int, windows: int) -> dict:
+  """estimator_mnist's TPUEstimator, use_tpu=False, as its main.py builds it."""
+  steps = window_steps * (windows + 1)
+  flags_obj = types.SimpleNamespace(
+      iterations=steps,  # Checkpoints only at the start and the end.
+      seed=0, use_tpu=False, num_shards=8, batch_size=batch,
+      num_predictions=10, learning_rate=0.05, export_to_tpu=False)
+  hook = _WindowHook(window_steps)
+  with tempfile.TemporaryDirectory() as model_dir:
+    model = estimator_train.make_estimator(flags_obj, model_dir, info.data_dir,
+                                           batch)
+    model.train(estimator_data.train_input_fn, max_steps=steps, hooks=[hook])
+  return median_rate(hook.stamps, window_steps, batch)
+
+
+def _model_and_data(strategy, info, batch: int):
+  with strategy.scope():
+    model = model_lib.build_model()
+    optimizer = model_lib.make_optimizer(0.05)
+  dataset = migrate_data.distribute(strategy, info.data_dir, 'train', batch,
+                                    True)
+  return model, optimizer, dataset
+
+
+class _WindowCallback(tf.keras.callbacks.Callback):
+  """Timestamps each time the step count reaches a window's end."""
+
+  def __init__(self, window_steps: int):
+    super().__init__()
+    self.window_steps, self.stamps = window_steps, []
+
+  def on_train_batch_end(self, batch, logs=None):
+    # Keras calls this once per execution, with the index of its last step.
+    if (batch + 1) % self.window_steps == 0:
+      self.stamps.append(time.perf_counter())
+
+
+def fit(strategy, steps_per_execution: int, info, batch: int,
+        window_steps: int, windows: int, keras_train_step: bool = False
+        ) -> dict:
+  """keras_train_step: Keras's own train_step (a GradientTape), as the kit
+  had it before model_lib.gradients."""
+  model, optimizer, dataset = _model_and_data(strategy, info, batch)
+  if keras_train_step:
+    # The same layers and variables, in a plain Model.
+    model = tf.keras.Model(model.inputs, model.outputs)
+  with strategy.scope():
+    fit_loop.compile_model(model, optimizer, steps_per_execution)
+  callback = _WindowCallback(window_steps)
+  model.fit(dataset, epochs=1, steps_per_epoch=window_steps * (windows + 1),
+            callbacks=[callback], verbose=0)
+  return median_rate(callback.stamps, window_steps, batch)
+
+
+class TapeTrainer(custom_loop.Trainer):
+  """The kit's custom loop with the gradients of a GradientTape, as it had
+  them before model_lib.gradients."""
+
+  def loss_and_gradients(self, images, labels):
+    with tf.GradientTape() as tape:
+      logits = self.model(images, training=True)
+      per_example = self.per_example_loss(labels, logits)
+      loss = self.scaled_loss(per_example)
+    return per_example, logits, tape.gradient(
+        loss, self.model.trainable_variables)
+
+
+def custom(strategy, steps_per_call: int, info, batch: int,
+           window_steps: int, windows: int,
+           trainer_class=custom_loop.Trainer) -> dict:
+  model, optimizer, dataset = _model_and_data(strategy, info, batch)
+  trainer = trainer_class(model, optimizer, strategy, batch)
+  iterator = custom_loop.live_iterator(dataset)
+  steps = tf.constant(steps_per_call)
+  stamps = []
+  for _ in range(windows + 1):
+    for _ in range(window_steps // steps_per_call):
+      step = trainer.train_steps(iterator, steps)
+    step.numpy()  # Waits for the window's last step.
+    stamps.append(time.perf_counter())
+  return median_rate(stamps, window_steps, batch)
+
+
+def by_id(steps_per_execution: int) -> dict:
+  """{id: (label, run)}, run(info, batch, window_steps, windows) -> rates;
+  the first is the baseline. Call it once per process: two
+  MirroredStrategies over the same devices clash."""
+  one = tf.distribute.OneDeviceStrategy('/cpu:0')
+  two = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])
+  many = steps_per_execution
+  return {
+      'estimator': ('estimator (TPUEstimator, CPU)', estimator),
+      'fit_1': ('fit, steps_per_execution=1', partial(fit, one, 1)),
+      'fit_many': (f'fit, steps_per_execution={many}', partial(fit, one, many)),
+      'custom_1': ('custom, 1 step per call', partial(custom, one, 1)),
+      'custom_many': (f'custom, {many} steps per call',
+                      partial(custom, one, many)),
+      'fit_2_replicas': (f'fit, 2 replicas, steps_per_execution={many}',
+                         partial(fit, two, many)),
+      'custom_2_replicas': (f'custom, 2 replicas, {many} steps per call',
+                            partial(custom, two, many)),
+      # As the kit had them before model_lib.gradients: tape gradients.
+      'fit_tape': (f'fit, steps_per_execution={many}, GradientTape '
+                   '(Keras\'s own train_step)',
+                   partial(fit, one, many, keras_train_step=True)),
+      'custom_tape': (f'custom, {many} steps per call, GradientTape',
+                      partial(custom, one, many, trainer_class=TapeTrainer)),
+  }
