@@ -3,10 +3,12 @@
   python benchmarks/kernels.py [--trainers=estimator,custom_many,custom_tape]
 
 Runs each trainer of benchmarks/throughput.py (benchmarks/trainers.py: same
-model, data and global batch) for a warm-up window and a profiled one, under the TensorFlow profiler and prints the kernels that took the most time
-per step: op name, the kernel that ran it (after oneDNN's rewrites, e.g.
+model, data and global batch) for two windows of --steps steps under the
+TensorFlow profiler, and prints the kernels that took the most time per step:
+op name, the kernel that ran it (after oneDNN's rewrites, e.g.
 _MklNativeConv2DBackpropFilter), calls per step and milliseconds per step
-(median duration per call, so the first, slower calls do not count). This is
+(the median call's duration times the calls, so the first, slower calls of
+the warm-up do not count). This is
 how the kit found why its first port ran slower than TPUEstimator: the
 tape's gradients let oneDNN fuse each convolution's weight and bias gradients
 into a slower kernel (README, "Benchmarks"). Writes the figures as JSON too.
@@ -33,9 +35,8 @@ from mnist_common.errors import KitError  # pylint: disable=g-import-not-at-top,
 
 flags.DEFINE_integer('batch_size', 1024, 'Global batch, for every trainer.',
                      lower_bound=2)
-flags.DEFINE_integer('steps', 40, 'Steps per window (a warm-up window, then a '
-                     'timed one); a multiple of --steps_per_execution.',
-                     lower_bound=1)
+flags.DEFINE_integer('steps', 40, 'Steps per window (two are profiled); a '
+                     'multiple of --steps_per_execution.', lower_bound=1)
 flags.DEFINE_integer('steps_per_execution', 10, 'Steps per host visit for '
                      'the "many steps" trainers.', lower_bound=1)
 flags.DEFINE_list('trainers', ['estimator', 'custom_many', 'custom_tape'],
