@@ -47,7 +47,8 @@ flags.DEFINE_integer('steps_per_execution', 50, 'Steps per host visit for the '
                      lower_bound=1)
 flags.DEFINE_list('trainers', [], 'Run only these: estimator, fit_1, '
                   'fit_many, custom_1, custom_many, fit_2_replicas, '
-                  'custom_2_replicas, fit_tape, custom_tape; empty: all.')
+                  'custom_2_replicas, fit_tape, custom_tape, fit_bf16, '
+                  'custom_bf16; empty: all.')
 flags.DEFINE_integer('matmul_size', 4096, 'Side of the square matmul that '
                      'measures the ceiling.', lower_bound=64)
 flags.DEFINE_string('data_dir', None, 'Prepared data (see python -m migrate '

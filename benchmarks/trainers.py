@@ -62,9 +62,9 @@ def estimator(info, batch: int, window_steps: int, windows: int) -> dict:
   return median_rate(hook.stamps, window_steps, batch)
 
 
-def _model_and_data(strategy, info, batch: int):
+def _model_and_data(strategy, info, batch: int, precision: str):
   with strategy.scope():
-    model = model_lib.build_model()
+    model = model_lib.build_model(precision=precision)
     optimizer = model_lib.make_optimizer(0.05)
   dataset = migrate_data.distribute(strategy, info.data_dir, 'train', batch,
                                     True)
@@ -85,11 +85,12 @@ class _WindowCallback(tf.keras.callbacks.Callback):
 
 
 def fit(strategy, steps_per_execution: int, info, batch: int,
-        window_steps: int, windows: int, keras_train_step: bool = False
-        ) -> dict:
+        window_steps: int, windows: int, keras_train_step: bool = False,
+        precision: str = 'float32') -> dict:
   """keras_train_step: Keras's own train_step (a GradientTape), as the kit
   had it before model_lib.gradients."""
-  model, optimizer, dataset = _model_and_data(strategy, info, batch)
+  model, optimizer, dataset = _model_and_data(strategy, info, batch,
+                                              precision)
   if keras_train_step:
     # The same layers and variables, in a plain Model.
     model = tf.keras.Model(model.inputs, model.outputs)
@@ -116,8 +117,10 @@ class TapeTrainer(custom_loop.Trainer):
 
 def custom(strategy, steps_per_call: int, info, batch: int,
            window_steps: int, windows: int,
-           trainer_class=custom_loop.Trainer) -> dict:
-  model, optimizer, dataset = _model_and_data(strategy, info, batch)
+           trainer_class=custom_loop.Trainer, precision: str = 'float32'
+           ) -> dict:
+  model, optimizer, dataset = _model_and_data(strategy, info, batch,
+                                              precision)
   trainer = trainer_class(model, optimizer, strategy, batch)
   iterator = custom_loop.live_iterator(dataset)
   steps = tf.constant(steps_per_call)
@@ -154,4 +157,9 @@ def by_id(steps_per_execution: int) -> dict:
                    partial(fit, one, many, keras_train_step=True)),
       'custom_tape': (f'custom, {many} steps per call, GradientTape',
                       partial(custom, one, many, trainer_class=TapeTrainer)),
+      # --precision=mixed_bfloat16: faster, but not the legacy numerics.
+      'fit_bf16': (f'fit, steps_per_execution={many}, mixed_bfloat16',
+                   partial(fit, one, many, precision='mixed_bfloat16')),
+      'custom_bf16': (f'custom, {many} steps per call, mixed_bfloat16',
+                      partial(custom, one, many, precision='mixed_bfloat16')),
   }

@@ -21,6 +21,7 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
+from migrate import model as model_lib
 from migrate import strategy as strategy_lib
 from migrate import train
 from mnist_common import flags as common_flags
@@ -42,6 +43,12 @@ flags.DEFINE_integer(
 flags.DEFINE_enum('loop', 'fit', train.LOOPS,
                   'Trainer: Keras compile/fit, or a custom loop with '
                   'strategy.run.')
+flags.DEFINE_enum('precision', 'float32', model_lib.PRECISIONS,
+                  'float32: the legacy model\'s numerics. mixed_bfloat16: '
+                  'Keras mixed precision (bfloat16 math, float32 variables '
+                  'and checkpoints), as tf.tpu.bfloat16_scope was; faster on '
+                  'TPUs and on CPUs with AVX512_BF16, not bit-comparable to '
+                  'the legacy model.')
 flags.DEFINE_integer('checkpoint_steps', 100,
                      'Save a checkpoint (and log the loss) every this many '
                      'steps.', lower_bound=1)

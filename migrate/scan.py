@@ -95,6 +95,9 @@ TPU_RESOLVER = Rule('TPUClusterResolver', 'TPUClusterResolver + '
                     'tpuclusterresolver-and-tpu-initialisation')
 COMPAT_V1 = Rule('import of tensorflow.compat.v1', 'import tensorflow as tf '
                  '(TF 2 behaviour)', 'tpuestimator-model_fn-and-input_fn')
+BFLOAT16 = Rule('tpu.bfloat16_scope', "a Keras mixed-precision policy, "
+                "'mixed_bfloat16' (python -m migrate --precision=mixed_bfloat16)",
+                'tfcompatv1train-optimizers-and-layers')
 TRAIN_AND_EVALUATE = Rule('train_and_evaluate', 'fit(validation_data=...) or '
                           'your loop\'s evaluation', 'train_and_evaluate')
 
@@ -171,6 +174,8 @@ def rule_for(path: str) -> Rule | None:
     return SCAFFOLD
   if last == 'train_and_evaluate':
     return TRAIN_AND_EVALUATE
+  if last == 'bfloat16_scope':
+    return BFLOAT16
   if parts[0] == 'contrib':
     return CONTRIB
   if parts[0] == 'estimator' or 'estimator' in parts[:3]:

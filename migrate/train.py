@@ -130,7 +130,7 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
 
   tf.keras.utils.set_random_seed(flags_obj.seed)
   with strategy.scope():
-    model = model_lib.build_model()
+    model = model_lib.build_model(precision=flags_obj.precision)
     optimizer = model_lib.make_optimizer(flags_obj.learning_rate)
     # Creates the slot variables now, so that a restore can check that the
     # checkpoint matches the model and optimizer in full.
@@ -139,8 +139,9 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
   restored = checkpoints.restore(checkpoint, model_dir)
   manager = checkpoints.make_manager(checkpoint, model_dir, strategy)
   start = int(optimizer.iterations.numpy())
-  logging.info('model_dir=%s, loop=%s, %s at step %d of %d', model_dir,
-               flags_obj.loop, 'resuming' if restored else 'starting', start,
+  logging.info('model_dir=%s, loop=%s, precision=%s, %s at step %d of %d',
+               model_dir, flags_obj.loop, flags_obj.precision,
+               'resuming' if restored else 'starting', start,
                flags_obj.train_steps)
 
   train_data = data.distribute(strategy, info.data_dir, 'train',

@@ -35,7 +35,9 @@ def test_throughput_smoke_run_writes_table_and_json(tmp_path, fake_data_dir):
       'custom, 2 steps per call', 'fit, 2 replicas, steps_per_execution=2',
       'custom, 2 replicas, 2 steps per call',
       "fit, steps_per_execution=2, GradientTape (Keras's own train_step)",
-      'custom, 2 steps per call, GradientTape']
+      'custom, 2 steps per call, GradientTape',
+      'fit, steps_per_execution=2, mixed_bfloat16',
+      'custom, 2 steps per call, mixed_bfloat16']
   for name, trainer in trainers.items():
     assert len(trainer['window_rates']) == 2, name
     assert trainer['examples_per_second'] > 0, name

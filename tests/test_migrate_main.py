@@ -17,7 +17,7 @@ FLAG_NAMES = ('tpu', 'tpu_zone', 'gcp_project', 'data_dir', 'data_source',
               'data_url', 'model_dir', 'batch_size', 'train_steps',
               'eval_steps', 'learning_rate', 'use_tpu', 'enable_predict',
               'num_predictions', 'seed', 'strategy', 'num_cpu_devices',
-              'steps_per_execution', 'loop', 'checkpoint_steps')
+              'steps_per_execution', 'loop', 'checkpoint_steps', 'precision')
 
 
 def _common(fake_data_dir, model_dir, *extra):

@@ -109,6 +109,27 @@ def test_fit_step_is_keras_own_step_on_two_replicas():
   assert moved == len(weights)
 
 
+def test_mixed_bfloat16_has_the_float32_variables_and_logits():
+  legacy_like = model.build_model(dropout_rate=0.0)
+  mixed = model.build_model(dropout_rate=0.0, precision='mixed_bfloat16')
+  assert [(v.name, v.dtype) for v in mixed.variables] == [
+      (v.name, v.dtype) for v in legacy_like.variables]
+  assert {v.dtype for v in mixed.variables} == {tf.float32}
+  for name in ('conv1', 'pool1', 'conv2', 'pool2', 'dense'):
+    assert mixed.get_layer(name).compute_dtype == 'bfloat16', name
+  assert mixed.get_layer('logits').compute_dtype == 'float32'
+  # The same weights load into either (the checkpoints are the same); the
+  # outputs differ by bfloat16 rounding only.
+  mixed.set_weights(legacy_like.get_weights())
+  images, _ = _batch(16)
+  ours, theirs = mixed(images), legacy_like(images)
+  assert ours.dtype == tf.float32
+  np.testing.assert_allclose(ours, theirs, atol=0.05)
+  assert not np.array_equal(ours, theirs)
+  with pytest.raises(ValueError, match='precision'):
+    model.build_model(precision='float16')
+
+
 def test_learning_rate_decays_once_per_optimizer_step():
   schedule = model.learning_rate_schedule(0.05)
   assert float(schedule(0)) == pytest.approx(0.05)

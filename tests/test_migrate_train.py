@@ -21,7 +21,7 @@ def make_flags(model_dir, **overrides):
       data_dir=None, data_source='auto', data_url='', model_dir=str(model_dir),
       batch_size=64, train_steps=20, eval_steps=None, learning_rate=0.1,
       enable_predict=True, num_predictions=5, seed=0, steps_per_execution=5,
-      loop='fit', checkpoint_steps=10)
+      loop='fit', checkpoint_steps=10, precision='float32')
   values.update(overrides)
   return types.SimpleNamespace(**values)
 
@@ -53,6 +53,27 @@ def test_trains_evaluates_predicts_and_exports(tmp_path, fake_data_dir, loop,
   np.testing.assert_allclose(
       served['probabilities'].numpy().max(axis=1),
       [p['probability'] for p in result['predictions']], atol=1e-6)
+
+
+@pytest.mark.parametrize('loop, replicas', [('fit', 1), ('custom', 2)])
+def test_mixed_bfloat16_trains_exports_float32_and_resumes_in_float32(
+    tmp_path, fake_data_dir, loop, replicas):
+  model_dir = tmp_path / 'model'
+  mixed = train.run(make_flags(model_dir, loop=loop,
+                               precision='mixed_bfloat16'),
+                    cpu_strategy(replicas), fake_data_dir)
+  assert mixed['eval']['accuracy'] > 0.5  # The fake data is easy.
+  images = np.zeros([3, 28, 28, 1], np.uint8)
+  served = _serve(mixed['export_dir'], images)
+  assert served['probabilities'].dtype == tf.float32
+  np.testing.assert_allclose(served['probabilities'].numpy().sum(axis=1), 1,
+                             rtol=1e-5)
+  # Its checkpoint is a float32 model's: it restores exactly in float32.
+  restored = train.run(make_flags(model_dir, loop=loop, enable_predict=False,
+                                  eval_steps=0),
+                       cpu_strategy(replicas), fake_data_dir)
+  assert restored['global_step'] == 20
+  assert restored['fingerprint'] == mixed['fingerprint']
 
 
 def _checkpoint_steps(model_dir):

@@ -45,7 +45,8 @@ def test_compat_v1_era_and_the_ignore_pragma():
       (15, 'scaffold_fn / Scaffold'), (19, 'tf.Session / placeholder'),
       (20, 'tf.estimator'), (24, 'RunConfig / TPUConfig'),
       (25, 'iterations_per_loop'), (25, 'RunConfig / TPUConfig'),
-      (26, 'TPUEstimator'), (27, 'train_and_evaluate')]
+      (26, 'TPUEstimator'), (27, 'train_and_evaluate'),
+      (33, 'tpu.bfloat16_scope')]
   assert 28 not in [line for line, _ in found]  # '# migrate.scan: ignore'
 
 

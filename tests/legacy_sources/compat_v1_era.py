@@ -27,3 +27,8 @@ def run(flags_obj):
   tf.estimator.train_and_evaluate(estimator, None, None)
   with tf.Session() as sess:  # migrate.scan: ignore
     sess.run(tf.global_variables_initializer())
+
+
+def bfloat16_features(features):
+  with tf.tpu.bfloat16_scope():
+    return tf.cast(features, tf.bfloat16)
