@@ -111,15 +111,13 @@ def main(argv: list[str]) -> None:
   tf.get_logger().setLevel('ERROR')
   by_id = trainers.by_id(FLAGS.steps_per_execution)
   try:
-    unknown = sorted(set(FLAGS.trainers) - set(by_id))
-    if unknown:
-      raise KitError(f'--trainers: unknown {unknown}; known: {sorted(by_id)}')
+    selected = trainers.select(by_id, FLAGS.trainers)
     if FLAGS.steps % FLAGS.steps_per_execution:
       raise KitError(f'--steps={FLAGS.steps} must be a multiple of '
                      f'--steps_per_execution={FLAGS.steps_per_execution}')
     info = prepare.prepare(FLAGS.data_dir)
     report = {}
-    for key in FLAGS.trainers:
+    for key in selected:
       label, train = by_id[key]
       logging.info('profiling %s', label)
       report[key] = profile(train, info, FLAGS.batch_size, FLAGS.steps)

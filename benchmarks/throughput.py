@@ -133,12 +133,10 @@ def run(info, batch: int, window_steps: int, windows: int,
   ceiling = matmul_flops_per_second(matmul_size)
   logging.info('matmul ceiling: %.1f GFLOP/s', ceiling / 1e9)
   by_id = trainers.by_id(steps_per_execution)
-  unknown = sorted(set(only) - set(by_id))
-  if unknown:
-    raise KitError(f'--trainers: unknown {unknown}; known: {sorted(by_id)}')
+  selected = trainers.select(by_id, only)
   results = {}
   for key, (label, train) in by_id.items():
-    if only and key not in only:
+    if key not in selected:
       continue
     logging.info('timing %s', label)
     results[key] = train(info, batch, window_steps, windows)

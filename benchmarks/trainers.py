@@ -25,6 +25,7 @@ from migrate import custom_loop  # pylint: disable=g-import-not-at-top,wrong-imp
 from migrate import data as migrate_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import fit_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import model as model_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mnist_common.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def median_rate(stamps: list, steps_per_window: int, batch: int) -> dict:
@@ -163,3 +164,12 @@ def by_id(steps_per_execution: int) -> dict:
       'custom_bf16': (f'custom, {many} steps per call, mixed_bfloat16',
                       partial(custom, one, many, precision='mixed_bfloat16')),
   }
+
+
+def select(by_id: dict, ids: list[str]) -> list[str]:
+  """The ids asked for (all of them if none), or KitError naming the
+  unknown ones."""
+  unknown = sorted(set(ids) - set(by_id))
+  if unknown:
+    raise KitError(f'--trainers: unknown {unknown}; known: {sorted(by_id)}')
+  return list(ids) or list(by_id)
