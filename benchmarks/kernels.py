@@ -11,7 +11,7 @@ _MklNativeConv2DBackpropFilter), calls per step and milliseconds per step
 the warm-up do not count). This is
 how the kit found why its first port ran slower than TPUEstimator: the
 tape's gradients let oneDNN fuse each convolution's weight and bias gradients
-into a slower kernel (README, "Benchmarks"). Writes the figures as JSON too.
+into a slower kernel (benchmarks/README.md). Writes the figures as JSON too.
 """
 import collections
 import glob

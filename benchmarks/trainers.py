@@ -16,8 +16,8 @@ import types
 import tensorflow as tf
 
 # Two logical CPUs for the 2-replica runs: must precede every TF op.
-from migrate import strategy as strategy_lib  # pylint: disable=g-bad-import-order
-strategy_lib.split_cpu(2)
+from mnist_common import devices  # pylint: disable=g-bad-import-order
+devices.split_cpu(2)
 
 from estimator_mnist import data as estimator_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from estimator_mnist import train as estimator_train  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -25,6 +25,7 @@ from migrate import custom_loop  # pylint: disable=g-import-not-at-top,wrong-imp
 from migrate import data as migrate_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import fit_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import model as model_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mnist_common import process  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
@@ -123,7 +124,7 @@ def custom(strategy, steps_per_call: int, info, batch: int,
   model, optimizer, dataset = _model_and_data(strategy, info, batch,
                                               precision)
   trainer = trainer_class(model, optimizer, strategy, batch)
-  iterator = custom_loop.live_iterator(dataset)
+  iterator = process.keep_alive(iter(dataset))
   steps = tf.constant(steps_per_call)
   stamps = []
   for _ in range(windows + 1):

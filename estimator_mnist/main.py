@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from estimator_mnist import train
 from mnist_common import flags as common_flags
+from mnist_common import process
 from mnist_common.errors import KitError
 
 common_flags.define_common_flags()
@@ -58,5 +59,8 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> None:
-  """Console-script entry point (``estimator-mnist``)."""
-  app.run(main)
+  """Console-script entry point (``estimator-mnist``).
+
+  Ends the process as soon as main is done: mnist_common/process.py says why.
+  """
+  process.run_command(lambda: app.run(main))

@@ -11,19 +11,7 @@ import tensorflow as tf
 
 from migrate import checkpoints
 from migrate import model as model_lib
-
-# TF 2.15: destroying a distributed iterator waits for tf.data's autotuning
-# threads (one per replica device), whose sleep is not cut short by
-# cancellation: up to a minute each after a long run. Iterators are kept
-# until the process exits, when nothing waits for them.
-_LIVE_ITERATORS = []
-
-
-def live_iterator(dataset):
-  """iter(dataset), kept alive until the process exits (see above)."""
-  iterator = iter(dataset)
-  _LIVE_ITERATORS.append(iterator)
-  return iterator
+from mnist_common import process
 
 
 class Trainer:
@@ -104,7 +92,9 @@ def train(trainer: Trainer, dataset, total_steps: int, steps_per_execution: int,
   Logs, writes summaries and saves a checkpoint at every multiple of
   log_every, and at the end.
   """
-  iterator = live_iterator(dataset)
+  # Kept: dropping a distributed iterator can block for a minute on TF 2.15
+  # (mnist_common/process.py).
+  iterator = process.keep_alive(iter(dataset))
   step = int(trainer.optimizer.iterations.numpy())
   while step < total_steps:
     # Stop at each log boundary so logs and checkpoints land on round steps.
@@ -121,9 +111,10 @@ def train(trainer: Trainer, dataset, total_steps: int, steps_per_execution: int,
           tf.summary.scalar(name, value)
         tf.summary.scalar('learning_rate', trainer.optimizer.learning_rate)
   checkpoints.save_final(manager, step)
+  writer.flush()
 
 
 def evaluate(trainer: Trainer, dataset, steps: int) -> dict:
   trainer.reset()
-  trainer.eval_steps(live_iterator(dataset), tf.constant(steps))
+  trainer.eval_steps(process.keep_alive(iter(dataset)), tf.constant(steps))
   return trainer.reset()

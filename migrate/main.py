@@ -24,7 +24,9 @@ import tensorflow as tf
 from migrate import model as model_lib
 from migrate import strategy as strategy_lib
 from migrate import train
+from mnist_common import devices
 from mnist_common import flags as common_flags
+from mnist_common import process
 from mnist_common.errors import KitError
 
 common_flags.define_common_flags()
@@ -65,7 +67,7 @@ def main(argv: list[str]) -> None:
   tf.get_logger().handlers.clear()
   try:
     # Before anything else: devices are fixed once TensorFlow starts.
-    strategy_lib.split_cpu(FLAGS.num_cpu_devices)
+    devices.split_cpu(FLAGS.num_cpu_devices)
     if FLAGS.use_tpu:
       if FLAGS.strategy not in ('auto', 'tpu'):
         raise KitError(f'--use_tpu contradicts --strategy={FLAGS.strategy}; '
@@ -77,5 +79,8 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> None:
-  """Console-script entry point (``migrate-mnist``)."""
-  app.run(main)
+  """Console-script entry point (``migrate-mnist``).
+
+  Ends the process as soon as main is done: mnist_common/process.py says why.
+  """
+  process.run_command(lambda: app.run(main))

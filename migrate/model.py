@@ -89,7 +89,7 @@ def gradients(loss: tf.Tensor, variables: Sequence[tf.Variable]
   CPU oneDNN then fuses each convolution's weight gradient with its bias
   gradient into one kernel (_MklNativeConv2DBackpropFilterWithBias) that
   takes 1.8x (conv2) and 6x (conv1) the time of the two apart here
-  (``python benchmarks/kernels.py``; README, "Benchmarks"). The gradients
+  (``python benchmarks/kernels.py``; benchmarks/README.md). The gradients
   are the same ops on the same values. Graph-only: call it inside a
   tf.function (a training step always is).
   """

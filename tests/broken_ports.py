@@ -1,14 +1,21 @@
 """Deliberately broken ports, one classic migration bug each, for the harness.
 
-Each function returns an equivalence.Port; `python -m migrate.compare
---port=broken_ports:NAME` loads it (tests/ on PYTHONPATH).
+Each function returns a port.Port, the kit's own but for one piece;
+`migration-compare --port=broken_ports:NAME` loads it (tests/ on PYTHONPATH).
 """
+import dataclasses
+
 import tensorflow as tf
 
 from migrate import custom_loop
 from migrate import data
-from migrate import equivalence
 from migrate import model as model_lib
+from migration_tools import kit_pair
+from migration_tools import port as port_lib
+
+
+def _kit_port_with(**pieces) -> port_lib.Port:
+  return dataclasses.replace(kit_pair.make_port(), **pieces)
 
 
 class _PerReplicaMean(custom_loop.Trainer):
@@ -17,20 +24,20 @@ class _PerReplicaMean(custom_loop.Trainer):
     return tf.reduce_mean(per_example)  # Not divided by the global batch.
 
 
-def loss_averaged_per_replica() -> equivalence.Port:
-  return equivalence.Port(trainer_class=_PerReplicaMean)
+def loss_averaged_per_replica() -> port_lib.Port:
+  return _kit_port_with(trainer_class=_PerReplicaMean)
 
 
-def global_batch_per_replica() -> equivalence.Port:
+def global_batch_per_replica() -> port_lib.Port:
   def distribute(strategy, data_dir, split, global_batch, training, seed=0):
     def dataset_fn(input_context):
       return data.make_dataset(data_dir, split, global_batch, training, seed,
                                input_context)
     return strategy.distribute_datasets_from_function(dataset_fn)
-  return equivalence.Port(distribute=distribute)
+  return _kit_port_with(distribute=distribute)
 
 
-def pixels_zero_to_one() -> equivalence.Port:
+def pixels_zero_to_one() -> port_lib.Port:
   def make_dataset(data_dir, split, batch_size, training, seed=0,
                    input_context=None):
     return data.make_dataset(data_dir, split, batch_size, training, seed,
@@ -42,15 +49,15 @@ def pixels_zero_to_one() -> equivalence.Port:
       return make_dataset(data_dir, split, batch, training, seed,
                           input_context)
     return strategy.distribute_datasets_from_function(dataset_fn)
-  return equivalence.Port(distribute=distribute)
+  return _kit_port_with(distribute=distribute)
 
 
-def missing_relu() -> equivalence.Port:
+def missing_relu() -> port_lib.Port:
   def build_model():
     net = model_lib.build_model()
     net.get_layer('dense').activation = tf.keras.activations.linear
     return net
-  return equivalence.Port(build_model=build_model)
+  return _kit_port_with(build_model=build_model)
 
 
 class _ScheduleOnSteps(tf.keras.optimizers.schedules.LearningRateSchedule):
@@ -64,25 +71,25 @@ class _ScheduleOnSteps(tf.keras.optimizers.schedules.LearningRateSchedule):
     return self.inner(self.step_fn(step))
 
 
-def lr_per_replica() -> equivalence.Port:
+def lr_per_replica() -> port_lib.Port:
   def make_optimizer(learning_rate):
     # Built in strategy.scope(): the step advanced once per replica.
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
     return tf.keras.optimizers.SGD(
         _ScheduleOnSteps(learning_rate, lambda step: step * replicas))
-  return equivalence.Port(make_optimizer=make_optimizer)
+  return _kit_port_with(make_optimizer=make_optimizer)
 
 
-def lr_per_epoch() -> equivalence.Port:
+def lr_per_epoch() -> port_lib.Port:
   steps_per_epoch = 20
   def make_optimizer(learning_rate):
     return tf.keras.optimizers.SGD(_ScheduleOnSteps(
         learning_rate, lambda step: step // steps_per_epoch))
-  return equivalence.Port(make_optimizer=make_optimizer)
+  return _kit_port_with(make_optimizer=make_optimizer)
 
 
-def wrong_dropout_rate() -> equivalence.Port:
-  return equivalence.Port(build_model=lambda: model_lib.build_model(0.5))
+def wrong_dropout_rate() -> port_lib.Port:
+  return _kit_port_with(build_model=lambda: model_lib.build_model(0.5))
 
 
 class _SparseLabelsAsOneHot(custom_loop.Trainer):
@@ -106,19 +113,19 @@ class _SparseLabelsAsOneHot(custom_loop.Trainer):
                                                    logits=logits)
 
 
-def sparse_labels_as_one_hot() -> equivalence.Port:
-  return equivalence.Port(trainer_class=_SparseLabelsAsOneHot)
+def sparse_labels_as_one_hot() -> port_lib.Port:
+  return _kit_port_with(trainer_class=_SparseLabelsAsOneHot)
 
 
-def relu_on_logits() -> equivalence.Port:
+def relu_on_logits() -> port_lib.Port:
   def build_model():
     net = model_lib.build_model()
     net.get_layer('logits').activation = tf.nn.relu
     return net
-  return equivalence.Port(build_model=build_model)
+  return _kit_port_with(build_model=build_model)
 
 
-def transposed_kernel() -> equivalence.Port:
+def transposed_kernel() -> port_lib.Port:
   def build_model():
     net = model_lib.build_model()
     conv1 = net.get_layer('conv1')
@@ -128,11 +135,46 @@ def transposed_kernel() -> equivalence.Port:
     conv1.convolution_op = lambda inputs, kernel: convolve(
         inputs, tf.transpose(kernel, [1, 0, 2, 3]))
     return net
-  return equivalence.Port(build_model=build_model)
+  return _kit_port_with(build_model=build_model)
 
 
-def mis_mapped_kernels() -> equivalence.Port:
-  port = equivalence.Port()
+def mis_mapped_kernels() -> port_lib.Port:
+  port = kit_pair.make_port()
   port.variable_map['dense/kernel'] = 'logits/kernel'
   port.variable_map['logits/kernel'] = 'dense/kernel'
   return port
+
+
+class _EvalRaises(custom_loop.Trainer):
+
+  def eval_steps(self, iterator, steps):
+    raise RuntimeError('eval_steps broke on purpose')
+
+
+def raises_in_evaluation() -> port_lib.Port:
+  """Trains correctly; its evaluation raises."""
+  return _kit_port_with(trainer_class=_EvalRaises)
+
+
+def serving_fn_returning_dict():
+  """A legacy serving function that returns a dict, not a receiver."""
+  return {'image': tf.compat.v1.placeholder(tf.uint8, [None, 28, 28, 1])}
+
+
+def auto_named_layers() -> port_lib.Port:
+  """The kit's network with Keras's default layer names (conv2d, ...)."""
+  def build_model():
+    layers = tf.keras.layers
+    inputs = tf.keras.Input((28, 28, 1))
+    y = layers.Conv2D(32, 5, padding='same', activation='relu')(inputs)
+    y = layers.MaxPooling2D(2, 2, padding='same')(y)
+    y = layers.Conv2D(64, 5, padding='same', activation='relu')(y)
+    y = layers.MaxPooling2D(2, 2, padding='same')(y)
+    y = layers.Dense(128, activation='relu')(layers.Flatten()(y))
+    return tf.keras.Model(inputs, layers.Dense(10)(y))
+  return _kit_port_with(build_model=build_model)
+
+
+def not_a_port() -> dict:
+  """What a user might return before reading the contract."""
+  return {'build_model': model_lib.build_model}

@@ -52,6 +52,19 @@ def cpu_strategy(replicas: int) -> tf.distribute.Strategy:
   return tf.distribute.MirroredStrategy(devices)
 
 
+def pytest_sessionfinish(session, exitstatus):
+  session.config.kit_exit_status = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+  """Ends pytest once it has reported, skipping Python's finalisation, which
+  on TF 2.15 waits up to a minute per live tf.data iterator
+  (mnist_common/process.py)."""
+  from mnist_common import process  # pylint: disable=g-import-not-at-top
+  process.flush_and_exit(getattr(config, 'kit_exit_status', 0))
+
+
 def last_line(text: str) -> str:
   lines = [line for line in text.strip().splitlines() if line.strip()]
   return lines[-1] if lines else ''

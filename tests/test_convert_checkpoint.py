@@ -2,15 +2,21 @@
 import os
 import re
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from conftest import last_line, run_module
+from estimator_mnist import data as estimator_data
 from estimator_mnist import model as estimator_model
-from migrate import convert_checkpoint
 from migrate import model as model_lib
+from migration_tools import convert_checkpoint
+from migration_tools import kit_pair
 from mnist_common.errors import KitError
+
+PORT = kit_pair.make_port()
 
 
 @pytest.fixture(scope='module')
@@ -27,13 +33,13 @@ def estimator_dir(fake_data_dir, tmp_path_factory):
 def test_converts_and_verifies_on_the_whole_test_split(estimator_dir,
                                                        fake_data_dir, tmp_path):
   output = tmp_path / 'converted'
-  result = run_module('migrate.convert_checkpoint',
+  result = run_module('migration_tools.convert_checkpoint',
                       f'--estimator_dir={estimator_dir}', f'--output={output}',
-                      '--verify', '--verify_images=512',
+                      '--verify', '--verify_examples=512',
                       f'--data_dir={fake_data_dir.data_dir}')
   assert result.returncode == 0, result.stderr[-2000:]
   assert re.search(r'Checkpoint: .*/converted/ckpt-30', result.stdout)
-  match = re.search(r'Verified on 512 test images: same classes, '
+  match = re.search(r'Verified on 512 examples: same classes, '
                     r'probabilities within ([\d.e+-]+)', result.stdout)
   assert match and float(match.group(1)) <= 1e-6
 
@@ -41,7 +47,7 @@ def test_converts_and_verifies_on_the_whole_test_split(estimator_dir,
 def test_migrate_resumes_from_the_converted_checkpoint(estimator_dir,
                                                        fake_data_dir, tmp_path):
   output = str(tmp_path / 'converted')
-  convert_checkpoint.convert(estimator_dir, output)
+  convert_checkpoint.convert(estimator_dir, output, PORT)
   result = run_module('migrate', f'--data_dir={fake_data_dir.data_dir}',
                       f'--model_dir={output}', '--train_steps=35',
                       '--batch_size=64', '--steps_per_execution=5',
@@ -51,7 +57,8 @@ def test_migrate_resumes_from_the_converted_checkpoint(estimator_dir,
 
 
 def test_weights_are_carried_exactly(estimator_dir, tmp_path):
-  path = convert_checkpoint.convert(estimator_dir, str(tmp_path / 'out'))
+  path = convert_checkpoint.convert(estimator_dir, str(tmp_path / 'out'),
+                                    PORT)
   model = model_lib.build_model()
   tf.train.Checkpoint(model=model).restore(path).expect_partial()
   reader = tf.train.load_checkpoint(estimator_dir)
@@ -63,13 +70,14 @@ def test_weights_are_carried_exactly(estimator_dir, tmp_path):
 def test_mis_mapped_kernel_fails_verification(estimator_dir, fake_data_dir,
                                               tmp_path):
   # Two same-shaped variables swapped: shapes pass, predictions must not.
-  swapped = dict(convert_checkpoint.VARIABLE_MAP)
+  swapped = dict(kit_pair.VARIABLE_MAP)
   swapped['conv1/bias'], swapped['dense/bias'] = 'dense/bias', 'conv1/bias'
   with pytest.raises(KitError, match='wrong shape'):
-    convert_checkpoint.convert(estimator_dir, str(tmp_path / 'a'), swapped)
+    convert_checkpoint.convert(estimator_dir, str(tmp_path / 'a'),
+                               dataclasses.replace(PORT, variable_map=swapped))
   # Transposing a square kernel is invisible to the shape check.
   output = str(tmp_path / 'b')
-  convert_checkpoint.convert(estimator_dir, output)
+  convert_checkpoint.convert(estimator_dir, output, PORT)
   model = model_lib.build_model()
   checkpoint = tf.train.Checkpoint(model=model)
   checkpoint.restore(tf.train.latest_checkpoint(output)).expect_partial()
@@ -78,8 +86,10 @@ def test_mis_mapped_kernel_fails_verification(estimator_dir, fake_data_dir,
   checkpoint.write(tf.train.latest_checkpoint(output))
   with pytest.raises(KitError, match=r'verification failed: .* kernel '
                      r'mis-mapped or transposed'):
-    convert_checkpoint.verify(estimator_dir, output, fake_data_dir,
-                              estimator_model.model_fn, 64)
+    convert_checkpoint.verify(estimator_dir, output, PORT,
+                              estimator_model.model_fn,
+                              estimator_data.eval_input_fn,
+                              fake_data_dir.data_dir, 64)
 
 
 def test_mismatched_checkpoint_lists_every_problem(tmp_path):
@@ -90,12 +100,12 @@ def test_mismatched_checkpoint_lists_every_problem(tmp_path):
     with tf.compat.v1.Session() as sess:
       sess.run(tf.compat.v1.global_variables_initializer())
       tf.compat.v1.train.Saver().save(sess, str(tmp_path / 'est' / 'model.ckpt'))
-  result = run_module('migrate.convert_checkpoint',
+  result = run_module('migration_tools.convert_checkpoint',
                       f'--estimator_dir={tmp_path / "est"}',
                       f'--output={tmp_path / "out"}')
   assert result.returncode != 0
   line = last_line(result.stderr)
-  assert line.startswith('error: the checkpoint does not match the migrated '
+  assert line.startswith('error: the checkpoint does not match the port\'s '
                          'model; missing from the checkpoint: conv2/bias, ')
   assert 'extra in the checkpoint: conv2/kernel/Momentum' in line
   assert ('wrong shape: conv1/kernel [3, 3, 1, 32] -> conv1/kernel '
@@ -105,8 +115,8 @@ def test_mismatched_checkpoint_lists_every_problem(tmp_path):
 
 def test_no_checkpoint_and_non_empty_output(tmp_path, estimator_dir):
   with pytest.raises(KitError, match='no checkpoint in --estimator_dir'):
-    convert_checkpoint.convert(str(tmp_path), str(tmp_path / 'out'))
+    convert_checkpoint.convert(str(tmp_path), str(tmp_path / 'out'), PORT)
   (tmp_path / 'full').mkdir()
   (tmp_path / 'full' / 'x').write_text('')
   with pytest.raises(KitError, match='exists and is not empty'):
-    convert_checkpoint.convert(estimator_dir, str(tmp_path / 'full'))
+    convert_checkpoint.convert(estimator_dir, str(tmp_path / 'full'), PORT)

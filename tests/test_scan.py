@@ -1,11 +1,11 @@
-"""python -m migrate.scan on legacy sources of several eras, and on the kit."""
+"""migration-scan on legacy sources of several eras, and on the kit."""
 import json
 import os
 
 import pytest
 
 from conftest import REPO, last_line, run_module
-from migrate import scan
+from migration_tools import scan
 
 SOURCES = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                        'legacy_sources')
@@ -47,7 +47,7 @@ def test_compat_v1_era_and_the_ignore_pragma():
       (25, 'iterations_per_loop'), (25, 'RunConfig / TPUConfig'),
       (26, 'TPUEstimator'), (27, 'train_and_evaluate'),
       (33, 'tpu.bfloat16_scope')]
-  assert 28 not in [line for line, _ in found]  # '# migrate.scan: ignore'
+  assert 28 not in [line for line, _ in found]  # '# migration-scan: ignore'
 
 
 def test_aliases_are_followed_and_tf2_spellings_left_alone():
@@ -74,12 +74,14 @@ def test_estimator_mnist_lists_every_legacy_construct():
 
 
 def test_command_exit_codes_and_outputs(tmp_path):
-  clean = run_module('migrate.scan', 'migrate', 'mnist_common')
+  clean = run_module('migration_tools.scan', 'migrate', 'migration_tools',
+                     'mnist_common')
   assert clean.returncode == 0, clean.stdout
   assert last_line(clean.stdout).startswith('0 legacy construct(s)')
-  assert 'migrate/legacy.py: skipped: # migrate.scan: skip-file' in clean.stdout
+  assert ('migration_tools/legacy.py: skipped: # migration-scan: skip-file'
+          in clean.stdout)
 
-  legacy = run_module('migrate.scan', SOURCES, '--format=json')
+  legacy = run_module('migration_tools.scan', SOURCES, '--format=json')
   assert legacy.returncode == 1
   report = json.loads(legacy.stdout)
   assert report['files'] == 4
@@ -91,7 +93,8 @@ def test_command_exit_codes_and_outputs(tmp_path):
   assert first['section'].startswith('docs/MIGRATION.md#')
   assert first['becomes']
 
-  text = run_module('migrate.scan', os.path.join(SOURCES, 'contrib_era.py'))
+  text = run_module('migration_tools.scan',
+                    os.path.join(SOURCES, 'contrib_era.py'))
   assert text.returncode == 1
   assert ('contrib_era.py:32: TPUEstimator: `tpu_estimator.TPUEstimator` -> '
           in text.stdout)
@@ -102,7 +105,7 @@ def test_command_exit_codes_and_outputs(tmp_path):
     (('no/such/dir',), 'error: no such file or directory: no/such/dir'),
 ])
 def test_bad_input_exits_2_in_one_line(args, message):
-  result = run_module('migrate.scan', *args)
+  result = run_module('migration_tools.scan', *args)
   assert result.returncode == 2
   assert last_line(result.stderr).startswith(message)
   assert not result.stdout

@@ -25,7 +25,7 @@ def run(flags_obj):
       tpu_config=tf.estimator.tpu.TPUConfig(iterations_per_loop=50))
   estimator = tf.estimator.tpu.TPUEstimator(model_fn, config=config)
   tf.estimator.train_and_evaluate(estimator, None, None)
-  with tf.Session() as sess:  # migrate.scan: ignore
+  with tf.Session() as sess:  # migration-scan: ignore
     sess.run(tf.global_variables_initializer())
 
 

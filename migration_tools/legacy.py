@@ -1,34 +1,21 @@
-"""The one door from migrate to legacy code: a user's model_fn, loaded by name.
+"""The one door to legacy code: a user's model_fn, loaded by name and run as
+TPUEstimator runs it on CPU.
 
-Nothing in migrate imports the Estimator or estimator_mnist; the tools that
-compare against legacy code (``convert_checkpoint --verify``, ``compare``) load
-the model_fn and input_fn named on their command line,
-``package.module:function``, when they run, and run them here as TPUEstimator
-does on CPU. Training and export never come here.
+The tools that compare against legacy code (``convert_checkpoint --verify``,
+``compare``) load the model_fn and input_fn named on their command line,
+``package.module:function``, when they run, and run them here. Nothing else
+in the kit touches ``tf.compat.v1.estimator``.
 """
-# migrate.scan: skip-file (it runs legacy code on purpose, to compare with it)
-import importlib
+# migration-scan: skip-file (it runs legacy code on purpose, to compare with it)
 import os
 
 import numpy as np
 import tensorflow as tf
 
+from mnist_common import process
 from mnist_common.errors import KitError
 
-DEFAULT_MODEL_FN = 'estimator_mnist.model:model_fn'
 _APPLY_OPS = ('ApplyGradientDescent', 'ResourceApplyGradientDescent')
-
-
-def load_callable(spec: str):
-  """'package.module:name' -> the object."""
-  module_name, _, attribute = spec.partition(':')
-  if not module_name or not attribute:
-    raise KitError(f'{spec!r}: expected package.module:name')
-  try:
-    return getattr(importlib.import_module(module_name), attribute)
-  except (ImportError, AttributeError) as e:
-    raise KitError(f'cannot load {spec} ({e}); is the legacy code on '
-                   'PYTHONPATH?') from e
 
 
 def predict_probabilities(model_fn, checkpoint_path: str, images: np.ndarray,
@@ -52,8 +39,9 @@ def predict_probabilities(model_fn, checkpoint_path: str, images: np.ndarray,
 
 
 def legacy_batches(input_fn, data_dir: str, global_batch: int) -> list:
-  """(images, labels) numpy batches from the legacy input_fn, in order."""
-  dataset = input_fn({'data_dir': data_dir, 'batch_size': global_batch})
+  """(features, labels) numpy batches from the legacy input_fn, in order."""
+  dataset = process.without_autotune_thread(
+      input_fn({'data_dir': data_dir, 'batch_size': global_batch}))
   return [(images.numpy(), labels.numpy()) for images, labels in dataset]
 
 
@@ -135,6 +123,7 @@ class LegacyRunner:
       fetches['learning_rate'] = self.learning_rate
     values = self.train.session.run(fetches, feed)
     del values['train_op']
+    values['examples'] = len(labels)
     return values
 
   def evaluate(self, batches: list) -> dict:

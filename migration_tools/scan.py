@@ -1,6 +1,7 @@
 """Finds what legacy TPUEstimator-era code still has to migrate.
 
-  python -m migrate.scan PATH... [--format=text|json]
+  migration-scan PATH... [--format=text|json]
+  python -m migration_tools.scan PATH...
 
 Parses each Python file (the AST: the scanned code is never imported or run)
 and reports every legacy construct with file, line, what it is, what it
@@ -10,10 +11,11 @@ tf``, ``from tensorflow.contrib import tpu as contrib_tpu``,
 ``tpu_estimator.TPUEstimator``). Files that do not parse (Python 2 code is
 common in such repositories) are reported and skipped.
 
-A file with a line ``# migrate.scan: skip-file`` is skipped and listed as
+A file with a line ``# migration-scan: skip-file`` is skipped and listed as
 such (for code that touches the legacy API on purpose, as the kit's own
-comparison tools do); a line ending in ``# migrate.scan: ignore`` is not
-reported.
+comparison tools do); a line ending in ``# migration-scan: ignore`` is not
+reported. It imports the standard library and absl only, so it runs where
+TensorFlow is not installed.
 
 Exit code: 0 nothing left to migrate, 1 findings, 2 bad input.
 """
@@ -27,8 +29,8 @@ from absl import app
 from absl import flags
 
 GUIDE = 'docs/MIGRATION.md'
-SKIP_FILE = '# migrate.scan: skip-file'
-IGNORE_LINE = '# migrate.scan: ignore'
+SKIP_FILE = '# migration-scan: skip-file'
+IGNORE_LINE = '# migration-scan: ignore'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +71,7 @@ EVAL_METRICS = Rule('eval_metrics / metric_fn', 'Keras metrics updated in '
                     'eval_step (or compile(metrics=...))',
                     'eval_metrics-and-metric_fn')
 SCAFFOLD = Rule('scaffold_fn / Scaffold', 'tf.train.Checkpoint restore '
-                'before training; migrate.convert_checkpoint for old '
+                'before training; migration-convert-checkpoint for old '
                 'checkpoints', 'scaffold_fn-warm-start-and-checkpoints')
 EXPORT = Rule('export_saved_model / export_savedmodel', 'tf.saved_model.save '
               'with an explicit serving signature', 'export_saved_model')
@@ -386,7 +388,7 @@ def main(argv: list[str]) -> None:
   paths = argv[1:]
   if not paths:
     print('error: give one or more files or directories to scan, e.g. '
-          'python -m migrate.scan my_model/', file=sys.stderr)
+          'migration-scan my_model/', file=sys.stderr)
     sys.exit(2)
   try:
     result = scan(paths)
@@ -397,6 +399,11 @@ def main(argv: list[str]) -> None:
   sys.exit(1 if result.findings else 0)
 
 
-if __name__ == '__main__':
+def run() -> None:
+  """Console-script entry point (``migration-scan``)."""
   _define_flags()
   app.run(main)
+
+
+if __name__ == '__main__':
+  run()

@@ -1,10 +1,12 @@
-"""The loss-curve plot of ``python -m migrate.compare``."""
+"""The loss-curve plot of the equivalence harness (``migration-compare``)."""
 import os
 
 import matplotlib
 matplotlib.use('Agg')  # Files only: no display on a server or in CI.
 from matplotlib import pyplot  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from migration_tools import tolerances  # pylint: disable=wrong-import-position
 
 # Differences below this are drawn on a linear scale, so that exact zeros
 # (bit-identical steps) show on the axis instead of vanishing from a log plot.
@@ -27,18 +29,17 @@ def loss_curves(checks: list, path: str) -> None:
     losses.plot(steps, theirs, color=color, label=f'legacy, {check["name"]}')
     losses.plot(steps, ours, color=color, linestyle='--', marker='.',
                 markersize=3, label=f'port, {check["name"]}')
-    judged = check.get('judged_steps', len(theirs))
     diffs.plot(steps, np.abs(theirs - ours), color=color,
-               label=check['name'] + (f' (judged on steps 1-{judged})'
-                                      if judged < len(theirs) else ''))
+               label=check['name'] + ('' if check['judged_each_step'] else
+                                      ' (free run, reported)'))
   for index, check in enumerate(c for c in checks if 'per_step_max_diff' in c):
     per_step = check['per_step_max_diff']
     diffs.plot(range(1, len(per_step) + 1), per_step, color=f'C{index + 1}',
                linestyle=':', label=f'{check["name"]}: re-synchronised each '
                'step (loss, weights)')
   if runs:
-    diffs.axhline(runs[0]['tolerance'], color='gray', linestyle=':',
-                  label='tolerance')
+    diffs.axhline(tolerances.TRAJECTORY_ATOL, color='gray', linestyle=':',
+                  label='tolerance (1 replica)')
   losses.set_ylabel('training loss')
   losses.legend(fontsize='small')
   diffs.set_yscale('symlog', linthresh=_LINEAR_BELOW)
@@ -46,7 +47,7 @@ def loss_curves(checks: list, path: str) -> None:
   diffs.set_ylabel('|legacy - port|')
   diffs.set_xlabel('step')
   diffs.legend(loc='upper left', fontsize='x-small')
-  figure.suptitle('migrate.compare: legacy model_fn vs port')
+  figure.suptitle('migration-compare: legacy model_fn vs port')
   figure.tight_layout()
   tmp = path + '.tmp.png'
   figure.savefig(tmp, dpi=100)

@@ -1,0 +1,122 @@
+"""What every command of the tools shares: flags kept apart from the user's,
+and bad input as one line.
+
+The tools import a team's legacy modules, and nearly every TPU-era module
+defines absl flags at import (``data_dir``, ``batch_size``, ``use_tpu``, ...)
+on absl's global ``FLAGS``. So the tools define theirs on a ``FlagValues`` of
+their own: the user's module loads with no ``DuplicateFlagError``, and its
+flags keep their defaults unless ``--legacy_flags`` sets them
+(``set_legacy_flags``), for a model_fn that reads ``FLAGS``.
+"""
+import importlib
+import shlex
+import sys
+from typing import Callable
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from mnist_common import process
+from mnist_common.errors import KitError
+
+_HELP = ('-h', '-help', '--help', '--helpshort', '--helpfull', '-?')
+
+
+def load_callable(spec: str, what: str = 'it'):
+  """'package.module:name' -> the callable it names.
+
+  Args:
+    spec: the user's name for it, as given on the command line.
+    what: the flag that gave it, for the message.
+
+  Raises:
+    KitError: a malformed spec, a module that cannot be imported (or raises
+      when imported), a missing name, or an object that is not callable.
+  """
+  module_name, _, attribute = spec.partition(':')
+  if not module_name or not attribute:
+    raise KitError(f'{what} {spec!r}: expected package.module:name')
+  try:
+    module = importlib.import_module(module_name)
+  except ImportError as e:
+    raise KitError(f'{what}: cannot import {module_name} ({e}); is its code '
+                   'on PYTHONPATH?') from e
+  except Exception as e:  # pylint: disable=broad-except
+    # The user's module ran code at import and it failed: say so in a line.
+    reason = str(e).splitlines()[0] if str(e) else ''
+    raise KitError(f'{what}: importing {module_name} raised '
+                   f'{type(e).__name__}: {reason}') from e
+  if not hasattr(module, attribute):
+    raise KitError(f'{what}: {module_name} has no {attribute}')
+  value = getattr(module, attribute)
+  if not callable(value):
+    raise KitError(f'{what}: {spec} is a {type(value).__name__}, not a '
+                   'function or class')
+  return value
+
+
+def define_legacy_flags(tool_flags: flags.FlagValues) -> None:
+  """--legacy_flags, for the commands that run a user's legacy code."""
+  flags.DEFINE_string(
+      'legacy_flags', '',
+      'Flags for the legacy code, as on its own command line (e.g. '
+      '"--data_dir=/data --use_tpu=false"): set on absl\'s FLAGS after the '
+      'legacy modules are imported, for a model_fn or input_fn that reads '
+      'FLAGS. Unset: every flag the legacy code defines keeps its default.',
+      flag_values=tool_flags)
+
+
+def set_legacy_flags(spec: str) -> None:
+  """Parses spec into absl's global FLAGS (where the legacy code's flags are).
+
+  Call after the legacy modules are imported, so their flags exist.
+
+  Raises:
+    KitError: a flag the legacy code does not define, or a bad value.
+  """
+  if not spec:
+    return
+  try:
+    flags.FLAGS([sys.argv[0], *shlex.split(spec)])
+  except (flags.Error, ValueError) as e:
+    raise KitError(f'--legacy_flags: {e}; give the legacy code\'s own flags, '
+                   'as on its command line') from e
+
+
+def run(main: Callable[[flags.FlagValues, list[str]], None],
+        define_flags: Callable[[flags.FlagValues], None], usage: str,
+        bad_input_exit: int = 1) -> None:
+  """Runs main(tool_flags, positional_args) as a command, and ends the
+  process as soon as it is done (mnist_common/process.py says why).
+
+  Args:
+    main: the command; it may raise KitError, printed as one line.
+    define_flags: defines the command's flags on the FlagValues it is given.
+    usage: printed by --help before the flags.
+    bad_input_exit: the exit code of a bad flag or a KitError.
+  """
+  tool_flags = flags.FlagValues()
+  define_flags(tool_flags)
+
+  def parse(argv: list[str]) -> list[str]:
+    if any(arg in _HELP for arg in argv[1:]):
+      print(usage.strip() + '\n\nflags:\n' + tool_flags.get_help())
+      sys.exit(0)
+    try:
+      positional = tool_flags(argv)
+    except flags.Error as e:
+      print(f'error: {e}; see {argv[0]} --help', file=sys.stderr)
+      sys.exit(bad_input_exit)
+    flags.FLAGS([argv[0]])  # absl's own flags, at their defaults.
+    return positional
+
+  def guarded_main(argv: list[str]) -> None:
+    logging.set_verbosity(logging.WARNING)
+    try:
+      main(tool_flags, argv[1:])
+    except KitError as e:
+      print(f'error: {e}', file=sys.stderr)
+      sys.exit(bad_input_exit)
+
+  process.run_command(lambda: app.run(guarded_main, flags_parser=parse))

@@ -1,0 +1,79 @@
+"""Ending the kit's processes promptly despite TF 2.15's tf.data teardown wait.
+
+The cause, measured with gdb on processes that outlived their last output by
+minutes: the main thread waits in tf.data's ``RootDataset::Iterator``
+destructor, joining the iterator's autotuning thread, which sleeps in
+``Model::OptimizeLoop`` for up to a minute between optimisations and is not
+woken when the iterator is cancelled. Destroying N such iterators can cost N
+minutes. Every iterator of a tf.distribute input pipeline has one (the
+per-device pipelines that ``MultiDeviceIterator`` builds take default
+options), so an option on a dataset cannot prevent it in general. Hence:
+
+- ``keep_alive``: an iterator that a run still holds at its end is kept until
+  the process exits, so that dropping it mid-run never blocks the run;
+- ``run_command``: a command ends with ``os._exit`` once its output is
+  flushed, so that Python's finalisation does not destroy those iterators one
+  after the other. Nothing is left to write by then: checkpoints, summaries,
+  SavedModels and reports are closed when written;
+- ``without_autotune_thread``: for a pipeline the kit iterates itself
+  (graph-mode Estimator input_fns, a legacy input_fn read by the tools), no
+  autotuning thread at all; element values and order are unchanged.
+"""
+import logging
+import os
+import sys
+import traceback
+from typing import Callable, NoReturn
+
+_LIVE = []
+
+
+def keep_alive(iterator):
+  """Returns iterator, held until the process exits (see module)."""
+  _LIVE.append(iterator)
+  return iterator
+
+
+def without_autotune_thread(dataset):
+  """dataset with tf.data's autotuning (and its thread) off."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  options = tf.data.Options()
+  options.autotune.enabled = False
+  return dataset.with_options(options)
+
+
+def _exit_code(exit_: SystemExit) -> int:
+  if exit_.code is None:
+    return 0
+  if isinstance(exit_.code, int):
+    return exit_.code
+  print(exit_.code, file=sys.stderr)  # sys.exit('message'): what Python does.
+  return 1
+
+
+def run_command(main: Callable[[], None]) -> NoReturn:
+  """Runs main() (e.g. ``lambda: app.run(...)``), then ends the process at
+  once with its exit code: 0, the SystemExit's code, 1 after an uncaught
+  exception (its traceback printed), 130 on Ctrl-C."""
+  try:
+    main()
+    code = 0
+  except SystemExit as e:
+    code = _exit_code(e)
+  except KeyboardInterrupt:
+    code = 130
+  except BaseException:  # pylint: disable=broad-except
+    traceback.print_exc()
+    code = 1
+  flush_and_exit(code)
+
+
+def flush_and_exit(code: int) -> NoReturn:
+  """Flushes stdout, stderr and every logging handler, then os._exit(code)."""
+  logging.shutdown()
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (OSError, ValueError):
+      pass
+  os._exit(code)  # pylint: disable=protected-access
