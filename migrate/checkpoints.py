@@ -33,7 +33,7 @@ def restore(checkpoint: tf.train.Checkpoint, model_dir: str) -> bool:
   if _OBJECT_GRAPH_KEY not in keys:
     raise KitError(f'--model_dir {model_dir} holds a name-based (Estimator or '
                    f'TF1) checkpoint, {os.path.basename(path)}; convert it with '
-                   'python -m migrate.convert_checkpoint, or use another '
+                   'migration-convert-checkpoint, or use another '
                    '--model_dir')
   try:
     checkpoint.restore(path).assert_consumed()

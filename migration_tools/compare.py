@@ -258,6 +258,23 @@ def _dropout(rec: Recorder, pair: LegacyPair, port, params, data_dir, batches,
   rec.run('dropout (1 replica)', run)
 
 
+def _single_replica_checks(rec: Recorder, pair: LegacyPair, legacy, runner,
+                           batches, source, workdir: str,
+                           options: Options) -> None:
+  """inputs, inference, the 1-replica training checks, evaluation, serving."""
+  rec.run('inputs', lambda: checks.inputs(batches[0][0],
+                                          _first_port_batch(runner)))
+  rec.run('inference', lambda: checks.inference(
+      legacy.predict(batches[0][0]), runner.predict(batches[0][0])))
+  _run_trajectory(rec, '1 replica', legacy, runner, batches, options)
+  # Here, before another legacy graph makes this port model unusable.
+  rec.run('evaluation', lambda: _evaluate(
+      legacy, runner, pair.input_fn, source, options.global_batch))
+  if pair.serving_input_fn is not None:
+    rec.run('served_predictions', lambda: _served_predictions(
+        legacy, runner, pair.serving_input_fn, source, workdir))
+
+
 def compare(pair: LegacyPair, port: port_lib.Port, source: prepare.DatasetInfo,
             workdir: str, strategies: dict[str, tf.distribute.Strategy],
             options: Options = Options()) -> list[CheckResult]:
@@ -269,16 +286,19 @@ def compare(pair: LegacyPair, port: port_lib.Port, source: prepare.DatasetInfo,
     source: prepared data: the comparison's training records are taken from
       its train split; evaluation and serving use its test split.
     workdir: where the comparison records and SavedModels are written.
-    strategies: {label: strategy}, the first one single-replica; each gets a
+    strategies: {label: strategy}, the first one '1 replica'; each gets a
       trajectory against the single-replica legacy model.
     options: the training compared.
 
   Returns:
     A CheckResult per check of planned_checks(); a check that raised is an
     ERROR with its cause, one never reached is NOT_RUN with the reason.
+
+  Raises:
+    KitError: the legacy input_fn fails before any check can run.
   """
-  labels = list(strategies)
-  rec = Recorder(planned_checks(labels, pair.serving_input_fn is not None))
+  rec = Recorder(planned_checks(list(strategies),
+                                pair.serving_input_fn is not None))
   data_dir = write_comparison_data(source, workdir,
                                    options.steps * options.global_batch)
   batches = legacy_lib.legacy_batches(pair.input_fn, data_dir,
@@ -287,53 +307,42 @@ def compare(pair: LegacyPair, port: port_lib.Port, source: prepare.DatasetInfo,
   tf.keras.utils.set_random_seed(options.seed)
   start = None
 
+  def build(strategy):
+    legacy = legacy_lib.LegacyRunner(pair.model_fn, params,
+                                     options.global_batch)
+    legacy.set_weights(start or legacy.weights())
+    runner = port_runner.PortRunner(port, strategy, data_dir,
+                                    options.global_batch,
+                                    options.learning_rate)
+    return legacy, runner
+
   with port_runner.dropout_disabled():
-    for index, (label, strategy) in enumerate(strategies.items()):
-      stage = [n for n in rec.planned if n.endswith(f'({label})')]
+    for label, strategy in strategies.items():
+      single = strategy.num_replicas_in_sync == 1
       try:
-        legacy = legacy_lib.LegacyRunner(pair.model_fn, params,
-                                         options.global_batch)
-        start = start or legacy.weights()
-        legacy.set_weights(start)
-        runner = port_runner.PortRunner(port, strategy, data_dir,
-                                        options.global_batch,
-                                        options.learning_rate)
+        legacy, runner = build(strategy)
       except Exception as e:  # pylint: disable=broad-except
-        rec.error((['inventory'] if index == 0 else []) + stage,
+        rec.error((['inventory'] if single else []) +
+                  [n for n in rec.planned if n.endswith(f'({label})')],
                   f'building the {label} run raised: {_cause(e)}')
-        if index == 0:
+        if single:
           rec.stopped = 'the single-replica run could not be built'
           return rec.results()
         continue
-      if index == 0:
+      if single:
+        start = legacy.weights()
         if not rec.run('inventory', lambda: checks.inventory(
             legacy.weights(), runner.weights())).passed:
           rec.stopped = 'inventory failed: the weights cannot be aligned'
           return rec.results()
-      runner.set_weights(start)
-      if index == 0:
-        rec.run('inputs', lambda: checks.inputs(batches[0][0],
-                                                _first_port_batch(runner)))
-        rec.run('inference', lambda: checks.inference(
-            legacy.predict(batches[0][0]), runner.predict(batches[0][0])))
-      _run_trajectory(rec, label, legacy, runner, batches, options)
-      if index == 0:
-        # Here, before another legacy graph makes this port model unusable.
-        rec.run('evaluation', lambda: _evaluate(
-            legacy, runner, pair.input_fn, source, options.global_batch))
-        if pair.serving_input_fn is not None:
-          rec.run('served_predictions', lambda: _served_predictions(
-              legacy, runner, pair.serving_input_fn, source, workdir))
+        runner.set_weights(start)
+        _single_replica_checks(rec, pair, legacy, runner, batches, source,
+                               workdir, options)
       else:
-        def stepwise():
-          fresh = legacy_lib.LegacyRunner(pair.model_fn, params,
-                                          options.global_batch)
-          fresh.set_weights(start)
-          again = port_runner.PortRunner(port, strategy, data_dir,
-                                         options.global_batch,
-                                         options.learning_rate)
-          return _stepwise(label, fresh, again, batches, options.steps)
-        rec.run(f'stepwise ({label})', stepwise)
+        runner.set_weights(start)
+        _run_trajectory(rec, label, legacy, runner, batches, options)
+        rec.run(f'stepwise ({label})', lambda: _stepwise(
+            label, *build(strategy), batches, options.steps))
   _dropout(rec, pair, port, params, data_dir, batches, start, options)
   return rec.results()
 

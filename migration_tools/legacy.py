@@ -39,10 +39,24 @@ def predict_probabilities(model_fn, checkpoint_path: str, images: np.ndarray,
 
 
 def legacy_batches(input_fn, data_dir: str, global_batch: int) -> list:
-  """(features, labels) numpy batches from the legacy input_fn, in order."""
-  dataset = process.without_autotune_thread(
-      input_fn({'data_dir': data_dir, 'batch_size': global_batch}))
-  return [(images.numpy(), labels.numpy()) for images, labels in dataset]
+  """(features, labels) numpy batches from the legacy input_fn, in order.
+
+  Raises:
+    KitError: the input_fn raised (its line) or gave no batch.
+  """
+  try:
+    dataset = process.without_autotune_thread(
+        input_fn({'data_dir': data_dir, 'batch_size': global_batch}))
+    batches = [(features.numpy(), labels.numpy())
+               for features, labels in dataset]
+  except Exception as e:  # pylint: disable=broad-except
+    reason = str(e).strip().splitlines()[0][:300] if str(e).strip() else ''
+    raise KitError(f'the legacy input_fn raised {type(e).__name__}: '
+                   f'{reason}') from e
+  if not batches:
+    raise KitError(f'the legacy input_fn gave no batch of {global_batch} '
+                   f'from {data_dir}')
+  return batches
 
 
 class _Graph:

@@ -174,6 +174,6 @@ def test_estimator_checkpoint_is_refused_with_a_pointer_to_the_converter(
       tf.compat.v1.train.Saver().save(sess, str(tmp_path / 'model.ckpt'),
                                       global_step=100)
   with pytest.raises(KitError, match=r'holds a name-based \(Estimator or TF1\) '
-                     r'checkpoint, model\.ckpt-100; convert it with python -m '
-                     r'migrate\.convert_checkpoint'):
+                     r'checkpoint, model\.ckpt-100; convert it with '
+                     r'migration-convert-checkpoint'):
     train.run(make_flags(tmp_path), cpu_strategy(1), fake_data_dir)
