@@ -19,6 +19,7 @@ from absl import logging
 
 from mnist_common import process
 from mnist_common.errors import KitError
+from mnist_common.errors import one_line
 
 _HELP = ('-h', '-help', '--help', '--helpshort', '--helpfull', '-?')
 
@@ -44,9 +45,8 @@ def load_callable(spec: str, what: str = 'it'):
                    'on PYTHONPATH?') from e
   except Exception as e:  # pylint: disable=broad-except
     # The user's module ran code at import and it failed: say so in a line.
-    reason = str(e).splitlines()[0] if str(e) else ''
     raise KitError(f'{what}: importing {module_name} raised '
-                   f'{type(e).__name__}: {reason}') from e
+                   f'{one_line(e)}') from e
   if not hasattr(module, attribute):
     raise KitError(f'{what}: {module_name} has no {attribute}')
   value = getattr(module, attribute)

@@ -47,6 +47,7 @@ from mnist_common import prepare  # pylint: disable=wrong-import-position
 from mnist_common import process  # pylint: disable=wrong-import-position
 from mnist_common import tfrecords  # pylint: disable=wrong-import-position
 from mnist_common.errors import KitError  # pylint: disable=wrong-import-position
+from mnist_common.errors import one_line  # pylint: disable=wrong-import-position
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,15 +74,6 @@ class LegacyPair:
   serving_input_fn: Callable | None = None
 
 
-def _cause(error: BaseException) -> str:
-  """An exception as the one line a report shows."""
-  text = str(error).strip().splitlines()
-  text = text[0][:300] if text else ''
-  if isinstance(error, KitError):
-    return text
-  return f'{type(error).__name__}: {text}' if text else type(error).__name__
-
-
 class Recorder:
   """Runs checks, each isolated: one that raises becomes an ERROR result with
   its cause, and the next one runs. ``results()`` lists every planned check,
@@ -97,7 +89,7 @@ class Recorder:
     try:
       result = check()
     except Exception as e:  # pylint: disable=broad-except
-      result = CheckResult(name, checks.ERROR, _cause(e))
+      result = CheckResult(name, checks.ERROR, one_line(e))
     result.name = name
     self._results[name] = result
     return result
@@ -174,7 +166,7 @@ def _run_trajectory(rec: Recorder, label: str, legacy, runner, batches,
               'per-replica batch)')
     return
   except Exception as e:  # pylint: disable=broad-except
-    rec.error(names, f'step {len(ours) + 1} raised: {_cause(e)}')
+    rec.error(names, f'step {len(ours) + 1} raised: {one_line(e)}')
     return
   rec.run(names[0], lambda: checks.learning_rate(
       names[0], [t.get('learning_rate', np.nan) for t in theirs],
@@ -322,9 +314,9 @@ def compare(pair: LegacyPair, port: port_lib.Port, source: prepare.DatasetInfo,
       try:
         legacy, runner = build(strategy)
       except Exception as e:  # pylint: disable=broad-except
-        rec.error((['inventory'] if single else []) +
+        rec.error(['inventory'] if single else
                   [n for n in rec.planned if n.endswith(f'({label})')],
-                  f'building the {label} run raised: {_cause(e)}')
+                  f'building the {label} run raised: {one_line(e)}')
         if single:
           rec.stopped = 'the single-replica run could not be built'
           return rec.results()
@@ -377,7 +369,7 @@ def write_report(results: list[CheckResult], path: str, figures: dict) -> str:
   try:
     plot.loss_curves(rows, plot_path)
   except Exception as e:  # pylint: disable=broad-except
-    return f'{path} (no plot: {_cause(e)})'
+    return f'{path} (no plot: {one_line(e)})'
   return f'{path}, plot: {plot_path}'
 
 

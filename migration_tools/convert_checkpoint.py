@@ -28,6 +28,7 @@ from migration_tools import port as port_lib
 from migration_tools import tolerances
 from mnist_common import prepare
 from mnist_common.errors import KitError
+from mnist_common.errors import one_line
 
 STEP_NAME = 'global_step'  # -> optimizer.iterations
 
@@ -204,11 +205,9 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
     try:
       result = verify(tool_flags.estimator_dir, tool_flags.output, port,
                       model_fn, input_fn, data_dir, tool_flags.verify_examples)
-    except Exception as e:
+    except Exception as e:  # pylint: disable=broad-except
       shutil.rmtree(tool_flags.output, ignore_errors=True)
-      reason = str(e) if isinstance(e, KitError) else (
-          f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}')
-      raise KitError(f'{reason}; {tool_flags.output} was removed') from e
+      raise KitError(f'{one_line(e)}; {tool_flags.output} was removed') from e
     print(f'Verified on {result["examples"]} examples: same classes, '
           f'probabilities within {result["max_probability_diff"]:.2e}')
 

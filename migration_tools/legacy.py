@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from mnist_common import process
 from mnist_common.errors import KitError
+from mnist_common.errors import one_line
 
 _APPLY_OPS = ('ApplyGradientDescent', 'ResourceApplyGradientDescent')
 
@@ -50,9 +51,7 @@ def legacy_batches(input_fn, data_dir: str, global_batch: int) -> list:
     batches = [(features.numpy(), labels.numpy())
                for features, labels in dataset]
   except Exception as e:  # pylint: disable=broad-except
-    reason = str(e).strip().splitlines()[0][:300] if str(e).strip() else ''
-    raise KitError(f'the legacy input_fn raised {type(e).__name__}: '
-                   f'{reason}') from e
+    raise KitError(f'the legacy input_fn raised {one_line(e)}') from e
   if not batches:
     raise KitError(f'the legacy input_fn gave no batch of {global_batch} '
                    f'from {data_dir}')

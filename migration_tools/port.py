@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from migration_tools import cli
 from mnist_common.errors import KitError
+from mnist_common.errors import one_line
 
 GUIDE = 'docs/MIGRATION.md, "Plug your own pair in"'
 
@@ -113,8 +114,7 @@ def load_port(spec: str) -> Port:
   try:
     port = factory()
   except Exception as e:  # pylint: disable=broad-except
-    reason = str(e).splitlines()[0] if str(e) else ''
-    raise KitError(f'--port {spec} raised {type(e).__name__}: {reason}') from e
+    raise KitError(f'--port {spec} raised {one_line(e)}') from e
   return check_port(port, spec)
 
 

@@ -15,3 +15,13 @@ class DataError(KitError):
 
 class TPUNotFoundError(KitError):
   """A TPU was asked for and none could be reached."""
+
+
+def one_line(error: BaseException) -> str:
+  """An exception as the one line a user is shown: a KitError's message, else
+  'Type: the first line of its message' (at most 300 characters)."""
+  lines = str(error).strip().splitlines()
+  text = lines[0][:300] if lines else ''
+  if isinstance(error, KitError):
+    return text
+  return f'{type(error).__name__}: {text}' if text else type(error).__name__
