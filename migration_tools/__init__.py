@@ -6,6 +6,7 @@
 
 The port is described by a ``port.Port`` (the contract); ``legacy`` runs the
 user's model_fn as TPUEstimator does on CPU, ``port_runner`` runs the port,
-``checks`` compares them against the bars in ``tolerances``. ``kit_pair`` is
+``harness`` drives both and ``checks`` compares them against the bars in
+``tolerances``; ``compare.py`` is the harness's command. ``kit_pair`` is
 the kit's own pair, the commands' defaults and a worked example.
 """

@@ -1,5 +1,6 @@
 """The port contract: what breaks it is named in one line, in-process."""
 import dataclasses
+import os
 
 import pytest
 
@@ -7,7 +8,7 @@ import broken_ports
 from conftest import cpu_strategy
 from migrate import custom_loop
 from migration_tools import checks
-from migration_tools import compare
+from migration_tools import harness
 from migration_tools import kit_pair
 from migration_tools import port as port_lib
 from migration_tools import port_runner
@@ -55,7 +56,7 @@ def test_a_map_naming_a_missing_variable_is_named(fake_data_dir):
 
 
 def test_recorder_isolates_a_raising_check_and_lists_the_rest():
-  rec = compare.Recorder(['a', 'b', 'c', 'd'])
+  rec = harness.Recorder(['a', 'b', 'c', 'd'])
   rec.run('a', lambda: checks.judged('a', 0.0, 1.0, {}, ''))
   rec.run('b', lambda: 1 / 0)
   rec.error(['c'], 'c could not run')
@@ -68,8 +69,14 @@ def test_recorder_isolates_a_raising_check_and_lists_the_rest():
 
 
 def test_planned_checks_match_the_report_of_the_kit_pair():
-  names = compare.planned_checks(['1 replica', '2 replicas', '4 replicas'],
+  names = harness.planned_checks(['1 replica', '2 replicas', '4 replicas'],
                                  serving=True)
   assert len(names) == 17 and len(set(names)) == 17
   assert names[:3] == ['inventory', 'inputs', 'inference']
   assert names[-1] == 'dropout (1 replica)'
+
+
+def test_importing_the_harness_leaves_the_environment_alone():
+  # Only the command turns oneDNN off for itself; a process that imports the
+  # library (these tests, and the subprocesses they start) keeps its default.
+  assert os.environ.get('TF_ENABLE_ONEDNN_OPTS') != '0'
