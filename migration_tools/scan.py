@@ -17,13 +17,16 @@ comparison tools do); a line ending in ``# migration-scan: ignore`` is not
 reported. It imports the standard library and absl only, so it runs where
 TensorFlow is not installed.
 
-Exit code: 0 nothing left to migrate, 1 findings, 2 bad input.
+Exit code: 0 nothing left to migrate, 1 findings or files that could not be
+read or parsed (they are unchecked), 2 bad input. Files are read as Python
+reads them (a PEP 263 coding line, else UTF-8).
 """
 import ast
 import dataclasses
 import json
 import os
 import sys
+import tokenize
 
 from absl import app
 from absl import flags
@@ -340,9 +343,10 @@ def scan(paths: list[str]) -> Result:
   for path in python_files(paths):
     result.files += 1
     try:
-      with open(path, encoding='utf-8') as f:
+      # As Python reads a module: a PEP 263 coding line, else UTF-8.
+      with tokenize.open(path) as f:
         source = f.read()
-    except (OSError, UnicodeDecodeError) as e:
+    except (OSError, SyntaxError, UnicodeDecodeError) as e:
       result.unparsable.append((path, f'cannot read: {e}'))
       continue
     if any(line.strip().startswith(SKIP_FILE) for line in source.splitlines()):
@@ -354,6 +358,10 @@ def scan(paths: list[str]) -> Result:
       result.unparsable.append((path, f'does not parse as Python 3 '
                                 f'(line {getattr(e, "lineno", "?")}): '
                                 f'{getattr(e, "msg", e)}'))
+    except (RecursionError, MemoryError):
+      # A deeply nested expression: this file is unchecked, the rest go on.
+      result.unparsable.append((path, 'cannot be analysed: an expression is '
+                                'nested too deeply'))
   return result
 
 
@@ -396,7 +404,8 @@ def main(argv: list[str]) -> None:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
   print(format_json(result) if FLAGS.format == 'json' else format_text(result))
-  sys.exit(1 if result.findings else 0)
+  # A file that could not be read or parsed is unchecked, not clean.
+  sys.exit(1 if result.findings or result.unparsable else 0)
 
 
 def run() -> None:

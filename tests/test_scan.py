@@ -129,3 +129,21 @@ def _anchors(markdown):
       title = line[3:].strip().lower()
       yield ''.join(c for c in title if c.isalnum() or c in ' -_').replace(
           ' ', '-')
+
+
+def test_unchecked_files_make_the_exit_non_zero_and_the_rest_go_on(tmp_path):
+  # Read as Python reads it: a PEP 263 coding line, here latin-1.
+  (tmp_path / 'latin.py').write_bytes(
+      b'# -*- coding: latin-1 -*-\nimport tensorflow as tf\n'
+      b'NAME = "caf\xe9"\nsession = tf.Session()\n')
+  # Too deep for the AST walk: listed, not fatal.
+  (tmp_path / 'deep.py').write_text('x = ' + ' + '.join(['"a"'] * 5000) + '\n')
+  result = scan.scan([str(tmp_path)])
+  assert [f.line for f in result.findings] == [4]
+  assert [(os.path.basename(p), r) for p, r in result.unparsable] == [
+      ('deep.py', 'cannot be analysed: an expression is nested too deeply')]
+
+  (tmp_path / 'latin.py').unlink()
+  only_unparsable = run_module('migration_tools.scan', str(tmp_path))
+  assert only_unparsable.returncode == 1, only_unparsable.stdout
+  assert '1 not parsed' in last_line(only_unparsable.stdout)
