@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from migration_tools import optimizers
 from migration_tools import tolerances
 
 PASSED, FAILED, ERROR, NOT_RUN = 'passed', 'failed', 'error', 'not run'
@@ -51,7 +52,8 @@ class CheckResult:
     message = ''
     if self.message:
       message = ('; ' if figure else ' ') + self.message
-    return f'{label} {self.name}:{figure}{message}'
+    return f'{label} {self.name}' + (f':{figure}{message}'
+                                     if figure or message else '')
 
 
 def judged(name: str, value: float, tolerance: float, figures: dict,
@@ -93,57 +95,196 @@ def inventory(theirs: dict, ours: dict) -> CheckResult:
                'extra_in_port': extra, 'wrong_shape': shapes})
 
 
-def inputs(legacy_batch: np.ndarray, port_batch: np.ndarray) -> CheckResult:
-  """The two input pipelines give the same features for the same records."""
-  port_batch = port_batch[:len(legacy_batch)]
-  diff = float(np.abs(port_batch - legacy_batch).max())
-  figures = {'legacy_range': [float(legacy_batch.min()),
-                              float(legacy_batch.max())],
-             'port_range': [float(port_batch.min()), float(port_batch.max())]}
-  return judged('inputs', diff, tolerances.INPUT_ATOL, figures,
-                'the port\'s input pipeline gives other features than the '
-                'legacy input_fn for the same records (legacy range '
-                f'{_range(figures["legacy_range"])}, port range '
-                f'{_range(figures["port_range"])}): compare the '
-                'preprocessing, e.g. the pixel scaling')
+def _leaves(structure) -> dict[str, np.ndarray]:
+  """{path: array} of a tensor or a nested dict of them."""
+  if isinstance(structure, dict):
+    return {f'{k}/{p}'.rstrip('/'): v for k in sorted(structure)
+            for p, v in _leaves(structure[k]).items()}
+  return {'': np.asarray(structure)}
+
+
+def _numeric(a: np.ndarray) -> bool:
+  return a.dtype.kind in 'biuf'
+
+
+def output_diff(a: np.ndarray, b: np.ndarray) -> float:
+  """Max |a - b|; inf if the shapes differ; 0/inf for non-numbers."""
+  if a.shape != b.shape:
+    return float('inf')
+  if not _numeric(a) or not _numeric(b):
+    return 0.0 if np.array_equal(a, b) else float('inf')
+  return float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max(
+      initial=0.0))
+
+
+def inputs(legacy_batch: tuple, port_batch: tuple | None) -> CheckResult:
+  """The port's input pipeline gives the legacy input_fn's first batch.
+
+  Args:
+    legacy_batch, port_batch: (features, labels) of the first global batch
+      (the port's replicas concatenated); port_batch None if the port gives
+      no input_pipeline.
+  """
+  if port_batch is None:
+    return CheckResult('inputs', NOT_RUN, 'the port gives no input_pipeline '
+                       '(Port.input_pipeline) to compare with the legacy '
+                       'input_fn')
+  theirs = _leaves({'features': legacy_batch[0], 'labels': legacy_batch[1]}
+                   if legacy_batch[1] is not None else
+                   {'features': legacy_batch[0]})
+  ours = _leaves({'features': port_batch[0], 'labels': port_batch[1]}
+                 if port_batch[1] is not None else {'features': port_batch[0]})
+  examples = [len(next(iter(theirs.values()))), len(next(iter(ours.values())))]
+  figures = {'legacy_examples': examples[0], 'port_examples': examples[1]}
+  if examples[0] != examples[1]:
+    return CheckResult(
+        'inputs', FAILED, f'the port\'s input pipeline gives {examples[1]} '
+        f'examples per step where the legacy input_fn gives {examples[0]} '
+        '(e.g. the global batch used as the per-replica batch)',
+        figures=figures)
+  if set(theirs) != set(ours):
+    return CheckResult(
+        'inputs', FAILED, 'the two pipelines yield other structures (legacy: '
+        f'{sorted(theirs)}, port: {sorted(ours)}): the port\'s model must '
+        'take the features as the legacy input_fn yields them',
+        figures=figures)
+  diffs = {k: output_diff(theirs[k], ours[k]) for k in theirs}
+  worst = max(diffs, key=diffs.get)
+  figures.update(worst=worst, **{
+      f'{side}_range': [float(d[worst].min()), float(d[worst].max())]
+      for side, d in (('legacy', theirs), ('port', ours))
+      if _numeric(d[worst]) and d[worst].size})
+  return judged('inputs', diffs[worst], tolerances.INPUT_ATOL, figures,
+                f'the port\'s input pipeline gives another {worst} than the '
+                'legacy input_fn for the same records' + (
+                    f' (legacy range {_range(figures["legacy_range"])}, port '
+                    f'range {_range(figures["port_range"])})'
+                    if 'port_range' in figures else '') +
+                ': compare the preprocessing, e.g. a scaling, and the order')
 
 
 def _range(pair: list) -> str:
   return f'[{pair[0]:.3g}, {pair[1]:.3g}]'
 
 
-def inference(theirs: np.ndarray, ours: np.ndarray) -> CheckResult:
-  """The same outputs at identical weights and inputs."""
-  diff = float(np.abs(theirs - ours).max())
-  return judged('inference', diff, tolerances.INFERENCE_ATOL,
-                {'outputs': int(np.prod(theirs.shape))},
-                f'the outputs differ by up to {diff:.3g} before any training '
-                'step, at identical weights and inputs: the model or its '
-                'preprocessing differs (e.g. an input scaling done in the '
-                'model_fn, an activation, a layer\'s order, a kernel read in '
-                'another layout)')
+def paired_outputs(theirs: dict, ours: dict, output_map: dict[str, str]
+                   ) -> tuple[dict, list[str]]:
+  """{legacy name: (legacy array, port array)} and the legacy names the port
+  lacks (through output_map)."""
+  pairs, missing = {}, []
+  for name, value in theirs.items():
+    mapped = output_map.get(name, name)
+    if mapped in ours:
+      pairs[name] = (np.asarray(value), np.asarray(ours[mapped]))
+    else:
+      missing.append(name)
+  return pairs, missing
 
 
-def one_step(name: str, theirs: dict, ours: dict, legacy_weights: dict,
-             port_weights: dict, replicas: int) -> CheckResult:
-  """One step at identical weights: loss, every gradient, updated weights."""
+def _compare_outputs(name: str, theirs: dict, ours: dict,
+                     output_map: dict[str, str], tolerance: float,
+                     hint: str) -> CheckResult:
+  """Every legacy output against the port's of the same (mapped) name."""
+  pairs, missing = paired_outputs(theirs, ours, output_map)
+  if missing or not pairs:
+    return CheckResult(name, FAILED, f'the port has no output for '
+                       f'{", ".join(missing) or "any legacy output"} (legacy:'
+                       f' {sorted(theirs)}, port: {sorted(ours)}): name the '
+                       'port\'s outputs as the legacy ones, or map them '
+                       '(Port.output_map)')
+  diffs = {k: output_diff(*pair) for k, pair in pairs.items()}
+  worst = max(diffs, key=diffs.get)
+  figures = {'outputs': {k: list(p[0].shape) for k, p in pairs.items()},
+             'max_diff_by_output': diffs, 'worst_output': worst}
+  return judged(name, diffs[worst], tolerance, figures,
+                f'{worst} differs by up to {diffs[worst]:.3g} ' + hint)
+
+
+def inference(theirs: dict, ours: dict,
+              output_map: dict[str, str]) -> CheckResult:
+  """The same PREDICT outputs at identical state and inputs, by name."""
+  return _compare_outputs(
+      'inference', theirs, ours, output_map, tolerances.INFERENCE_ATOL,
+      'before any training step, at identical weights and inputs: the model '
+      'or its preprocessing differs (e.g. an input scaling done in the '
+      'model_fn, an activation, a layer\'s order or hyper-parameter such as '
+      'a batch-norm epsilon, an embedding\'s scaling, a kernel read in '
+      'another layout)')
+
+
+def optimizer(theirs, ours) -> CheckResult:
+  """The same optimizer kind and hyper-parameters.
+
+  Args:
+    theirs: optimizers.Description of the legacy optimizer, or None if the
+      legacy graph's is not one the kit reads.
+    ours: optimizers.Description of the port's.
+  """
+  if theirs is None:
+    return CheckResult('optimizer', NOT_RUN, 'the legacy optimizer is not one '
+                       'the kit reads (TF 1 GradientDescent, Momentum, Adam); '
+                       'its slots are not compared')
+  said = optimizers.differences(theirs, ours)
+  figures = {'legacy': str(theirs), 'port': str(ours)}
+  if said:
+    return CheckResult('optimizer', FAILED, '; '.join(said) + ': set the '
+                       'port\'s to the legacy values (Keras defaults differ '
+                       'from TF 1\'s, e.g. Adam\'s epsilon 1e-7 vs 1e-8)',
+                       figures=figures)
+  return CheckResult('optimizer', PASSED, figures=figures)
+
+
+def _split_state(theirs: dict, ours: dict, trainable) -> tuple:
+  """(weights diff, other state diff and its worst name) over legacy names."""
+  weights = {k: theirs[k] for k in trainable}
+  others = {k: v for k, v in theirs.items() if k not in weights}
+  weight_diff = max_diff(weights, ours)[0] if weights else 0.0
+  state_diff, worst = max_diff(others, ours) if others else (0.0, None)
+  return weight_diff, state_diff, worst
+
+
+def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
+             port_state: dict, replicas: int, legacy_slots: dict | None = None,
+             port_slots: dict | None = None) -> CheckResult:
+  """One step at identical state: loss, every gradient, the updated weights,
+  the other state the step updates (e.g. batch-norm moving statistics) and
+  the optimizer's slots.
+
+  Args:
+    theirs, ours: what legacy.step and PortRunner.step returned.
+    legacy_state, port_state: the models' variables after the step, by
+      legacy name.
+    replicas: the port's replica count.
+    legacy_slots, port_slots: {(variable, slot): value} after the step, in
+      the TF 1 convention; None when the optimizer is not read.
+  """
   loss = abs(theirs['loss'] - ours['loss'])
   gradient, worst = max_diff(theirs['gradients'], ours['gradients'])
   rate = abs(theirs.get('learning_rate', np.nan) - ours['learning_rate'])
-  weights, _ = max_diff(legacy_weights, port_weights)
+  weights, state, worst_state = _split_state(legacy_state, port_state,
+                                             theirs['gradients'])
+  slots, worst_slot = 0.0, None
+  if legacy_slots and port_slots is not None:
+    missing = sorted(set(legacy_slots) - set(port_slots))
+    slots, worst_slot = (float('inf'), missing[0]) if missing else max_diff(
+        legacy_slots, port_slots)
   ratio = float(np.median([
       np.abs(ours['gradients'][k]).sum() /
       max(np.abs(theirs['gradients'][k]).sum(), 1e-30)
       for k in theirs['gradients']]))
   figures = {'loss_diff': loss, 'gradient_diff': gradient,
              'worst_gradient': worst, 'updated_weights_diff': weights,
+             'other_state_diff': state, 'worst_other_state': worst_state,
+             'slots_diff': slots,
+             'worst_slot': '/'.join(worst_slot) if worst_slot else None,
              'learning_rate_diff': rate, 'gradient_scale_ratio': ratio,
              'legacy_learning_rate': theirs.get('learning_rate'),
              'port_learning_rate': ours['learning_rate'],
              'legacy_examples': theirs.get('examples'),
              'port_examples': ours.get('examples')}
-  return judged(name, max(loss, gradient, weights), tolerances.ONE_STEP_ATOL,
-                figures, _one_step_hint(figures, replicas))
+  return judged(name, max(loss, gradient, weights, state, slots),
+                tolerances.ONE_STEP_ATOL, figures,
+                _one_step_hint(figures, replicas))
 
 
 def _one_step_hint(f: dict, replicas: int) -> str:
@@ -174,10 +315,23 @@ def _one_step_hint(f: dict, replicas: int) -> str:
   if f['learning_rate_diff'] > tolerances.LEARNING_RATE_ATOL:
     said.append(f'the learning rates differ ({f["legacy_learning_rate"]} vs '
                 f'{f["port_learning_rate"]})')
-  if not said:
+  over = tolerances.ONE_STEP_ATOL
+  if not said and f['updated_weights_diff'] > over:
     said.append(f'the updated weights differ by {f["updated_weights_diff"]:.3g}'
                 ' though loss and gradients agree: the update differs (e.g. '
-                'the optimizer or its hyper-parameters)')
+                'the optimizer or its hyper-parameters, see the optimizer '
+                'check)')
+  if f['other_state_diff'] > over:
+    said.append(f'{f["worst_other_state"]} differs by '
+                f'{f["other_state_diff"]:.3g} after the step (state updated '
+                'outside the optimizer, e.g. batch-norm moving statistics: '
+                'compare the batch-norm momentum, and that the port calls the '
+                'model with training=True)')
+  if f['slots_diff'] > over and f['updated_weights_diff'] <= over:
+    said.append(f'the optimizer slot {f["worst_slot"]} differs by '
+                f'{f["slots_diff"]:.3g} though the weights agree')
+  if not said:
+    said.append('the figures differ by less than each bar alone shows')
   return 'one step differs: ' + '; '.join(said)
 
 
@@ -199,7 +353,8 @@ def learning_rate(name: str, theirs: list[float], ours: list[float]
 
 def trajectory(name: str, theirs: list[float], ours: list[float],
                legacy_weights: dict, port_weights: dict,
-               judge_each_step: bool = True) -> CheckResult:
+               judge_each_step: bool = True,
+               global_steps: tuple[int, int] | None = None) -> CheckResult:
   """The loss of every step, and the final weights.
 
   Args:
@@ -208,6 +363,8 @@ def trajectory(name: str, theirs: list[float], ours: list[float],
       differences grow chaotically in a free run (see tolerances), so the run
       must complete with finite losses, and where it parts from the legacy
       one is reported; the stepwise check holds each step to the bar.
+    global_steps: (the legacy global step, the port optimizer's step) at the
+      end; they must be equal.
   """
   losses = np.abs(np.array(theirs) - np.array(ours))
   weights, worst = max_diff(legacy_weights, port_weights)
@@ -218,7 +375,15 @@ def trajectory(name: str, theirs: list[float], ours: list[float],
              'worst_weight': worst, 'judged_each_step': judge_each_step,
              'bit_identical': bool(losses.max() == 0 and weights == 0),
              'legacy_losses': [float(x) for x in theirs],
-             'port_losses': [float(x) for x in ours]}
+             'port_losses': [float(x) for x in ours],
+             'global_steps': list(global_steps) if global_steps else None}
+  if global_steps and global_steps[0] != global_steps[1]:
+    return CheckResult(name, FAILED, f'after {len(theirs)} steps the legacy '
+                       f'global step is {global_steps[0]} and the port\'s '
+                       f'optimizer step {global_steps[1]}: one step must '
+                       'advance it once (e.g. apply_gradients called once '
+                       'per replica or per micro-batch)', float(losses.max()),
+                       None, figures)
   if judge_each_step:
     return judged(name, max(float(losses.max()), weights),
                   tolerances.TRAJECTORY_ATOL, figures,
@@ -259,43 +424,41 @@ def stepwise(name: str, per_step: np.ndarray) -> CheckResult:
                 'loss scaling, the learning rate at that step)')
 
 
-def evaluation(theirs: dict, ours: dict, examples: int) -> CheckResult:
-  """Accuracy (and loss) of both evaluations at identical weights."""
-  if 'accuracy' not in theirs or 'accuracy' not in ours:
-    return CheckResult('evaluation', FAILED,
-                       'both evaluations need a metric named accuracy '
-                       f'(legacy: {sorted(theirs)}, port: {sorted(ours)})')
-  accuracy = abs(theirs['accuracy'] - ours['accuracy'])
-  return judged('evaluation', accuracy, tolerances.EVAL_ACCURACY_ATOL, {
-      'examples': examples,
-      'legacy_accuracy': theirs['accuracy'], 'port_accuracy': ours['accuracy'],
-      'legacy_loss': theirs['loss'], 'port_loss': ours['loss'],
-      'loss_diff': abs(theirs['loss'] - ours['loss'])},
-                f'the accuracies differ ({theirs["accuracy"]:.4f} vs '
-                f'{ours["accuracy"]:.4f}) at identical weights: compare the '
-                'metric (e.g. argmax of the logits against int labels) and '
-                'the eval input pipeline (split, batching, remainder)')
+def evaluation(theirs: dict, ours: dict, metric_map: dict[str, str],
+               examples: int) -> CheckResult:
+  """Every legacy eval metric (and the loss) against the port's metric of
+  the same (mapped) name, at identical state over the same batches."""
+  pairs, missing = {}, []
+  for name, value in theirs.items():
+    mapped = metric_map.get(name, name)
+    if mapped in ours:
+      pairs[name] = (value, ours[mapped])
+    else:
+      missing.append(name)
+  figures = {'examples': examples, 'legacy': theirs, 'port': ours}
+  if missing:
+    return CheckResult('evaluation', FAILED, f'the port reports no metric for '
+                       f'{", ".join(missing)} (port: {sorted(ours)}): name '
+                       'its metrics as the legacy eval metrics, or map them '
+                       '(Port.metric_map)', figures=figures)
+  relative = {k: abs(a - b) / max(1.0, abs(a)) for k, (a, b) in pairs.items()}
+  worst = max(relative, key=relative.get)
+  figures['worst_metric'] = worst
+  a, b = pairs[worst]
+  return judged('evaluation', relative[worst], tolerances.EVAL_METRIC_RTOL,
+                figures,
+                f'{worst} differs ({a:.6g} vs {b:.6g}) at identical weights '
+                'on the same batches: compare how the port computes it (e.g. '
+                'on another output or head, from logits vs probabilities, '
+                'top-k with another k) and what it averages over')
 
 
-def served_predictions(theirs: dict, ours: dict) -> CheckResult:
-  """Both SavedModels' outputs on the same raw inputs."""
-  needed = {'class_ids', 'probabilities'}
-  if not needed <= set(theirs) & set(ours):
-    return CheckResult('served_predictions', FAILED,
-                       'the two serving signatures differ: both need the '
-                       'outputs class_ids and probabilities (legacy: '
-                       f'{sorted(theirs)}, port: {sorted(ours)})')
-  classes = int((theirs['class_ids'] != ours['class_ids']).sum())
-  diff = float(np.abs(theirs['probabilities'] - ours['probabilities']).max())
-  result = judged('served_predictions', diff, tolerances.INFERENCE_ATOL,
-                  {'inputs': len(theirs['class_ids']),
-                   'different_classes': classes},
-                  f'the SavedModels\' probabilities differ by up to {diff:.3g}'
-                  ' at identical weights: compare the serving functions (the '
-                  'raw input\'s dtype, the same preprocessing as training) '
-                  'and the exported outputs')
-  if result.passed and classes:
-    result.status = FAILED
-    result.message = (f'{classes} inputs get another class from the two '
-                      'SavedModels: compare their class_ids outputs')
-  return result
+def served_predictions(theirs: dict, ours: dict,
+                       output_map: dict[str, str]) -> CheckResult:
+  """Both SavedModels' outputs on the same inputs, by name."""
+  return _compare_outputs(
+      'served_predictions', theirs, ours, output_map,
+      tolerances.INFERENCE_ATOL,
+      'between the SavedModels at identical weights, on the same inputs: '
+      'compare the serving functions (each input\'s dtype and '
+      'preprocessing, as in training) and the exported outputs')

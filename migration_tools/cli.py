@@ -9,6 +9,7 @@ flags keep their defaults unless ``--legacy_flags`` sets them
 (``set_legacy_flags``), for a model_fn that reads ``FLAGS``.
 """
 import importlib
+import json
 import shlex
 import sys
 from typing import Callable
@@ -54,6 +55,26 @@ def load_callable(spec: str, what: str = 'it'):
     raise KitError(f'{what}: {spec} is a {type(value).__name__}, not a '
                    'function or class')
   return value
+
+
+def parse_params(text: str) -> dict:
+  """--params: a JSON object -> dict.
+
+  Raises:
+    KitError: not JSON, not an object, or a key TPUEstimator reserves.
+  """
+  try:
+    params = json.loads(text) if text else {}
+  except ValueError as e:
+    raise KitError(f'--params is not JSON ({e}); give an object, e.g. '
+                   '\'{"data_dir": "/data", "learning_rate": 0.1}\'') from e
+  if not isinstance(params, dict):
+    raise KitError(f'--params must be a JSON object, not {text!r}')
+  reserved = sorted(set(params) & {'batch_size', 'context', 'use_tpu'})
+  if reserved:
+    raise KitError(f'--params holds {", ".join(reserved)}, which TPUEstimator '
+                   'sets itself (batch_size: use --batch_size)')
+  return params
 
 
 def define_legacy_flags(tool_flags: flags.FlagValues) -> None:

@@ -28,9 +28,9 @@ from migration_tools import cli  # pylint: disable=wrong-import-position
 from migration_tools import harness  # pylint: disable=wrong-import-position
 from migration_tools import kit_pair  # pylint: disable=wrong-import-position
 from migration_tools import port as port_lib  # pylint: disable=wrong-import-position
+from migration_tools import variable_map  # pylint: disable=wrong-import-position
 from mnist_common import batching  # pylint: disable=wrong-import-position
 from mnist_common import devices  # pylint: disable=wrong-import-position
-from mnist_common import prepare  # pylint: disable=wrong-import-position
 from mnist_common.errors import KitError  # pylint: disable=wrong-import-position
 
 
@@ -40,9 +40,10 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
   flags.DEFINE_string('legacy_model_fn', kit_pair.LEGACY_MODEL_FN,
                       'The legacy model_fn, as package.module:name.', **define)
   flags.DEFINE_string('legacy_input_fn', kit_pair.LEGACY_INPUT_FN,
-                      'A legacy input_fn that reads params["data_dir"] and '
-                      'params["batch_size"] and yields (features, labels) in '
-                      'file order, without shuffling.', **define)
+                      'A legacy input_fn that yields (features, labels), or '
+                      'features, batched by params["batch_size"], in a fixed '
+                      'order (no shuffling): its batches feed both sides.',
+                      **define)
   flags.DEFINE_string('legacy_serving_input_fn',
                       kit_pair.LEGACY_SERVING_INPUT_FN,
                       'The legacy serving_input_receiver_fn the Estimator '
@@ -52,14 +53,21 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
                       'A function returning the migration_tools.port.Port to '
                       'check, as package.module:name.', **define)
   cli.define_legacy_flags(tool_flags)
-  flags.DEFINE_string('data_dir', None, 'Where the compared records come from '
-                      '(see python -m migrate --helpfull); unset: the kit\'s '
-                      'default data.', **define)
+  flags.DEFINE_string('params', kit_pair.PARAMS,
+                      'The params of the legacy input_fn and model_fn, as a '
+                      'JSON object (what TPUEstimator(params=...) got); '
+                      'batch_size and use_tpu=False are added as TPUEstimator '
+                      'adds them.', **define)
+  flags.DEFINE_string('variable_map', None,
+                      'A JSON file {"legacy/name": "port/name"} pairing the '
+                      'models\' variables; unset: the port\'s variable_map, '
+                      'or inferred from names and shapes.', **define)
   flags.DEFINE_integer('steps', 100, 'Training steps compared.', lower_bound=1,
                        **define)
-  flags.DEFINE_integer('batch_size', 64, 'Global batch.', lower_bound=1,
-                       **define)
-  flags.DEFINE_float('learning_rate', 0.05, 'Initial learning rate.', **define)
+  flags.DEFINE_integer('batch_size', 64, 'Global batch (params["batch_size"]).',
+                       lower_bound=1, **define)
+  flags.DEFINE_integer('eval_batches', 20, 'Batches the evaluation check '
+                       'reads, at most.', lower_bound=1, **define)
   flags.DEFINE_list('replicas', ['1', '2', '4'],
                     'Replica counts to run the port on; the first must be 1.',
                     **define)
@@ -91,7 +99,8 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
     raise KitError(f'--report {report}: its folder does not exist; create it '
                    'or choose another path')
   options = harness.Options(tool_flags.steps, tool_flags.batch_size,
-                            tool_flags.learning_rate)
+                            tool_flags.eval_batches,
+                            cli.parse_params(tool_flags.params))
   counts = _replica_counts(tool_flags.replicas, options.global_batch)
   devices.split_cpu(max(counts))
   serving = tool_flags.legacy_serving_input_fn
@@ -101,10 +110,12 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
       cli.load_callable(serving, '--legacy_serving_input_fn')
       if serving else None)
   port = port_lib.load_port(tool_flags.port)
+  if tool_flags.variable_map:
+    port = dataclasses.replace(
+        port, variable_map=variable_map.read(tool_flags.variable_map))
   cli.set_legacy_flags(tool_flags.legacy_flags)
-  source = prepare.prepare(tool_flags.data_dir)
   with tempfile.TemporaryDirectory() as workdir:
-    results = harness.compare(pair, port, source, workdir,
+    results = harness.compare(pair, port, workdir,
                               harness.cpu_strategies(counts), options)
   for result in results:
     print(result.summary())
@@ -113,8 +124,7 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
     print(f'First to fix: {failed[0].name} (later failures may follow from '
           'it)')
   written = harness.write_report(results, report, {
-      **dataclasses.asdict(options), 'data': source.description,
-      'onednn': os.environ.get('TF_ENABLE_ONEDNN_OPTS')})
+      **dataclasses.asdict(options), 'onednn': os.environ.get('TF_ENABLE_ONEDNN_OPTS')})
   print(f'Report: {written}')
   if failed:
     raise SystemExit(1)

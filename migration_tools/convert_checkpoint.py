@@ -1,17 +1,24 @@
 """Carries a trained Estimator checkpoint over to the port.
 
   migration-convert-checkpoint --estimator_dir=OLD_MODEL_DIR \
-      --output=NEW_MODEL_DIR [--port=my_port:make_port] [--verify]
+      --output=NEW_MODEL_DIR [--port=my_port:make_port] [--params=JSON] \
+      [--variable_map=map.json] [--verify]
 
-Reads the latest name-based checkpoint in --estimator_dir, maps each variable
-onto the port's model by the port's explicit variable map (port.Port), checks
-names and shapes, and writes an object-based checkpoint (model and optimizer,
-the step kept) into --output, a directory the port restores and resumes from
-(the kit's: ``python -m migrate --model_dir=NEW_MODEL_DIR``). --verify then
-feeds the same batches of the legacy input_fn to the legacy model_fn (with the
-old checkpoint) and to the port's model (with the new one) and requires the
-same classes and probabilities within tolerances.CONVERSION_PROBABILITY_ATOL.
+Reads the latest name-based checkpoint in --estimator_dir and writes an
+object-based checkpoint (model and optimizer) into --output, a directory the
+port restores and resumes from (the kit's: ``python -m migrate
+--model_dir=NEW_MODEL_DIR``). What is carried: every model variable (weights
+and e.g. batch-norm moving statistics), paired by the port's variable map,
+--variable_map, or inferred from names and shapes (``variable_map``); the
+optimizer's slots (TF 1 Momentum and Adam, in the port's convention:
+``optimizers``); the global step, as the optimizer's step. Anything left
+unpaired on either side is an error that lists it. --verify then feeds the
+same batches of the legacy input_fn to the legacy model_fn in PREDICT mode
+(old checkpoint) and to the port's predict (new checkpoint), and requires
+every output to agree (floats within tolerances.CONVERSION_ATOL, integers
+exactly).
 """
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -21,57 +28,119 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from migration_tools import checks
 from migration_tools import cli
 from migration_tools import kit_pair
 from migration_tools import legacy
+from migration_tools import optimizers
 from migration_tools import port as port_lib
 from migration_tools import tolerances
-from mnist_common import prepare
+from migration_tools import variable_map as variable_map_lib
 from mnist_common.errors import KitError
 from mnist_common.errors import one_line
 
 STEP_NAME = 'global_step'  # -> optimizer.iterations
+# Optimizer variables a Keras optimizer derives from its step instead.
+LEGACY_DERIVED = ('beta1_power', 'beta2_power')
+OBJECT_GRAPH_KEY = '_CHECKPOINTABLE_OBJECT_GRAPH'
 
 
-def read_checkpoint(estimator_dir: str) -> tuple[str, dict]:
-  """The latest checkpoint in estimator_dir and its {name: array}."""
+@dataclasses.dataclass(frozen=True)
+class LegacyCheckpoint:
+  """A name-based checkpoint, split as the converter reads it.
+
+  model: {variable name: value}, in the checkpoint's (sorted) order.
+  slots: {(variable name, canonical slot): value}; kind: their optimizer's.
+  step: the global step (0 if absent).
+  """
+  path: str
+  model: dict
+  slots: dict
+  kind: str | None
+  step: int
+
+
+def read_checkpoint(estimator_dir: str) -> LegacyCheckpoint:
+  """The latest checkpoint in estimator_dir, split into model, slots, step.
+
+  Raises:
+    KitError: no checkpoint, or one already object-based (TF 2).
+  """
   path = tf.train.latest_checkpoint(estimator_dir)
   if path is None:
     raise KitError(f'no checkpoint in --estimator_dir {estimator_dir}')
   reader = tf.train.load_checkpoint(path)
-  return path, {name: reader.get_tensor(name)
-                for name in reader.get_variable_to_shape_map()}
+  names = reader.get_variable_to_shape_map()
+  if OBJECT_GRAPH_KEY in names:
+    raise KitError(f'{path} is already a TF 2 (object-based) checkpoint: '
+                   'restore it with tf.train.Checkpoint; there is nothing to '
+                   'convert')
+  model, slots, kinds = {}, {}, set()
+  for name in sorted(names):
+    owner, _, suffix = name.rpartition('/')
+    if name == STEP_NAME or name.rpartition('/')[2] in LEGACY_DERIVED:
+      continue
+    if suffix in optimizers.LEGACY_SLOT_SUFFIXES and owner in names:
+      kind, slot = optimizers.LEGACY_SLOT_SUFFIXES[suffix]
+      kinds.add(kind)
+      slots[(owner, slot)] = reader.get_tensor(name)
+    else:
+      model[name] = reader.get_tensor(name)
+  if len(kinds) > 1:
+    raise KitError(f'{path} holds slots of several optimizers '
+                   f'({", ".join(sorted(kinds))}); the converter carries one')
+  step = int(reader.get_tensor(STEP_NAME)) if STEP_NAME in names else 0
+  return LegacyCheckpoint(path, model, slots, kinds.pop() if kinds else None,
+                          step)
 
 
-def check_mapping(values: dict, model: tf.keras.Model,
-                  variable_map: dict[str, str]) -> None:
-  """Raises KitError listing every missing, extra or wrong-shaped variable."""
-  ours = {v.name.removesuffix(':0'): v for v in model.variables}
-  missing = sorted(set(variable_map) - set(values))
-  extra = sorted(set(values) - set(variable_map) - {STEP_NAME})
-  unmapped = sorted(set(ours) - set(variable_map.values()))
-  shapes = [f'{name} {list(values[name].shape)} -> '
-            f'{variable_map[name]} {ours[variable_map[name]].shape.as_list()}'
-            for name in sorted(set(variable_map) & set(values))
-            if variable_map[name] in ours and
-            values[name].shape != tuple(ours[variable_map[name]].shape)]
-  problems = [f'{label}: {", ".join(items)}' for label, items in (
-      ('missing from the checkpoint', missing), ('extra in the checkpoint',
-                                                 extra),
-      ('model variables with no source', unmapped), ('wrong shape', shapes))
-              if items]
-  if problems:
-    raise KitError('the checkpoint does not match the port\'s model; ' +
-                   '; '.join(problems))
+def _current_rate(optimizer) -> float:
+  """The optimizer's learning rate at its step."""
+  current = getattr(optimizer, '_get_current_learning_rate', None)
+  rate = current() if current else optimizer.learning_rate
+  return float(tf.convert_to_tensor(rate).numpy())
 
 
-def convert(estimator_dir: str, output: str, port: port_lib.Port) -> str:
+def _carry_slots(checkpoint: LegacyCheckpoint, optimizer,
+                 names: dict[str, str]) -> int:
+  """Assigns the checkpoint's slots to the port optimizer's; returns how
+  many. names: {port variable name: legacy name}."""
+  theirs = optimizers.describe_port(optimizer).kind
+  ours = optimizers.port_slots(optimizer, names)
+  if checkpoint.slots and checkpoint.kind != theirs:
+    raise KitError(f'the checkpoint holds {checkpoint.kind} slots and the '
+                   f'port\'s optimizer is {theirs}: give the port the legacy '
+                   'optimizer, or convert without slots by building the port '
+                   'with a plain SGD optimizer')
+  missing = sorted('/'.join(k) for k in set(ours) - set(checkpoint.slots))
+  extra = sorted('/'.join(k) for k in set(checkpoint.slots) - set(ours))
+  if missing or extra:
+    raise KitError('the optimizer slots do not pair: ' + '; '.join(
+        f'{label}: {", ".join(items[:4])}' for label, items in (
+            ('not in the checkpoint', missing), ('not in the port', extra))
+        if items))
+  rate = _current_rate(optimizer) if ours else 0.0
+  for key, variable in ours.items():
+    try:
+      value = optimizers.to_port(theirs, key[1], checkpoint.slots[key], rate)
+    except ValueError as e:
+      raise KitError(f'{e}; give the port its learning rate (--params)') from e
+    variable.assign(value)
+  return len(ours)
+
+
+def convert(estimator_dir: str, output: str, port: port_lib.Port,
+            params: dict | None = None) -> str:
   """Writes the converted checkpoint into the new directory output.
 
   Args:
     estimator_dir: an Estimator model_dir (its latest checkpoint is read).
     output: a new (or empty) directory.
-    port: builds the model and optimizer; its variable_map names the pairs.
+    port: builds the model and optimizer; its variable_map (or an inferred
+      one) pairs the variables.
+    params: the legacy params, handed to port.build_model and
+      port.make_optimizer (batch_size and use_tpu are not added: there is no
+      batch here).
 
   Returns:
     The checkpoint path. Nothing is left at output on failure.
@@ -84,18 +153,53 @@ def convert(estimator_dir: str, output: str, port: port_lib.Port) -> str:
   if os.path.exists(output) and os.listdir(output):
     raise KitError(f'--output {output} exists and is not empty; choose a new '
                    'directory')
-  source, values = read_checkpoint(estimator_dir)
-  variable_map = port.variable_map
-  model = port.build_model()
-  optimizer = port.make_optimizer(0.0)  # The rate is not in checkpoints.
+  checkpoint = read_checkpoint(estimator_dir)
+  params = dict(params or {})
+  model = port.build_model(params)
+  optimizer = port.make_optimizer(params)
   optimizer.build(model.trainable_variables)
-  check_mapping(values, model, variable_map)
-  ours = {v.name.removesuffix(':0'): v for v in model.variables}
-  for name, target in variable_map.items():
-    ours[target].assign(values[name])
-  step = int(values.get(STEP_NAME, 0))
-  optimizer.iterations.assign(step)
+  ours = port_lib.state_variables(model)
+  try:
+    resolved = variable_map_lib.resolve(
+        {k: v.shape for k, v in checkpoint.model.items()},
+        {k: tuple(v.shape) for k, v in ours.items()}, port.variable_map)
+  except KitError as e:
+    raise KitError(f'the checkpoint does not match the port\'s model: {e}'
+                   ) from e
+  _check_pairs(checkpoint.model, ours, resolved.pairs)
+  for name, target in resolved.pairs.items():
+    ours[target].assign(checkpoint.model[name])
+  optimizer.iterations.assign(checkpoint.step)
+  slots = _carry_slots(checkpoint, optimizer,
+                       {v: k for k, v in resolved.pairs.items()})
+  path = _save(model, optimizer, output, checkpoint.step)
+  logging.info('Converted %s (step %d, %d variables, %d slots) into %s',
+               checkpoint.path, checkpoint.step, len(resolved.pairs), slots,
+               path)
+  return path
 
+
+def _check_pairs(values: dict, ours: dict, pairs: dict[str, str]) -> None:
+  """Raises KitError listing every missing, extra or wrong-shaped variable."""
+  missing = sorted(set(pairs) - set(values))
+  extra = sorted(set(values) - set(pairs))
+  unmapped = sorted(set(ours) - set(pairs.values()))
+  shapes = [f'{name} {list(values[name].shape)} -> '
+            f'{pairs[name]} {ours[pairs[name]].shape.as_list()}'
+            for name in sorted(set(pairs) & set(values))
+            if values[name].shape != tuple(ours[pairs[name]].shape)]
+  problems = [f'{label}: {", ".join(items)}' for label, items in (
+      ('missing from the checkpoint', missing), ('extra in the checkpoint',
+                                                 extra),
+      ('model variables with no source', unmapped), ('wrong shape', shapes))
+              if items]
+  if problems:
+    raise KitError('the checkpoint does not match the port\'s model; ' +
+                   '; '.join(problems))
+
+
+def _save(model, optimizer, output: str, step: int) -> str:
+  """Writes under a temporary name, then renames it to output."""
   parent = os.path.dirname(output)
   os.makedirs(parent, exist_ok=True)
   tmp = tempfile.mkdtemp(dir=parent, prefix='.tmp-convert-')
@@ -108,50 +212,60 @@ def convert(estimator_dir: str, output: str, port: port_lib.Port) -> str:
     os.replace(tmp, output)
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
-  path = tf.train.latest_checkpoint(output)
-  logging.info('Converted %s (step %d, %d variables) into %s', source, step,
-               len(variable_map), path)
-  return path
+  return tf.train.latest_checkpoint(output)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verification:
+  """What --verify compared: examples, and each output's max difference."""
+  examples: int
+  max_diff_by_output: dict[str, float]
 
 
 def verify(estimator_dir: str, output: str, port: port_lib.Port, model_fn,
-           input_fn, data_dir: str, count: int) -> dict:
+           input_fn, params: dict, count: int) -> Verification:
   """Predicts the same batches with both checkpoints; raises on mismatch.
 
   Args:
     estimator_dir, output: the old and the converted checkpoint's folders.
-    port: builds the model the converted checkpoint is restored into.
+    port: builds the model the converted checkpoint is restored into, and
+      predicts with it (Port.predict, output_map).
     model_fn: the legacy model_fn, run in PREDICT mode on the old checkpoint.
-    input_fn: a legacy input_fn reading params['data_dir'] (its features are
-      fed to both sides, so each applies its own preprocessing after it).
-    data_dir: handed to input_fn.
+    input_fn: the legacy input_fn whose features are fed to both sides (each
+      applies its own preprocessing after it).
+    params: the user's params for input_fn and model_fn.
     count: how many examples, at most.
 
-  Returns:
-    {'examples', 'same_class_fraction', 'max_probability_diff'}.
+  Raises:
+    KitError: an output differs, or the port lacks one.
   """
-  batches = legacy.legacy_batches(input_fn, data_dir, min(count, 256))
-  features = np.concatenate([f for f, _ in batches])[:count]
-  if not len(features):
-    raise KitError(f'--legacy_input_fn gave no examples from {data_dir}')
-  theirs = legacy.predict_probabilities(
-      model_fn, tf.train.latest_checkpoint(estimator_dir), features,
-      {'use_tpu': False, 'learning_rate': 0.0})
-  model = port.build_model()
+  batch = min(count, 256)
+  data = legacy.read_input_fn(input_fn, params, batch, -(-count // batch))
+  features = tf.nest.map_structure(lambda *xs: np.concatenate(xs)[:count],
+                                   *[f for f, _ in data.batches])
+  theirs = legacy.predict(model_fn, tf.train.latest_checkpoint(estimator_dir),
+                          features, legacy.model_params(params, batch))
+  model = port.build_model(legacy.model_params(params, batch))
   tf.train.Checkpoint(model=model).restore(
       tf.train.latest_checkpoint(output)).expect_partial()
-  ours = tf.nn.softmax(model(features, training=False)).numpy()
-  same_class = float(np.mean(theirs.argmax(1) == ours.argmax(1)))
-  max_diff = float(np.abs(theirs - ours).max())
-  result = {'examples': len(features), 'same_class_fraction': same_class,
-            'max_probability_diff': max_diff}
-  if same_class < 1.0 or max_diff > tolerances.CONVERSION_PROBABILITY_ATOL:
-    raise KitError(f'verification failed: {same_class:.4f} of {len(features)} '
-                   f'examples get the same class, probabilities differ by up '
-                   f'to {max_diff:.2e} (allowed '
-                   f'{tolerances.CONVERSION_PROBABILITY_ATOL:.0e}); is a '
-                   'kernel mis-mapped or transposed?')
-  return result
+  outputs = (port.predict(model, features) if port.predict else
+             model(features, training=False))
+  ours = {k: np.asarray(v) for k, v in legacy.as_dict(outputs).items()}
+  pairs, missing = checks.paired_outputs(theirs, ours, port.output_map)
+  if missing:
+    raise KitError(f'verification failed: the port has no output '
+                   f'{", ".join(missing)} (port: {sorted(ours)}); map it '
+                   '(Port.output_map)')
+  diffs = {k: checks.output_diff(*pair) for k, pair in pairs.items()}
+  worst = max(diffs, key=diffs.get)
+  examples = len(tf.nest.flatten(features)[0])
+  integer = pairs[worst][0].dtype.kind in 'biu'
+  if diffs[worst] > (0 if integer else tolerances.CONVERSION_ATOL):
+    raise KitError(f'verification failed: {worst} differs by up to '
+                   f'{diffs[worst]:.3g} on {examples} examples (allowed '
+                   f'{0 if integer else tolerances.CONVERSION_ATOL:.0e}); is '
+                   'a variable mis-paired or a kernel transposed?')
+  return Verification(examples, diffs)
 
 
 def define_flags(tool_flags: flags.FlagValues) -> None:
@@ -164,8 +278,17 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
   flags.DEFINE_string('port', kit_pair.PORT,
                       'A function returning the migration_tools.port.Port '
                       'whose model the checkpoint is converted for.', **define)
-  flags.DEFINE_bool('verify', False, 'Check predictions of both sides agree.',
-                    **define)
+  flags.DEFINE_string('params', kit_pair.PARAMS,
+                      'The legacy params as a JSON object, handed to the '
+                      'port\'s build_model and make_optimizer and, with '
+                      '--verify, to the legacy input_fn and model_fn.',
+                      **define)
+  flags.DEFINE_string('variable_map', None,
+                      'A JSON file {"legacy/name": "port/name"}; unset: the '
+                      'port\'s variable_map, or inferred from names and '
+                      'shapes.', **define)
+  flags.DEFINE_bool('verify', False, 'Check that every output of both sides '
+                    'agrees.', **define)
   flags.DEFINE_integer('verify_examples', 1000,
                        'How many examples --verify predicts, at most.',
                        lower_bound=1, **define)
@@ -174,42 +297,44 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
                       'package.module:name.', **define)
   flags.DEFINE_string('legacy_input_fn', kit_pair.LEGACY_INPUT_FN,
                       'The legacy input_fn whose features --verify feeds to '
-                      'both sides; it reads params["data_dir"] and '
-                      'params["batch_size"].', **define)
-  cli.define_legacy_flags(tool_flags)
-  flags.DEFINE_string('data_dir', None, 'Data for --verify (see python -m '
-                      'migrate --helpfull); unset: the kit\'s default.',
+                      'both sides (batched by params["batch_size"]).',
                       **define)
+  cli.define_legacy_flags(tool_flags)
   flags.mark_flags_as_required(['estimator_dir', 'output'],
                                flag_values=tool_flags)
 
 
 def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
-  """Converts, and with --verify checks the predictions of both sides."""
+  """Converts, and with --verify checks the outputs of both sides."""
   if args:
     raise KitError(f'unexpected arguments {args}; flags take the form '
                    '--name=value (see --help)')
   logging.set_verbosity(logging.INFO)
   tf.get_logger().handlers.clear()
+  params = cli.parse_params(tool_flags.params)
   port = port_lib.load_port(tool_flags.port)
+  if tool_flags.variable_map:
+    port = dataclasses.replace(
+        port, variable_map=variable_map_lib.read(tool_flags.variable_map))
   if tool_flags.verify:
     model_fn = cli.load_callable(tool_flags.legacy_model_fn,
-                                    '--legacy_model_fn')
+                                 '--legacy_model_fn')
     input_fn = cli.load_callable(tool_flags.legacy_input_fn,
-                                    '--legacy_input_fn')
+                                 '--legacy_input_fn')
     cli.set_legacy_flags(tool_flags.legacy_flags)
-    data_dir = prepare.prepare(tool_flags.data_dir).data_dir
-  path = convert(tool_flags.estimator_dir, tool_flags.output, port)
+  path = convert(tool_flags.estimator_dir, tool_flags.output, port, params)
   print(f'Checkpoint: {path}')
   if tool_flags.verify:
     try:
       result = verify(tool_flags.estimator_dir, tool_flags.output, port,
-                      model_fn, input_fn, data_dir, tool_flags.verify_examples)
+                      model_fn, input_fn, params, tool_flags.verify_examples)
     except Exception as e:  # pylint: disable=broad-except
       shutil.rmtree(tool_flags.output, ignore_errors=True)
       raise KitError(f'{one_line(e)}; {tool_flags.output} was removed') from e
-    print(f'Verified on {result["examples"]} examples: same classes, '
-          f'probabilities within {result["max_probability_diff"]:.2e}')
+    shown = ', '.join(f'{k} {v:.2e}' for k, v in
+                      sorted(result.max_diff_by_output.items()))
+    print(f'Verified on {result.examples} examples: every output agrees '
+          f'(max differences: {shown})')
 
 
 def run() -> None:

@@ -1,13 +1,14 @@
 """The equivalence harness: a legacy model_fn against its port, check by check.
 
-``compare(pair, port, source, workdir, strategies, options)`` runs the legacy
-model_fn as TPUEstimator does on CPU and the port's own pieces (``port.Port``)
-under each strategy, on the same records from the same initial weights, and
-returns a ``checks.CheckResult`` for every check: inventory, inputs,
-inference, one_step, learning_rate, trajectory, stepwise, evaluation,
-served_predictions and dropout (random numbers aligned). A check that raises
-is an ERROR with its cause and the others still run; ``write_report`` writes
-the JSON report and the loss-curve PNG. The command is ``compare.py``.
+``compare(pair, port, workdir, strategies, options)`` reads batches from the
+user's legacy input_fn, runs the legacy model_fn on them as TPUEstimator does
+on CPU and the port's own pieces (``port.Port``) under each strategy, from the
+same initial state, and returns a ``checks.CheckResult`` for every check:
+inventory, optimizer, inputs, inference, one_step, learning_rate, trajectory,
+stepwise, evaluation, served_predictions and dropout (random numbers
+aligned). A check that raises is an ERROR with its cause and the others still
+run; ``write_report`` writes the JSON report and the loss-curve PNG. The
+command is ``compare.py``.
 """
 import dataclasses
 import os
@@ -21,20 +22,32 @@ from migration_tools import legacy as legacy_lib
 from migration_tools import plot
 from migration_tools import port as port_lib
 from migration_tools import port_runner
+from migration_tools import variable_map
 from migration_tools.checks import CheckResult
 from mnist_common import paths
-from mnist_common import prepare
-from mnist_common import process
-from mnist_common import tfrecords
+from mnist_common.errors import KitError
 from mnist_common.errors import one_line
+
+# Served inputs: at most this many examples.
+SERVED_EXAMPLES = 512
 
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-  """The training compared: steps, global batch, learning rate, seed."""
+  """The training compared.
+
+  steps: training steps (the input_fn's batches again from the first if it
+    has fewer).
+  global_batch: params['batch_size'].
+  eval_batches: batches the evaluation check reads, at most.
+  params: the user's params for input_fn and model_fn (TPUEstimator's
+    params=...); batch_size and use_tpu are added as TPUEstimator adds them.
+  seed: the initial weights' seed.
+  """
   steps: int = 100
   global_batch: int = 64
-  learning_rate: float = 0.05
+  eval_batches: int = 20
+  params: dict = dataclasses.field(default_factory=dict)
   seed: int = 0
 
 
@@ -43,8 +56,8 @@ class LegacyPair:
   """The legacy code the port is compared with.
 
   model_fn: the (TPU)Estimator model_fn.
-  input_fn: reads params['data_dir'] and params['batch_size'] and yields
-    (features, labels) in file order, without shuffling.
+  input_fn: yields (features, labels), or features, in a fixed order (no
+    shuffling), batched by params['batch_size'].
   serving_input_fn: the serving_input_receiver_fn the Estimator exported
     with; None skips the served-predictions check.
   """
@@ -87,7 +100,7 @@ class Recorder:
 
 def planned_checks(labels: list[str], serving: bool) -> list[str]:
   """The checks compare() runs, in order, for these replica labels."""
-  names = ['inventory', 'inputs', 'inference']
+  names = ['inventory', 'optimizer', 'inputs', 'inference']
   for index, label in enumerate(labels):
     names += [f'one_step ({label})', f'learning_rate ({label})',
               f'trajectory ({label})']
@@ -98,36 +111,59 @@ def planned_checks(labels: list[str], serving: bool) -> list[str]:
   return names + ['dropout (1 replica)']
 
 
-def write_comparison_data(source: prepare.DatasetInfo, directory: str,
-                          examples: int) -> str:
-  """The first `examples` train records of source (cycled), in file order,
-  written as the split port_runner.SPLIT of directory; returns directory."""
-  records = tf.data.TFRecordDataset(source.path('train')).repeat().take(
-      examples).map(tfrecords.parse_example).batch(examples)
-  images, labels = next(iter(records))
-  path = tfrecords.split_path(directory, port_runner.SPLIT)
-  tfrecords.write_records(path, images.numpy()[..., 0], labels.numpy())
-  return directory
+@dataclasses.dataclass
+class _Run:
+  """What every stage shares: the data, the params and the initial state."""
+  pair: LegacyPair
+  port: port_lib.Port
+  data: legacy_lib.Data
+  batches: list
+  options: Options
+  pairs: dict = dataclasses.field(default_factory=dict)
+  start: dict | None = None
+
+  def legacy(self, shards: int = 1) -> legacy_lib.LegacyRunner:
+    legacy = legacy_lib.LegacyRunner(self.pair.model_fn, self.options.params,
+                                     self.data.spec, self.options.global_batch,
+                                     shards)
+    if self.start is not None:
+      legacy.set_state(self.start)
+    return legacy
+
+  def port_runner(self, strategy) -> port_runner.PortRunner:
+    runner = port_runner.PortRunner(
+        self.port, strategy, legacy_lib.model_params(
+            self.options.params, self.options.global_batch), self.batches)
+    if self.pairs:
+      runner.use_map(self.pairs)
+      runner.set_state(self.start)
+    return runner
 
 
-def _first_port_batch(runner: port_runner.PortRunner) -> np.ndarray:
-  iterator = process.keep_alive(iter(runner.dataset(port_runner.SPLIT)))
-  features = next(iterator)[0]
-  return np.concatenate([t.numpy() for t in
-                         runner.strategy.experimental_local_results(features)])
+def _slots_compared(legacy, runner) -> bool:
+  theirs = legacy.describe_optimizer()
+  return theirs is not None and theirs.kind == runner.describe_optimizer().kind
 
 
-def _run_trajectory(rec: Recorder, label: str, legacy, runner, batches,
-                    options: Options) -> None:
+def _one_step_check(name, legacy, runner, theirs, ours) -> CheckResult:
+  both = _slots_compared(legacy, runner)
+  return checks.one_step(
+      name, theirs, ours, legacy.state(), runner.state(),
+      runner.strategy.num_replicas_in_sync,
+      legacy.slots() if both else None,
+      runner.slots(ours['learning_rate']) if both else None)
+
+
+def _run_trajectory(rec: Recorder, label: str, legacy, runner, run: _Run
+                    ) -> None:
   """one_step, learning_rate and trajectory on one strategy."""
-  replicas = runner.strategy.num_replicas_in_sync
   theirs, ours = [], []
 
   def first_step():
-    theirs.append(legacy.step(*batches[0]))
+    theirs.append(legacy.step(*run.batches[0]))
     ours.append(runner.step())
-    return checks.one_step(f'one_step ({label})', theirs[0], ours[0],
-                           legacy.weights(), runner.weights(), replicas)
+    return _one_step_check(f'one_step ({label})', legacy, runner, theirs[0],
+                           ours[0])
 
   rec.run(f'one_step ({label})', first_step)
   names = [f'learning_rate ({label})', f'trajectory ({label})']
@@ -135,15 +171,9 @@ def _run_trajectory(rec: Recorder, label: str, legacy, runner, batches,
     rec.error(names, 'the first step raised (see one_step)')
     return
   try:
-    for features, labels in batches[1:options.steps]:
+    for features, labels in run.batches[1:]:
       theirs.append(legacy.step(features, labels))
       ours.append(runner.step())
-  except (tf.errors.OutOfRangeError, StopIteration):
-    rec.error(names, f'the port\'s input ran out at step {len(ours) + 1} '
-              'while the legacy input had more: it reads more than the '
-              'global batch per step (e.g. the global batch used as the '
-              'per-replica batch)')
-    return
   except Exception as e:  # pylint: disable=broad-except
     rec.error(names, f'step {len(ours) + 1} raised: {one_line(e)}')
     return
@@ -152,49 +182,110 @@ def _run_trajectory(rec: Recorder, label: str, legacy, runner, batches,
       [o['learning_rate'] for o in ours]))
   rec.run(names[1], lambda: checks.trajectory(
       names[1], [t['loss'] for t in theirs], [o['loss'] for o in ours],
-      legacy.weights(), runner.weights(), judge_each_step=replicas == 1))
+      legacy.state(), runner.state(),
+      judge_each_step=runner.strategy.num_replicas_in_sync == 1,
+      global_steps=(legacy.global_step(), runner.global_step())))
 
 
-def _stepwise(label: str, legacy, runner, batches, steps: int
-              ) -> CheckResult:
+def _stepwise(label: str, legacy, runner, run: _Run) -> CheckResult:
   """Every step of the legacy trajectory as a one-step check: before each
-  step the port takes the legacy weights, so no difference can grow."""
-  per_step = []
-  for features, labels in batches[:steps]:
-    runner.set_weights(legacy.weights())
+  step the port takes the legacy state (weights, slots, step), so no
+  difference can grow."""
+  per_step, rate = [], 0.0
+  both = _slots_compared(legacy, runner)
+  for features, labels in run.batches:
+    runner.set_state(legacy.state())
+    runner.set_global_step(legacy.global_step())
+    if both and rate:
+      runner.set_slots(legacy.slots(), rate)
     theirs, ours = legacy.step(features, labels), runner.step()
-    weights, _ = checks.max_diff(legacy.weights(), runner.weights())
-    per_step.append(max(abs(theirs['loss'] - ours['loss']), weights))
+    rate = ours['learning_rate']
+    diffs = [abs(theirs['loss'] - ours['loss']),
+             checks.max_diff(legacy.state(), runner.state())[0]]
+    if both and legacy.slots():
+      diffs.append(checks.max_diff(legacy.slots(), runner.slots(rate))[0])
+    per_step.append(max(diffs))
   return checks.stepwise(f'stepwise ({label})', np.array(per_step))
 
 
-def _evaluate(legacy, runner, input_fn, source, global_batch) -> CheckResult:
-  batches = legacy_lib.legacy_batches(input_fn, source.data_dir, global_batch)
-  runner.set_weights(legacy.weights())
-  return checks.evaluation(legacy.evaluate(batches),
-                           runner.evaluate(source.data_dir, len(batches)),
-                           len(batches) * global_batch)
+def _evaluate(legacy, runner, run: _Run) -> CheckResult:
+  batches = run.data.batches[:run.options.eval_batches]
+  runner.set_state(legacy.state())
+  return checks.evaluation(legacy.evaluate(batches), runner.evaluate(batches),
+                           run.port.metric_map,
+                           len(batches) * run.options.global_batch)
 
 
-def _serve(path: str, images: np.ndarray) -> dict:
+def serving_inputs(receiver: dict[str, tf.TensorSpec], data: legacy_lib.Data,
+                   seed: int = 0) -> dict[str, np.ndarray]:
+  """Inputs for the serving signatures: a receiver tensor named like a
+  feature (or the one tensor of single-tensor features) takes the data's
+  values when its shape and dtype allow; others are drawn from its spec
+  (uint8 over [0, 255], other integers 0 or 1, floats over [0, 1))."""
+  features = [f for f, _ in data.batches]
+  examples = min(SERVED_EXAMPLES, len(features) * data.global_batch)
+  rng = np.random.default_rng(seed)
+  inputs = {}
+  for name, spec in receiver.items():
+    inner = spec.shape[1:]
+    source = None
+    if isinstance(features[0], dict) and name in features[0]:
+      source = np.concatenate([f[name] for f in features])
+    elif not isinstance(features[0], dict) and len(receiver) == 1:
+      source = np.concatenate(features)
+    if (source is not None and inner.is_compatible_with(source.shape[1:]) and
+        np.dtype(spec.dtype.as_numpy_dtype) == source.dtype):
+      inputs[name] = source[:examples].astype(spec.dtype.as_numpy_dtype)
+      continue
+    if not inner.is_fully_defined():
+      raise KitError(f'the serving receiver\'s {name} has the shape '
+                     f'{spec.shape} and no feature of that name to take values'
+                     ' from; name it as the feature it becomes')
+    shape = [examples, *inner.as_list()]
+    dtype = spec.dtype
+    if dtype == tf.uint8:
+      value = rng.integers(0, 256, shape)
+    elif dtype.is_integer:
+      value = rng.integers(0, 2, shape)
+    elif dtype.is_floating:
+      value = rng.random(shape)
+    elif dtype == tf.bool:
+      value = rng.random(shape) < 0.5
+    else:
+      raise KitError(f'cannot make values for the serving receiver\'s {name} '
+                     f'({dtype.name}) from its spec; name it as the feature '
+                     'it becomes, so that the data gives them')
+    inputs[name] = value.astype(dtype.as_numpy_dtype)
+  return inputs
+
+
+def _serve(path: str, inputs: dict) -> dict:
   signature = tf.saved_model.load(path).signatures['serving_default']
-  return {k: v.numpy() for k, v in signature(tf.constant(images)).items()}
+  expected = set(signature.structured_input_signature[1])
+  if expected != set(inputs):
+    raise KitError(f'the SavedModel at {path} takes {sorted(expected)} where '
+                   f'the legacy receiver gives {sorted(inputs)}: name the '
+                   'serving inputs as the legacy receiver tensors')
+  outputs = signature(**{k: tf.constant(v) for k, v in inputs.items()})
+  return {k: v.numpy() for k, v in outputs.items()}
 
 
-def _served_predictions(legacy, runner, serving_input_fn, source,
-                        workdir: str) -> CheckResult:
-  """Both SavedModels, loaded back, on the raw test images."""
-  images = np.concatenate([image.numpy() for image, _ in tf.data.TFRecordDataset(
-      source.path('test')).map(tfrecords.parse_example).batch(1024)])
-  runner.set_weights(legacy.weights())
+def _served_predictions(legacy, runner, run: _Run, workdir: str
+                        ) -> CheckResult:
+  """Both SavedModels, loaded back, on the same receiver inputs."""
+  inputs = serving_inputs(legacy.receiver_spec(run.pair.serving_input_fn),
+                          run.data, run.options.seed)
+  runner.set_state(legacy.state())
   # The port first: the legacy export leaves the port's Keras model unusable.
   ours = runner.export(os.path.join(workdir, 'port'))
-  theirs = legacy.export(serving_input_fn, workdir)
-  return checks.served_predictions(_serve(theirs, images), _serve(ours, images))
+  theirs = legacy.export(run.pair.serving_input_fn, workdir)
+  result = checks.served_predictions(_serve(theirs, inputs),
+                                     _serve(ours, inputs), run.port.output_map)
+  result.figures['inputs'] = {k: [*v.shape] for k, v in inputs.items()}
+  return result
 
 
-def _dropout(rec: Recorder, pair: LegacyPair, port, params, data_dir, batches,
-             start: dict, options: Options) -> None:
+def _dropout(rec: Recorder, run: _Run) -> None:
   """Both sides trained with dropout on, their random numbers aligned.
 
   Both graphs are built inside one DeterministicRandomTestTool scope
@@ -202,22 +293,17 @@ def _dropout(rec: Recorder, pair: LegacyPair, port, params, data_dir, batches,
   legacy graph's dropout op and the port's, in its tf.function, then draw the
   same mask at the same step (one draw per step on each side).
   """
-  def run() -> CheckResult:
+  def check() -> CheckResult:
     tool = tf.compat.v1.keras.utils.DeterministicRandomTestTool()
     with tool.scope():
-      legacy = legacy_lib.LegacyRunner(pair.model_fn, params,
-                                       options.global_batch)
-      runner = port_runner.PortRunner(
-          port, tf.distribute.OneDeviceStrategy('/cpu:0'), data_dir,
-          options.global_batch, options.learning_rate)
-      legacy.set_weights(start)
-      runner.set_weights(start)
+      legacy = run.legacy()
+      runner = run.port_runner(tf.distribute.OneDeviceStrategy('/cpu:0'))
       theirs, ours = [], []
-      for features, labels in batches[:options.steps]:
+      for features, labels in run.batches:
         theirs.append(legacy.step(features, labels)['loss'])
         ours.append(runner.train_loss())
     result = checks.trajectory('dropout (1 replica)', theirs, ours,
-                               legacy.weights(), runner.weights())
+                               legacy.state(), runner.state())
     if not result.passed:
       result.message = (
           'with dropout on (random numbers aligned) the trajectories part; '
@@ -226,37 +312,56 @@ def _dropout(rec: Recorder, pair: LegacyPair, port, params, data_dir, batches,
           'align only when both draw them with stateful random ops, as '
           'tf.compat.v1.layers and Keras 2.15 layers do by default.)')
     return result
-  rec.run('dropout (1 replica)', run)
+  rec.run('dropout (1 replica)', check)
 
 
-def _single_replica_checks(rec: Recorder, pair: LegacyPair, legacy, runner,
-                           batches, source, workdir: str,
-                           options: Options) -> None:
-  """inputs, inference, the 1-replica training checks, evaluation, serving."""
-  rec.run('inputs', lambda: checks.inputs(batches[0][0],
-                                          _first_port_batch(runner)))
+def _single_replica_checks(rec: Recorder, legacy, runner, run: _Run,
+                           workdir: str) -> None:
+  """optimizer, inputs, inference, the 1-replica training checks,
+  evaluation, serving."""
+  rec.run('optimizer', lambda: checks.optimizer(
+      legacy.describe_optimizer(), runner.describe_optimizer()))
+  rec.run('inputs', lambda: checks.inputs(run.data.batches[0],
+                                          runner.first_pipeline_batch()))
+  features = run.data.batches[0][0]
   rec.run('inference', lambda: checks.inference(
-      legacy.predict(batches[0][0]), runner.predict(batches[0][0])))
-  _run_trajectory(rec, '1 replica', legacy, runner, batches, options)
+      legacy.predict(features), runner.predict(features),
+      run.port.output_map))
+  _run_trajectory(rec, '1 replica', legacy, runner, run)
   # Here, before another legacy graph makes this port model unusable.
-  rec.run('evaluation', lambda: _evaluate(
-      legacy, runner, pair.input_fn, source, options.global_batch))
-  if pair.serving_input_fn is not None:
+  rec.run('evaluation', lambda: _evaluate(legacy, runner, run))
+  if 'served_predictions' in rec.planned:
     rec.run('served_predictions', lambda: _served_predictions(
-        legacy, runner, pair.serving_input_fn, source, workdir))
+        legacy, runner, run, workdir))
 
 
-def compare(pair: LegacyPair, port: port_lib.Port, source: prepare.DatasetInfo,
-            workdir: str, strategies: dict[str, tf.distribute.Strategy],
+def _inventory(rec: Recorder, run: _Run, legacy, runner) -> bool:
+  """Pairs the variables (given or inferred map) and checks them; False if
+  they cannot be aligned."""
+  def check():
+    theirs = legacy.state()
+    resolved = variable_map.resolve(
+        {k: v.shape for k, v in theirs.items()}, runner.shapes(),
+        run.port.variable_map)
+    runner.use_map(resolved.pairs)
+    result = checks.inventory(theirs, runner.state())
+    result.figures['paired_by_order'] = resolved.by_order()
+    if result.passed:
+      run.pairs, run.start = resolved.pairs, theirs
+      runner.set_state(theirs)
+    return result
+  return rec.run('inventory', check).passed
+
+
+def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
+            strategies: dict[str, tf.distribute.Strategy],
             options: Options = Options()) -> list[CheckResult]:
   """Runs every check and returns every planned one, in order.
 
   Args:
     pair: the legacy model_fn, input_fn and serving function.
     port: the port's pieces (port.check_port has accepted it).
-    source: prepared data: the comparison's training records are taken from
-      its train split; evaluation and serving use its test split.
-    workdir: where the comparison records and SavedModels are written.
+    workdir: where the SavedModels are written.
     strategies: {label: strategy}, the first one '1 replica'; each gets a
       trajectory against the single-replica legacy model.
     options: the training compared.
@@ -268,30 +373,20 @@ def compare(pair: LegacyPair, port: port_lib.Port, source: prepare.DatasetInfo,
   Raises:
     KitError: the legacy input_fn fails before any check can run.
   """
-  rec = Recorder(planned_checks(list(strategies),
-                                pair.serving_input_fn is not None))
-  data_dir = write_comparison_data(source, workdir,
-                                   options.steps * options.global_batch)
-  batches = legacy_lib.legacy_batches(pair.input_fn, data_dir,
-                                      options.global_batch)
-  params = {'learning_rate': options.learning_rate, 'use_tpu': False}
+  serving = pair.serving_input_fn is not None and port.export is not None
+  rec = Recorder(planned_checks(list(strategies), serving))
+  data = legacy_lib.read_input_fn(
+      pair.input_fn, options.params, options.global_batch,
+      max(options.steps, options.eval_batches))
+  run = _Run(pair, port, data, legacy_lib.cycled(data, options.steps),
+             options)
   tf.keras.utils.set_random_seed(options.seed)
-  start = None
-
-  def build(strategy):
-    legacy = legacy_lib.LegacyRunner(pair.model_fn, params,
-                                     options.global_batch)
-    legacy.set_weights(start or legacy.weights())
-    runner = port_runner.PortRunner(port, strategy, data_dir,
-                                    options.global_batch,
-                                    options.learning_rate)
-    return legacy, runner
-
   with port_runner.dropout_disabled():
     for label, strategy in strategies.items():
       single = strategy.num_replicas_in_sync == 1
+      replicas = strategy.num_replicas_in_sync
       try:
-        legacy, runner = build(strategy)
+        legacy, runner = run.legacy(replicas), run.port_runner(strategy)
       except Exception as e:  # pylint: disable=broad-except
         rec.error(['inventory'] if single else
                   [n for n in rec.planned if n.endswith(f'({label})')],
@@ -301,20 +396,15 @@ def compare(pair: LegacyPair, port: port_lib.Port, source: prepare.DatasetInfo,
           return rec.results()
         continue
       if single:
-        start = legacy.weights()
-        if not rec.run('inventory', lambda: checks.inventory(
-            legacy.weights(), runner.weights())).passed:
-          rec.stopped = 'inventory failed: the weights cannot be aligned'
+        if not _inventory(rec, run, legacy, runner):
+          rec.stopped = 'inventory failed: the state cannot be aligned'
           return rec.results()
-        runner.set_weights(start)
-        _single_replica_checks(rec, pair, legacy, runner, batches, source,
-                               workdir, options)
+        _single_replica_checks(rec, legacy, runner, run, workdir)
       else:
-        runner.set_weights(start)
-        _run_trajectory(rec, label, legacy, runner, batches, options)
+        _run_trajectory(rec, label, legacy, runner, run)
         rec.run(f'stepwise ({label})', lambda: _stepwise(
-            label, *build(strategy), batches, options.steps))
-  _dropout(rec, pair, port, params, data_dir, batches, start, options)
+            label, run.legacy(replicas), run.port_runner(strategy), run))
+  _dropout(rec, run)
   return rec.results()
 
 

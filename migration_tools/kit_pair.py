@@ -2,18 +2,28 @@
 defaults of compare and convert_checkpoint, and a worked example of a Port.
 
 A team writes the same few lines for its own port (docs/MIGRATION.md, "Plug
-your own pair in") and names them with --port.
+your own pair in") and names them with --port; tests/user_code/ holds three
+pairs unlike this one.
 """
+import json
+
+import tensorflow as tf
+
 from migrate import custom_loop
 from migrate import data
 from migrate import model
 from migrate import train
+from migration_tools import cli
 from migration_tools import port as port_lib
+from mnist_common import prepare
 
 LEGACY_MODEL_FN = 'estimator_mnist.model:model_fn'
-LEGACY_INPUT_FN = 'estimator_mnist.data:eval_input_fn'
+LEGACY_INPUT_FN = 'migration_tools.kit_pair:legacy_input_fn'
 LEGACY_SERVING_INPUT_FN = 'estimator_mnist.train:serving_input_receiver_fn'
 PORT = 'migration_tools.kit_pair:make_port'
+# The model_fn reads params['learning_rate']; params['data_dir'] unset: the
+# kit's default data.
+PARAMS = json.dumps({'learning_rate': 0.05})
 
 # The migrated model names its layers as the model_fn does (conv1, conv2,
 # dense, logits), so each legacy variable keeps its name.
@@ -22,11 +32,38 @@ VARIABLE_MAP = {name: name for name in (
     'dense/kernel', 'dense/bias', 'logits/kernel', 'logits/bias')}
 
 
+def _data_dir(params: dict) -> str:
+  return params.get('data_dir') or prepare.prepare(None).data_dir
+
+
+def legacy_input_fn(params: dict):
+  """estimator_mnist's eval input_fn (the test split, in file order) on
+  params['data_dir'], or on the kit's default data."""
+  input_fn = cli.load_callable('estimator_mnist.data:eval_input_fn')
+  return input_fn({**params, 'data_dir': _data_dir(params)})
+
+
+def input_pipeline(strategy: tf.distribute.Strategy, params: dict):
+  """migrate's pipeline over the records legacy_input_fn reads."""
+  return data.distribute(strategy, _data_dir(params), 'test',
+                         params['batch_size'], False)
+
+
+def predict(net: tf.keras.Model, features: tf.Tensor) -> dict:
+  """The model_fn's PREDICT outputs, from the port's logits."""
+  logits = net(features, training=False)
+  return {'class_ids': tf.argmax(logits, axis=1),
+          'probabilities': tf.nn.softmax(logits)}
+
+
 def make_port() -> port_lib.Port:
   """migrate's model, optimizer, custom-loop trainer, input pipeline, export."""
-  return port_lib.Port(build_model=model.build_model,
-                       make_optimizer=model.make_optimizer,
-                       trainer_class=custom_loop.Trainer,
-                       distribute=data.distribute,
-                       export=train.export,
-                       variable_map=dict(VARIABLE_MAP))
+  return port_lib.Port(
+      build_model=lambda params: model.build_model(),
+      make_optimizer=lambda params: model.make_optimizer(
+          params['learning_rate']),
+      trainer_class=custom_loop.Trainer,
+      input_pipeline=input_pipeline,
+      export=train.export,
+      predict=predict,
+      variable_map=dict(VARIABLE_MAP))

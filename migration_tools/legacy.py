@@ -1,163 +1,382 @@
-"""The one door to legacy code: a user's model_fn, loaded by name and run as
-TPUEstimator runs it on CPU.
+"""The one door to legacy code: a user's model_fn and input_fn, loaded by name
+and run as TPUEstimator runs them on CPU.
 
+What the model_fn is fed comes from the user's own input_fn: its
+``element_spec`` gives the placeholders (features and labels: a tensor or a
+dict of tensors of any rank and dtype; labels may be absent), its batches the
+data. ``params`` are what TPUEstimator passes off a TPU: the user's own, plus
+``batch_size`` (the global batch) and, for the model_fn, ``use_tpu=False``.
 The tools that compare against legacy code (``convert_checkpoint --verify``,
-``compare``) load the model_fn and input_fn named on their command line,
-``package.module:function``, when they run, and run them here. Nothing else
-in the kit touches ``tf.compat.v1.estimator``.
+``migration-compare``) run it here; nothing else in the kit touches
+``tf.compat.v1.estimator``.
 """
 # migration-scan: skip-file (it runs legacy code on purpose, to compare with it)
+import dataclasses
 import os
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
+from migration_tools import optimizers
 from mnist_common import process
 from mnist_common.errors import KitError
 from mnist_common.errors import one_line
 
-_APPLY_OPS = ('ApplyGradientDescent', 'ResourceApplyGradientDescent')
+# Keys TPUEstimator reserves in params; a user's params must not hold them.
+RESERVED = ('batch_size', 'context', 'use_tpu')
 
 
-def predict_probabilities(model_fn, checkpoint_path: str, images: np.ndarray,
-                          params: dict) -> np.ndarray:
-  """Runs model_fn in PREDICT mode on images with the checkpoint's weights.
+def input_params(params: dict, global_batch: int) -> dict:
+  """What the input_fn gets: the user's params and the global batch."""
+  return {**params, 'batch_size': global_batch}
 
-  Args:
-    model_fn: a (TPU)Estimator model_fn returning predictions['probabilities'].
-    checkpoint_path: a name-based checkpoint, as Estimators write.
-    images: the features model_fn expects (already scaled).
-    params: the params model_fn reads.
+
+def model_params(params: dict, global_batch: int) -> dict:
+  """What the model_fn gets: the input_fn's, and use_tpu=False."""
+  return {**input_params(params, global_batch), 'use_tpu': False}
+
+
+@dataclasses.dataclass
+class Data:
+  """Batches of a legacy input_fn: numpy (features, labels) in order.
+
+  spec: the input_fn's (features spec, labels spec or None).
   """
+  spec: tuple
+  batches: list
+
+  @property
+  def global_batch(self) -> int:
+    return len(tf.nest.flatten(self.batches[0][0])[0])
+
+
+def split_element(element):
+  """(features, labels) of a dataset element; labels None if absent."""
+  if isinstance(element, tuple) and len(element) == 2:
+    return element
+  return element, None
+
+
+def _numpy(structure):
+  return tf.nest.map_structure(lambda t: t.numpy(), structure)
+
+
+def read_input_fn(input_fn, params: dict, global_batch: int,
+                  count: int) -> Data:
+  """Up to `count` whole batches from the legacy input_fn, in its order.
+
+  A last batch smaller than global_batch (no drop_remainder) is left out.
+
+  Raises:
+    KitError: the input_fn raised (its line), returned no tf.data.Dataset,
+      or gave no whole batch.
+  """
+  try:
+    dataset = input_fn(input_params(params, global_batch))
+  except Exception as e:  # pylint: disable=broad-except
+    raise KitError(f'the legacy input_fn raised {one_line(e)}') from e
+  if not isinstance(dataset, tf.data.Dataset):
+    raise KitError(f'the legacy input_fn returned a {type(dataset).__name__}, '
+                   'not a tf.data.Dataset; give an input_fn that returns one '
+                   '(as TPUEstimator requires)')
+  spec = split_element(dataset.element_spec)
+  batches = []
+  try:
+    for element in process.without_autotune_thread(dataset.take(count + 1)):
+      features, labels = split_element(element)
+      batch = (_numpy(features), None if labels is None else _numpy(labels))
+      if len(tf.nest.flatten(batch[0])[0]) == global_batch:
+        batches.append(batch)
+      if len(batches) == count:
+        break
+  except Exception as e:  # pylint: disable=broad-except
+    raise KitError(f'reading the legacy input_fn raised {one_line(e)}') from e
+  if not batches:
+    raise KitError(f'the legacy input_fn gave no batch of {global_batch} '
+                   'examples; check its data (see --params, --legacy_flags)')
+  return Data(spec, batches)
+
+
+def cycled(data: Data, steps: int) -> list:
+  """`steps` batches: the input_fn's, again from the first if it ran out."""
+  return [data.batches[i % len(data.batches)] for i in range(steps)]
+
+
+def _placeholders(spec, batch_size: int):
+  return tf.nest.map_structure(
+      lambda s: tf.compat.v1.placeholder(s.dtype,
+                                         [batch_size, *s.shape[1:]]), spec)
+
+
+def as_dict(predictions) -> dict:
+  """Predictions as {name: tensor}; a single tensor is named 'output'."""
+  return dict(predictions) if isinstance(predictions, dict) else {
+      'output': predictions}
+
+
+def predict(model_fn, checkpoint_path: str, features, params: dict) -> dict:
+  """The model_fn's PREDICT outputs on features, with the checkpoint's
+  weights; {name: array}."""
   modes = tf.compat.v1.estimator.ModeKeys
   with tf.Graph().as_default():
-    features = tf.constant(images)
-    spec = model_fn(features, None, modes.PREDICT, dict(params))
+    spec = model_fn(tf.nest.map_structure(tf.constant, features), None,
+                    modes.PREDICT, dict(params))
     saver = tf.compat.v1.train.Saver()
     with tf.compat.v1.Session() as sess:
       saver.restore(sess, checkpoint_path)
-      return sess.run(spec.predictions['probabilities'])
-
-
-def legacy_batches(input_fn, data_dir: str, global_batch: int) -> list:
-  """(features, labels) numpy batches from the legacy input_fn, in order.
-
-  Raises:
-    KitError: the input_fn raised (its line) or gave no batch.
-  """
-  try:
-    dataset = process.without_autotune_thread(
-        input_fn({'data_dir': data_dir, 'batch_size': global_batch}))
-    batches = [(features.numpy(), labels.numpy())
-               for features, labels in dataset]
-  except Exception as e:  # pylint: disable=broad-except
-    raise KitError(f'the legacy input_fn raised {one_line(e)}') from e
-  if not batches:
-    raise KitError(f'the legacy input_fn gave no batch of {global_batch} '
-                   f'from {data_dir}')
-  return batches
+      return sess.run(as_dict(spec.predictions))
 
 
 class _Graph:
   """One mode of a model_fn in a graph and session of its own."""
 
-  def __init__(self, model_fn, mode, params: dict, batch_size: int):
+  def __init__(self, model_fn, mode, params: dict, spec: tuple,
+               batch_size: int):
     self.graph = tf.Graph()
     with self.graph.as_default():
-      self.images = tf.compat.v1.placeholder(tf.float32,
-                                             [batch_size, 28, 28, 1])
-      self.labels = tf.compat.v1.placeholder(tf.int32, [batch_size])
-      tf.compat.v1.train.create_global_step()
-      labels = None if mode == tf.compat.v1.estimator.ModeKeys.PREDICT else (
-          self.labels)
-      self.spec = model_fn(self.images, labels, mode, dict(params))
-      self.variables = {v.op.name: v
-                        for v in tf.compat.v1.trainable_variables()}
+      self.features = _placeholders(spec[0], batch_size)
+      self.labels = (None if spec[1] is None or
+                     mode == tf.compat.v1.estimator.ModeKeys.PREDICT else
+                     _placeholders(spec[1], batch_size))
+      self.global_step = tf.compat.v1.train.create_global_step()
+      self.spec = model_fn(self.features, self.labels, mode, dict(params))
+      self.all_variables = {v.op.name: v
+                            for v in tf.compat.v1.global_variables()}
       self._feeds = {name: tf.compat.v1.placeholder(v.dtype.base_dtype,
                                                      v.shape)
-                     for name, v in self.variables.items()}
-      self._assign = [v.assign(self._feeds[name])
-                      for name, v in self.variables.items()]
+                     for name, v in self.all_variables.items()}
+      self._assign = {name: v.assign(self._feeds[name])
+                      for name, v in self.all_variables.items()}
       self.session = tf.compat.v1.Session(graph=self.graph)
       self.session.run(tf.compat.v1.global_variables_initializer())
 
-  def weights(self) -> dict:
-    return self.session.run(self.variables)
+  def feed(self, features, labels=None) -> dict:
+    feed = dict(zip(tf.nest.flatten(self.features), tf.nest.flatten(features)))
+    if self.labels is not None:
+      feed.update(zip(tf.nest.flatten(self.labels), tf.nest.flatten(labels)))
+    return feed
 
-  def set_weights(self, values: dict) -> None:
-    self.session.run(self._assign, {self._feeds[name]: values[name]
-                                    for name in self.variables})
+  def read(self, names) -> dict:
+    return self.session.run({n: self.all_variables[n] for n in names})
+
+  def write(self, values: dict) -> None:
+    self.session.run([self._assign[n] for n in values],
+                     {self._feeds[n]: v for n, v in values.items()})
 
 
 class LegacyRunner:
   """A model_fn as TPUEstimator runs it on CPU: a graph per mode, and one
-  ``session.run(train_op)`` per training step."""
+  ``session.run(train_op)`` per training step.
 
-  def __init__(self, model_fn, params: dict, batch_size: int):
+  Its state is the model's variables (those its PREDICT graph creates:
+  weights and, e.g., batch-norm moving statistics), the optimizer's slots
+  and the global step.
+  """
+
+  def __init__(self, model_fn, params: dict, spec: tuple, batch_size: int,
+               shards: int = 1):
+    """Builds the TRAIN, PREDICT and EVAL graphs.
+
+    Args:
+      model_fn: the (TPU)Estimator model_fn.
+      params: the user's params (model_params adds batch_size and use_tpu).
+      spec: the input_fn's (features spec, labels spec or None).
+      batch_size: the global batch.
+      shards: take each training step as TPUEstimator did on this many TPU
+        cores (see step): the model_fn sees batch_size // shards examples.
+
+    Raises:
+      KitError: the model_fn has no trainable variable or no train_op.
+    """
     modes = tf.compat.v1.estimator.ModeKeys
-    self.model_fn, self.params = model_fn, params
+    self.model_fn, self.params, self.shards = model_fn, params, shards
+    self.spec, self.batch_size = spec, batch_size
     # Every graph is built here: building tf.compat.v1.layers in a graph
     # invalidates Keras models made earlier in the process (the port's).
-    self.train = _Graph(model_fn, modes.TRAIN, params, batch_size)
-    self.infer = _Graph(model_fn, modes.PREDICT, params, batch_size)
-    self.eval = _Graph(model_fn, modes.EVAL, params, batch_size)
+    self._build_train()
+    if shards > 1 and not self._shardable():
+      if self.update_ops:
+        raise KitError(
+            'the legacy model updates batch statistics (UPDATE_OPS) and its '
+            'optimizer updates are not all TF 1 GradientDescent, Momentum or '
+            'Adam apply ops (e.g. a sparse embedding update), so it cannot be '
+            'run as on TPU cores; compare one replica (--replicas=1)')
+      # Its steps do not depend on the split: the whole batch at once gives
+      # the cores' mean gradient, rounded otherwise.
+      self.shards = 1
+      self._build_train()
+    params = model_params(self.params, batch_size)
+    self.infer = _Graph(model_fn, modes.PREDICT, params, spec, batch_size)
+    self.eval = _Graph(model_fn, modes.EVAL, params, spec, batch_size)
+    step = self.train.global_step.op.name
+    self.model_names = [n for n in self.infer.all_variables if n != step and
+                        n in self.train.all_variables]
     with self.eval.graph.as_default():
       self.eval_metrics = _eval_metric_ops(self.eval.spec)
       self.eval_init = tf.compat.v1.local_variables_initializer()
+    self.predictions = as_dict(self.infer.spec.predictions)
+    self.reference = ('as on TPU cores' if self.shards > 1 else
+                      'on the whole batch')
+
+  def _build_train(self) -> None:
+    """The TRAIN graph at the shards' batch, its gradients and optimizer."""
+    batch = self.batch_size // self.shards
+    self.train = _Graph(self.model_fn, tf.compat.v1.estimator.ModeKeys.TRAIN,
+                        model_params(self.params, batch), self.spec, batch)
     with self.train.graph.as_default():
-      self.gradients = dict(zip(self.train.variables, tf.gradients(
-          self.train.spec.loss, list(self.train.variables.values()))))
-    # The rate the optimizer applies: the alpha input of its update ops.
-    rates = {op.inputs[1].ref() for op in self.train.graph.get_operations()
-             if op.type in _APPLY_OPS}
-    self.learning_rate = rates.pop().deref() if len(rates) == 1 else None
+      trainable = tf.compat.v1.trainable_variables()
+      if not trainable or self.train.spec.train_op is None:
+        raise KitError('the legacy model_fn built no trainable variable or no '
+                       'train_op in TRAIN mode')
+      # Dense, also for embeddings (IndexedSlices), to be compared.
+      self.gradients = {v.op.name: tf.convert_to_tensor(g) for v, g in zip(
+          trainable, tf.gradients(self.train.spec.loss, trainable))}
+      self.update_ops = tf.compat.v1.get_collection(
+          tf.compat.v1.GraphKeys.UPDATE_OPS)
+    self.optimizer = _read_optimizer(self.train)
 
-  def weights(self) -> dict:
-    return self.train.weights()
+  def _shardable(self) -> bool:
+    """Whether every update is an apply op whose gradient can be fed."""
+    return (self.optimizer.kind is not None and
+            set(self.gradients) <= set(self.optimizer.applied))
 
-  def set_weights(self, values: dict) -> None:
-    self.train.set_weights(values)
+  def state(self) -> dict[str, np.ndarray]:
+    """The model's variables, trainable or not, by name."""
+    return self.train.read(self.model_names)
 
-  def predict(self, images: np.ndarray) -> np.ndarray:
-    self.infer.set_weights(self.weights())
-    return self.infer.session.run(self.infer.spec.predictions['probabilities'],
-                                  {self.infer.images: images})
+  def set_state(self, values: dict[str, np.ndarray]) -> None:
+    self.train.write({n: values[n] for n in self.model_names})
 
-  def step(self, images: np.ndarray, labels: np.ndarray) -> dict:
+  def slots(self) -> dict[tuple, np.ndarray]:
+    """{(variable name, canonical slot name): value} of the optimizer."""
+    values = self.train.read(set(self.optimizer.slots.values()))
+    return {key: values[name] for key, name in self.optimizer.slots.items()}
+
+  def set_slots(self, values: dict[tuple, np.ndarray]) -> None:
+    self.train.write({self.optimizer.slots[k]: v for k, v in values.items()})
+
+  def global_step(self) -> int:
+    return int(self.train.session.run(self.train.global_step))
+
+  def predict(self, features) -> dict[str, np.ndarray]:
+    """The PREDICT outputs at the current state."""
+    self.infer.write(self.state())
+    return self.infer.session.run(self.predictions, self.infer.feed(features))
+
+  def step(self, features, labels) -> dict[str, Any]:
     """The loss, gradients and learning rate of one step, which it takes.
 
     One session.run, as TPUEstimator's: the values fetched are those of the
-    forward pass the update uses, and a dropout layer draws one mask per step.
+    forward pass the update uses (and its UPDATE_OPS), and a dropout layer
+    draws one mask per step. With shards, as on TPU cores (``_sharded``).
     """
-    feed = {self.train.images: images, self.train.labels: labels}
+    if self.shards > 1:
+      return self._sharded(features, labels)
     fetches = {'loss': self.train.spec.loss, 'gradients': self.gradients,
                'train_op': self.train.spec.train_op}
-    if self.learning_rate is not None:
-      fetches['learning_rate'] = self.learning_rate
-    values = self.train.session.run(fetches, feed)
+    if self.optimizer.rate is not None:
+      fetches['learning_rate'] = self.optimizer.rate
+    values = self.train.session.run(fetches, self.train.feed(features, labels))
     del values['train_op']
-    values['examples'] = len(labels)
+    values['examples'] = len(tf.nest.flatten(features)[0])
     return values
 
-  def evaluate(self, batches: list) -> dict:
+  def _sharded(self, features, labels) -> dict[str, Any]:
+    """One step as TPUEstimator took it on `shards` TPU cores.
+
+    Each core ran the model_fn on its consecutive share of the batch
+    (batch-norm statistics are the share's), CrossShardOptimizer applied the
+    mean of the cores' gradients once, and each core moved its own
+    statistics; Keras reads mirrored statistics as their mean across
+    replicas, and so are they kept here.
+    """
+    def part(structure, i):
+      size = len(tf.nest.flatten(structure)[0]) // self.shards
+      return tf.nest.map_structure(lambda a: a[i * size:(i + 1) * size],
+                                   structure)
+    feeds = [self.train.feed(part(features, i),
+                             None if labels is None else part(labels, i))
+             for i in range(self.shards)]
+    # Not the rate here: made under the model_fn's
+    # control_dependencies(UPDATE_OPS), fetching it moves the statistics.
+    fetches = {'loss': self.train.spec.loss, 'gradients': self.gradients}
+    start = self.state()
+    moved = [n for n in self.model_names if n not in self.gradients]
+    shards, statistics = [], []
+    for feed in feeds:
+      shards.append(self.train.session.run(fetches, feed))
+      self.train.session.run(self.update_ops, feed)
+      statistics.append(self.train.read(moved))
+      self.set_state(start)
+    gradients = {name: np.mean([s['gradients'][name] for s in shards], axis=0)
+                 for name in self.gradients}
+    applied = dict(feeds[0])
+    applied.update((self.optimizer.applied[name], value)
+                   for name, value in gradients.items())
+    rate = {'learning_rate': self.optimizer.rate} if (
+        self.optimizer.rate is not None) else {}
+    rate = self.train.session.run({'train_op': self.train.spec.train_op,
+                                   **rate}, applied)
+    self.train.write({n: np.mean([s[n] for s in statistics], axis=0)
+                      for n in moved})
+    values = {'loss': float(np.mean([s['loss'] for s in shards])),
+              'gradients': gradients,
+              'examples': len(tf.nest.flatten(features)[0])}
+    if 'learning_rate' in rate:
+      values['learning_rate'] = rate['learning_rate']
+    return values
+
+  def describe_optimizer(self) -> optimizers.Description | None:
+    """The optimizer's kind and hyper-parameters; None if not in the table."""
+    if self.optimizer.kind is None:
+      return None
+    # Read statically: ops made under the model_fn's
+    # control_dependencies(UPDATE_OPS) cannot run without a batch fed.
+    hyper = {}
+    for key, value in self.optimizer.hyper.items():
+      if not isinstance(value, bool):
+        value = tf.get_static_value(value)
+        value = None if value is None else float(value)
+      if value is not None:
+        hyper[key] = value
+    return optimizers.Description(self.optimizer.kind, hyper)
+
+  def evaluate(self, batches: list) -> dict[str, float]:
     """The model_fn's EVAL metrics over batches, as Estimator.evaluate reports
     them: each metric accumulated over all batches, 'loss' the batch mean."""
     graph = self.eval
-    graph.set_weights(self.weights())
+    graph.write(self.state())
     graph.session.run(self.eval_init)
     updates = {name: update for name, (_, update) in self.eval_metrics.items()}
     losses = []
-    for images, labels in batches:
-      losses.append(graph.session.run(
-          [graph.spec.loss, updates],
-          {graph.images: images, graph.labels: labels})[0])
+    for features, labels in batches:
+      losses.append(graph.session.run([graph.spec.loss, updates],
+                                      graph.feed(features, labels))[0])
     results = graph.session.run({name: value for name, (value, _) in
                                  self.eval_metrics.items()})
     results['loss'] = float(np.mean(losses))
     return {name: float(value) for name, value in results.items()}
 
+  def receiver_spec(self, serving_input_fn) -> dict[str, tf.TensorSpec]:
+    """{name: spec} of the serving receiver's tensors (the signature's
+    inputs the Estimator exports)."""
+    with tf.Graph().as_default():
+      receiver = serving_input_fn()
+      tensors = getattr(receiver, 'receiver_tensors', None)
+      if tensors is None:
+        raise KitError('the legacy serving_input_receiver_fn returned a '
+                       f'{type(receiver).__name__}, not a '
+                       'ServingInputReceiver; return '
+                       'tf.estimator.export.ServingInputReceiver(features, '
+                       'receiver_tensors)')
+      if not isinstance(tensors, dict):
+        tensors = {'input': tensors}
+      return {name: tf.TensorSpec(t.shape, t.dtype)
+              for name, t in tensors.items()}
+
   def export(self, serving_input_fn, base_dir: str) -> str:
-    """Exports the current weights through the Estimator's own export path
+    """Exports the current state through the Estimator's own export path
     (the model_fn in PREDICT mode, the serving_input_fn's receiver).
 
     It builds a graph of layers: Keras models made before it are unusable
@@ -166,16 +385,70 @@ class LegacyRunner:
     model_dir = os.path.join(base_dir, 'legacy_model')
     with self.train.graph.as_default():
       saver = tf.compat.v1.train.Saver()
-      step = self.train.session.run(tf.compat.v1.train.get_global_step())
       saver.save(self.train.session, os.path.join(model_dir, 'model.ckpt'),
-                 global_step=step)
-    params = {k: v for k, v in self.params.items() if k != 'batch_size'}
+                 global_step=self.global_step())
+    params = {k: v for k, v in self.params.items() if k not in RESERVED}
     estimator = tf.compat.v1.estimator.tpu.TPUEstimator(
         model_fn=self.model_fn, params=params, use_tpu=False,
         config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=model_dir),
         export_to_tpu=False)
     return estimator.export_saved_model(os.path.join(base_dir, 'legacy_export'),
                                         serving_input_fn).decode()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Optimizer:
+  """What the training graph's apply ops say of the optimizer.
+
+  kind: optimizers.SGD/MOMENTUM/ADAM, or None (another, or several kinds).
+  rate: the learning-rate tensor applied, or None.
+  hyper: {name: a tensor, or a bool read from an attribute}.
+  slots: {(variable name, canonical slot): slot variable name}.
+  applied: {variable name: the gradient tensor its apply op takes}.
+  unread: the apply op types not in optimizers.LEGACY_APPLY_OPS.
+  """
+  kind: str | None
+  rate: Any
+  hyper: dict
+  slots: dict
+  applied: dict
+  unread: tuple
+
+
+def _variable_name(tensor) -> str:
+  op = tensor.op
+  while op.type == 'Identity':
+    op = op.inputs[0].op
+  return op.name
+
+
+def _read_optimizer(graph: _Graph) -> _Optimizer:
+  ops = [op for op in graph.graph.get_operations()
+         if op.type.startswith(('Apply', 'ResourceApply'))]
+  rules = [(op, optimizers.LEGACY_APPLY_OPS.get(op.type)) for op in ops]
+  unread = tuple(sorted({op.type for op, rule in rules if rule is None}))
+  kinds = {rule.kind for _, rule in rules if rule}
+  if unread or len(kinds) != 1:
+    return _Optimizer(None, None, {}, {}, {}, unread)
+  kind = kinds.pop()
+  rates = {op.inputs[rule.rate].ref() for op, rule in rules}
+  first_op, rule = rules[0]
+  hyper = {k: first_op.inputs[i] for k, i in rule.hyper.items()}
+  for key, attr in optimizers.LEGACY_APPLY_ATTRS.get(kind, {}).items():
+    hyper[key] = bool(first_op.get_attr(attr))
+  # By name, not by apply op: a sparse update (an embedding's) has none.
+  slots = {}
+  trainable = {v.op.name for v in graph.graph.get_collection(
+      tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)}
+  for name in graph.all_variables:
+    owner, _, suffix = name.rpartition('/')
+    kind_and_slot = optimizers.LEGACY_SLOT_SUFFIXES.get(suffix)
+    if owner in trainable and kind_and_slot and kind_and_slot[0] == kind:
+      slots[(owner, kind_and_slot[1])] = name
+  applied = {_variable_name(op.inputs[0]): op.inputs[rule.grad]
+             for op, rule in rules}
+  return _Optimizer(kind, rates.pop().deref() if len(rates) == 1 else None,
+                    hyper, slots, applied, unread)
 
 
 def _eval_metric_ops(spec) -> dict:

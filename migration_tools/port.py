@@ -1,23 +1,40 @@
 """The port contract: what a team hands the harness about its migrated model.
 
-The harness (``compare``) runs a legacy ``model_fn`` and the team's port side
-by side. It does not guess how the port is built: the team writes one
-function, named on the command line (``--port=my_port.harness:make_port``),
+The harness (``migration-compare``) runs a legacy ``model_fn`` and the team's
+port side by side. It does not guess how the port is built: the team writes
+one function, named on the command line (``--port=my_port.harness:make_port``),
 that returns a ``Port``. Each field is a piece of the port's own code, used as
-is, so that what is proven is what trains:
+is, so that what is proven is what trains. ``params`` is the dict the legacy
+model_fn gets (the user's ``--params``, ``batch_size`` = the global batch,
+``use_tpu=False``):
 
-  build_model     () -> tf.keras.Model; called inside ``strategy.scope()``.
-  make_optimizer  (learning_rate) -> a Keras optimizer; inside the scope.
+  build_model     (params) -> tf.keras.Model; called in ``strategy.scope()``.
+                  It takes the features as the legacy input_fn yields them
+                  (a tensor or a dict of tensors).
+  make_optimizer  (params) -> a Keras optimizer; in ``strategy.scope()``.
   trainer_class   a class following the ``Trainer`` protocol below.
-  distribute      the port's input pipeline (see ``Distribute``).
-  export          (model, base_dir, strategy) -> the SavedModel's path.
-  variable_map    {legacy variable name: port variable name}, e.g.
-                  ``{'conv1/kernel': 'conv1/kernel'}``.
+  input_pipeline  optional (strategy, params) -> the port's distributed
+                  dataset of (features, labels) over the same examples, in
+                  the same order, as the legacy input_fn given those params
+                  (the ``inputs`` check compares them).
+  export          optional (model, base_dir, strategy) -> a SavedModel path
+                  whose serving_default takes the legacy serving receiver's
+                  inputs by name.
+  predict         optional (model, features) -> {name: tensor}, the port's
+                  counterpart of the model_fn's PREDICT outputs; default:
+                  ``model(features, training=False)``, named 'output' if it
+                  is a single tensor.
+  variable_map    optional {legacy variable name: port variable name} over
+                  the model's state (weights and, e.g., batch-norm moving
+                  statistics); None: inferred (``variable_map.infer``).
+  output_map      {legacy prediction/serving output: port output}, for
+                  outputs named otherwise; unlisted ones keep their names.
+  metric_map      {legacy eval metric: port metric (a key of reset())}.
 
 ``check_port`` turns every way a Port can fall short of this into one line
 that names the missing piece and says what to do. docs/MIGRATION.md ("Plug
 your own pair in") walks through writing one; ``migration_tools.kit_pair``
-is the kit's own.
+is the kit's own, ``tests/user_code/`` holds three more.
 """
 import dataclasses
 import inspect
@@ -52,9 +69,9 @@ class Trainer(Protocol):
     anything.
 
     Args:
-      features: this replica's features, as the port's input pipeline yields
-        them.
-      labels: this replica's labels.
+      features: this replica's share of the features, as the legacy
+        input_fn yields them (a tensor or a dict of tensors).
+      labels: this replica's labels, likewise (None if it yields none).
 
     Returns:
       (per_example_loss [per-replica batch], outputs, gradients): the
@@ -66,7 +83,9 @@ class Trainer(Protocol):
     """Takes ``steps`` training steps from the distributed iterator.
 
     Args:
-      iterator: an iterator over the port's distributed training dataset.
+      iterator: an iterator over a distributed dataset of (features,
+        labels) global batches, each replica getting global_batch //
+        replicas examples (the harness feeds the legacy input_fn's batches).
       steps: a scalar int tensor.
 
     Returns:
@@ -80,15 +99,11 @@ class Trainer(Protocol):
     """Returns the metrics accumulated since the last reset, and resets them.
 
     Returns:
-      {metric name: value}; 'loss' (the mean per-example loss) is required,
-      'accuracy' is compared when the legacy eval metrics have it.
+      {metric name: value}; 'loss' (the mean per-example loss) is required;
+      every metric of the legacy model_fn's EVAL mode is compared with the
+      one of the same name (or the name Port.metric_map gives).
     """
 
-
-# (strategy, data_dir, split, global_batch, training, seed=0) -> a
-# tf.distribute.DistributedDataset of (features, labels), each replica getting
-# global_batch // replicas examples; in file order when training is False.
-Distribute = Callable[..., Any]
 
 TRAINER_METHODS = ('loss_and_gradients', 'train_steps', 'eval_steps', 'reset')
 
@@ -96,12 +111,16 @@ TRAINER_METHODS = ('loss_and_gradients', 'train_steps', 'eval_steps', 'reset')
 @dataclasses.dataclass(frozen=True)
 class Port:
   """The pieces of a migrated model that the harness exercises (see module)."""
-  build_model: Callable[[], tf.keras.Model]
-  make_optimizer: Callable[[float], Any]
+  build_model: Callable[[dict], tf.keras.Model]
+  make_optimizer: Callable[[dict], Any]
   trainer_class: type
-  distribute: Distribute
-  export: Callable[[tf.keras.Model, str, tf.distribute.Strategy], str]
-  variable_map: dict[str, str]
+  input_pipeline: Callable[[tf.distribute.Strategy, dict], Any] | None = None
+  export: Callable[[tf.keras.Model, str, tf.distribute.Strategy], str] | None = (
+      None)
+  predict: Callable[[tf.keras.Model, Any], Any] | None = None
+  variable_map: dict[str, str] | None = None
+  output_map: dict[str, str] = dataclasses.field(default_factory=dict)
+  metric_map: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def load_port(spec: str) -> Port:
@@ -132,8 +151,10 @@ def check_port(port: Any, where: str) -> Port:
     raise KitError(f'--port {where} returned a {type(port).__name__}, not a '
                    'migration_tools.port.Port; return Port(build_model=..., '
                    f'...) (see {GUIDE})')
-  for field in ('build_model', 'make_optimizer', 'distribute', 'export'):
-    if not callable(getattr(port, field)):
+  for field in ('build_model', 'make_optimizer', 'input_pipeline', 'export',
+                'predict'):
+    value = getattr(port, field)
+    if value is not None and not callable(value):
       raise KitError(f'the port\'s {field} is a '
                      f'{type(getattr(port, field)).__name__}, not a callable '
                      f'(see {GUIDE})')
@@ -147,29 +168,18 @@ def check_port(port: Any, where: str) -> Port:
                    f'lacks {", ".join(missing)}: implement the Trainer '
                    'protocol of migration_tools/port.py (see '
                    f'{GUIDE})')
-  if not isinstance(port.variable_map, dict) or not port.variable_map:
-    raise KitError('the port\'s variable_map must be a non-empty dict '
-                   '{legacy variable name: port variable name}')
+  for field in ('variable_map', 'output_map', 'metric_map'):
+    value = getattr(port, field)
+    if field == 'variable_map' and value is None:
+      continue
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+      raise KitError(f'the port\'s {field} must be a dict of names '
+                     '{legacy name: port name}')
   return port
 
 
-def variables_by_name(model: tf.keras.Model) -> dict[str, tf.Variable]:
-  """The model's trainable variables by name, without the ':0'."""
-  return {v.name.removesuffix(':0'): v for v in model.trainable_variables}
-
-
-def check_variable_map(port: Port, model: tf.keras.Model) -> None:
-  """Raises KitError when the map names a variable the port's model lacks.
-
-  Keras names unnamed layers conv2d, conv2d_1, ... by creation order, so a
-  port built without layer names has no stable variable names.
-  """
-  ours = variables_by_name(model)
-  unknown = sorted(v for v in port.variable_map.values() if v not in ours)
-  if unknown:
-    raise KitError(
-        f'the port\'s variable_map names {", ".join(unknown[:4])}'
-        f'{" ..." if len(unknown) > 4 else ""}, which its model does not have '
-        f'(it has {", ".join(sorted(ours)[:6])}{" ..." if len(ours) > 6 else ""}'
-        '); give each Keras layer a fixed name (name=...) and map the legacy '
-        'names onto those')
+def state_variables(model: tf.keras.Model) -> dict[str, tf.Variable]:
+  """The model's variables (weights and e.g. moving statistics) by name,
+  without the ':0', in creation order."""
+  return {v.name.removesuffix(':0'): v for v in model.variables}

@@ -1,21 +1,23 @@
 """The port's side of a comparison: its own pieces, run under a strategy.
 
-``PortRunner`` executes what a ``port.Port`` names (model, optimizer, input
-pipeline, trainer, export) as the port's training would; ``legacy.LegacyRunner``
-executes the legacy model_fn as TPUEstimator does off a TPU. Both read the
-same records in file order, so step k of one sees the examples step k of the
-other sees, and the checks compare what they compute.
+``PortRunner`` executes what a ``port.Port`` names (model, optimizer,
+trainer, predict, export) as the port's training would; ``legacy.LegacyRunner``
+executes the legacy model_fn as TPUEstimator does off a TPU. Both are fed the
+same batches, those of the legacy input_fn (the port's own input pipeline is
+compared with it separately, by the ``inputs`` check), so step k of one sees
+the examples step k of the other sees, and the checks compare what they
+compute.
 """
 import contextlib
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
+from migration_tools import legacy as legacy_lib
+from migration_tools import optimizers
 from migration_tools import port as port_lib
 from mnist_common import process
-
-# The comparison's records are written as this split of a data directory.
-SPLIT = 'test'
 
 
 @contextlib.contextmanager
@@ -33,64 +35,128 @@ def dropout_disabled():
     layer.call, tf.nn.dropout, tf.compat.v1.nn.dropout = saved
 
 
+def _concatenate(structures: list):
+  return tf.nest.map_structure(lambda *xs: np.concatenate(xs), *structures)
+
+
+def distribute_batches(strategy: tf.distribute.Strategy, batches: list,
+                       global_batch: int):
+  """The legacy batches as a distributed dataset of (features, labels), or
+  (features,) without labels: each replica gets global_batch // replicas
+  consecutive examples of each batch, in order."""
+  features = _concatenate([f for f, _ in batches])
+  element = (features,)
+  if batches[0][1] is not None:
+    element = (features, _concatenate([l for _, l in batches]))
+  dataset = tf.data.Dataset.from_tensor_slices(element).batch(
+      global_batch, drop_remainder=True)
+  return strategy.experimental_distribute_dataset(dataset)
+
+
+def local_concat(strategy: tf.distribute.Strategy, value):
+  """A per-replica structure as one batch, replicas in order."""
+  return tf.nest.map_structure(
+      lambda *parts: np.concatenate([p.numpy() for p in parts]),
+      *strategy.experimental_local_results(value))
+
+
 class PortRunner:
-  """The port's model, input pipeline and trainer under one strategy."""
+  """The port's model, optimizer and trainer under one strategy, fed the
+  legacy batches; state is read and written under the legacy names."""
 
   def __init__(self, port: port_lib.Port, strategy: tf.distribute.Strategy,
-               data_dir: str, global_batch: int, learning_rate: float):
+               params: dict, batches: list):
     """Builds the port's model, optimizer and trainer in strategy.scope().
 
     Args:
       port: the port's pieces (checked with port.check_port).
       strategy: where the port runs.
-      data_dir: holds the comparison records as the split SPLIT.
-      global_batch: the batch over all replicas.
-      learning_rate: handed to port.make_optimizer.
-
-    Raises:
-      KitError: the variable map names a variable the model lacks.
+      params: the legacy model_fn's params (legacy.model_params).
+      batches: the legacy (features, labels) batches the steps take in turn.
     """
-    self.port, self.strategy, self.data_dir = port, strategy, data_dir
-    self.global_batch = global_batch
+    self.port, self.strategy, self.params = port, strategy, params
+    self.global_batch = params['batch_size']
     with strategy.scope():
-      self.model = port.build_model()
-      self.optimizer = port.make_optimizer(learning_rate)
-    port_lib.check_variable_map(port, self.model)
+      self.model = port.build_model(dict(params))
+      self.optimizer = port.make_optimizer(dict(params))
+      # Slots exist before the first step, so they can be set and read.
+      self.optimizer.build(self.model.trainable_variables)
     self.trainer = port.trainer_class(self.model, self.optimizer, strategy,
-                                      global_batch)
+                                      self.global_batch)
+    self._variables = port_lib.state_variables(self.model)
+    self.pairs: dict[str, str] = {}
+    self._legacy_name: dict[str, str] = {}
+    dataset = distribute_batches(strategy, batches, self.global_batch)
     # Kept: dropping a distributed iterator can block for a minute on TF 2.15
     # (mnist_common/process.py), and a comparison makes many.
-    self._iterator = process.keep_alive(iter(self.dataset(SPLIT)))
-    self._probe = process.keep_alive(iter(self.dataset(SPLIT)))
-    self._by_name = port_lib.variables_by_name(self.model)
-    self._legacy_name = {ours: theirs
-                         for theirs, ours in port.variable_map.items()}
+    self._iterator = process.keep_alive(iter(dataset))
+    self._probe = process.keep_alive(iter(dataset))
 
-  def dataset(self, split: str):
-    """The port's input pipeline over a split of data_dir, in file order."""
-    return self.port.distribute(self.strategy, self.data_dir, split,
-                                self.global_batch, False)
+  def shapes(self) -> dict[str, tuple]:
+    """{name: shape} of the model's variables, in creation order."""
+    return {n: tuple(v.shape) for n, v in self._variables.items()}
 
-  def weights(self) -> dict[str, np.ndarray]:
-    """Trainable weights under their legacy names (through the port's map);
-    a variable the map does not name keeps the port's name."""
+  def use_map(self, pairs: dict[str, str]) -> None:
+    """{legacy name: port name}: how state is named from now on."""
+    self.pairs = dict(pairs)
+    self._legacy_name = {ours: theirs for theirs, ours in pairs.items()}
+
+  def state(self) -> dict[str, np.ndarray]:
+    """The model's variables under their legacy names (through the map); a
+    variable the map does not name keeps the port's name."""
     return {self._legacy_name.get(name, name): v.numpy()
-            for name, v in self._by_name.items()}
+            for name, v in self._variables.items()}
 
-  def set_weights(self, legacy_values: dict[str, np.ndarray]) -> None:
-    for theirs, ours in self.port.variable_map.items():
-      self._by_name[ours].assign(legacy_values[theirs])
+  def set_state(self, legacy_values: dict[str, np.ndarray]) -> None:
+    for theirs, ours in self.pairs.items():
+      self._variables[ours].assign(legacy_values[theirs])
 
-  def predict(self, features) -> np.ndarray:
-    """The port model's outputs at inference (softmax of the logits)."""
-    return tf.nn.softmax(self.model(features, training=False)).numpy()
+  def describe_optimizer(self) -> optimizers.Description:
+    return optimizers.describe_port(self.optimizer)
+
+  def _slot_variables(self) -> dict[tuple, Any]:
+    return optimizers.port_slots(self.optimizer, self._legacy_name)
+
+  def slots(self, rate: float) -> dict[tuple, np.ndarray]:
+    """{(legacy variable name, canonical slot): value}, in the TF 1
+    convention (optimizers.to_legacy at the rate just applied)."""
+    kind = self.describe_optimizer().kind
+    return {key: optimizers.to_legacy(kind, key[1], v.numpy(), rate)
+            for key, v in self._slot_variables().items()}
+
+  def set_slots(self, legacy_values: dict[tuple, np.ndarray],
+                rate: float) -> None:
+    kind = self.describe_optimizer().kind
+    for key, variable in self._slot_variables().items():
+      if key in legacy_values:
+        variable.assign(optimizers.to_port(kind, key[1], legacy_values[key],
+                                           rate))
+
+  def global_step(self) -> int:
+    return int(self.optimizer.iterations.numpy())
+
+  def set_global_step(self, step: int) -> None:
+    self.optimizer.iterations.assign(step)
+
+  def predict(self, features) -> dict[str, np.ndarray]:
+    """The port's counterpart of the PREDICT outputs, by name."""
+    features = tf.nest.map_structure(tf.constant, features)
+    if self.port.predict is not None:
+      outputs = self.port.predict(self.model, features)
+    else:
+      outputs = self.model(features, training=False)
+    return {k: np.asarray(v) for k, v in legacy_lib.as_dict(outputs).items()}
 
   @tf.function
   def _probe_step(self):
     """The replicas' loss_and_gradients on the next batch; in a function, as
     in the port's step (its gradients may be graph-only)."""
-    return self.strategy.run(self.trainer.loss_and_gradients,
-                             args=next(self._probe))
+    def dense(*args):
+      per_example, outputs, gradients = self.trainer.loss_and_gradients(*args)
+      # Dense, also for embeddings (IndexedSlices), to be compared.
+      return per_example, outputs, [tf.convert_to_tensor(g)
+                                    for g in gradients]
+    return self.strategy.run(dense, args=next(self._probe))
 
   def step(self) -> dict:
     """The loss, gradients and learning rate of the next step; then takes it.
@@ -98,7 +164,12 @@ class PortRunner:
     Gradients are what the port's replicas compute, summed over replicas as
     the strategy's all-reduce sums them before the update.
     """
+    # A layer may update state when called in training (Keras batch norm
+    # moves its statistics): the probe's updates are undone, the step's kept.
+    kept = [(v, v.numpy()) for v in self.model.non_trainable_variables]
     per_example, _, gradients = self._probe_step()
+    for variable, value in kept:
+      variable.assign(value)
     summed = [self.strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None)
               for g in gradients]
     # Summed and divided as the legacy loss is, so that equal losses compare
@@ -115,7 +186,8 @@ class PortRunner:
             'learning_rate': self.learning_rate()}
 
   def learning_rate(self) -> float:
-    """The rate the optimizer applies at its current step."""
+    """The rate of the optimizer's last step (a Keras 2 optimizer keeps the
+    rate of a schedule as evaluated at its last update)."""
     rate = self.optimizer.learning_rate
     if callable(rate):
       rate = rate(self.optimizer.iterations)
@@ -128,14 +200,24 @@ class PortRunner:
     self.trainer.train_steps(self._iterator, tf.constant(1))
     return self.trainer.reset()['loss']
 
-  def evaluate(self, data_dir: str, steps: int) -> dict[str, float]:
-    """The port's evaluation over `steps` batches of data_dir's test split."""
-    dataset = self.port.distribute(self.strategy, data_dir, 'test',
-                                   self.global_batch, False)
+  def evaluate(self, batches: list) -> dict[str, float]:
+    """The port's evaluation over the legacy batches."""
+    dataset = distribute_batches(self.strategy, batches, self.global_batch)
     self.trainer.reset()
     self.trainer.eval_steps(process.keep_alive(iter(dataset)),
-                            tf.constant(steps))
+                            tf.constant(len(batches)))
     return self.trainer.reset()
+
+  def first_pipeline_batch(self):
+    """The first global batch of the port's own input pipeline, replicas
+    concatenated: (features, labels or None); None if the port gives none."""
+    if self.port.input_pipeline is None:
+      return None
+    dataset = self.port.input_pipeline(self.strategy, dict(self.params))
+    element = next(process.keep_alive(iter(dataset)))
+    features, labels = legacy_lib.split_element(element)
+    return (local_concat(self.strategy, features),
+            None if labels is None else local_concat(self.strategy, labels))
 
   def export(self, base_dir: str) -> str:
     return self.port.export(self.model, base_dir, self.strategy)

@@ -1,0 +1,137 @@
+"""The optimizers the harness and the converter read on both sides, as tables.
+
+A TF 1 optimizer leaves one apply op per variable in the training graph; its
+inputs hold the slots, the learning rate applied at that step and the
+hyper-parameters (``LEGACY_APPLY_OPS``). A Keras optimizer names its slot
+variables ``<slot>/<variable>`` and holds its hyper-parameters in its config
+(``PORT_SLOTS``). Slots are compared and converted under one canonical name
+per optimizer kind; where the two conventions store a slot differently,
+``to_port``/``to_legacy`` convert it (``SLOT_SCALES``). Adding an optimizer is
+a row in each table and a test pair that uses it.
+"""
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+SGD, MOMENTUM, ADAM = 'SGD', 'Momentum', 'Adam'
+
+
+@dataclasses.dataclass(frozen=True)
+class ApplyOp:
+  """How to read one TF 1 apply op: input indices of what it applies."""
+  kind: str
+  rate: int
+  grad: int
+  slots: dict[int, str]
+  hyper: dict[str, int]
+
+
+_SGD_OP = ApplyOp(SGD, 1, 2, {}, {})
+_MOMENTUM_OP = ApplyOp(MOMENTUM, 2, 3, {1: 'momentum'}, {'momentum': 4})
+_ADAM_OP = ApplyOp(ADAM, 5, 9, {1: 'm', 2: 'v'},
+                   {'beta_1': 6, 'beta_2': 7, 'epsilon': 8})
+LEGACY_APPLY_OPS = {
+    'ApplyGradientDescent': _SGD_OP,
+    'ResourceApplyGradientDescent': _SGD_OP,
+    'ApplyMomentum': _MOMENTUM_OP,
+    'ResourceApplyMomentum': _MOMENTUM_OP,
+    'ApplyAdam': _ADAM_OP,
+    'ResourceApplyAdam': _ADAM_OP,
+}
+# Attributes of the apply ops that are hyper-parameters too.
+LEGACY_APPLY_ATTRS = {MOMENTUM: {'nesterov': 'use_nesterov'}}
+# TF 1 slot variables are named <variable>/<suffix>: suffix -> (kind, slot).
+LEGACY_SLOT_SUFFIXES = {'Momentum': (MOMENTUM, 'momentum'),
+                        'Adam': (ADAM, 'm'), 'Adam_1': (ADAM, 'v')}
+
+# (kind, the prefix of a Keras slot variable's name) -> canonical slot name.
+PORT_SLOTS = {(MOMENTUM, 'm'): 'momentum', (ADAM, 'm'): 'm',
+              (ADAM, 'v'): 'v'}
+# Hyper-parameters each kind has, with the Keras config key they live under;
+# TF 1's Adam has no nesterov.
+HYPER = {SGD: (), MOMENTUM: ('momentum', 'nesterov'),
+         ADAM: ('beta_1', 'beta_2', 'epsilon')}
+# TF 1's MomentumOptimizer accumulates gradients (a = m*a + g; w -= lr*a),
+# Keras's SGD accumulates steps (v = m*v - lr*g; w += v): v = -lr * a, exact
+# only while the rate is constant.
+SLOT_SCALES = {(MOMENTUM, 'momentum'): lambda rate: -rate}
+
+
+@dataclasses.dataclass(frozen=True)
+class Description:
+  """An optimizer as the checks compare it: kind and hyper-parameters."""
+  kind: str
+  hyper: dict[str, Any]
+
+  def __str__(self) -> str:
+    shown = ', '.join(f'{k}={v:.6g}' if isinstance(v, float) else f'{k}={v}'
+                      for k, v in sorted(self.hyper.items()))
+    return f'{self.kind}({shown})'
+
+
+def describe_port(optimizer) -> Description:
+  """The kind and hyper-parameters of a Keras optimizer, from its config."""
+  config = optimizer.get_config()
+  name = config.get('name', type(optimizer).__name__)
+  kind = name
+  if name == 'SGD':
+    kind = MOMENTUM if config.get('momentum') else SGD
+  hyper = {key: config[key] for key in HYPER.get(kind, ()) if key in config}
+  return Description(kind, hyper)
+
+
+def port_slots(optimizer, model_names: dict[str, str]) -> dict[tuple, Any]:
+  """{(port variable name, canonical slot): slot variable} of a Keras
+  optimizer.
+
+  Args:
+    optimizer: a built Keras optimizer.
+    model_names: {the variable's name in the optimizer's slot names: the name
+      the harness uses for it}.
+  """
+  kind = describe_port(optimizer).kind
+  slots = {}
+  for variable in optimizer.variables:
+    prefix, _, rest = variable.name.removesuffix(':0').partition('/')
+    slot = PORT_SLOTS.get((kind, prefix))
+    if slot and rest in model_names:
+      slots[(model_names[rest], slot)] = variable
+  return slots
+
+
+def scale(kind: str, slot: str, rate: float) -> float:
+  """The factor from a TF 1 slot value to the Keras one at this rate."""
+  factor = SLOT_SCALES.get((kind, slot))
+  return 1.0 if factor is None else factor(rate)
+
+
+def to_port(kind: str, slot: str, value: np.ndarray, rate: float
+            ) -> np.ndarray:
+  return value * np.asarray(scale(kind, slot, rate), value.dtype)
+
+
+def to_legacy(kind: str, slot: str, value: np.ndarray, rate: float
+              ) -> np.ndarray:
+  factor = scale(kind, slot, rate)
+  if factor == 0:
+    raise ValueError(f'a {kind} slot cannot be carried at a learning rate of 0')
+  return value / np.asarray(factor, value.dtype)
+
+
+def differences(legacy: Description, port: Description) -> list[str]:
+  """What differs between the two optimizers, as phrases; [] if nothing."""
+  if legacy.kind != port.kind:
+    return [f'the legacy optimizer is {legacy}, the port\'s {port}']
+  said = []
+  for key, theirs in legacy.hyper.items():
+    ours = port.hyper.get(key)
+    same = (ours == theirs if isinstance(theirs, bool) or ours is None else
+            math.isclose(float(theirs), float(ours), rel_tol=1e-6))
+    if not same:
+      said.append(f'{key} is {theirs:.6g} in the legacy {legacy.kind} and '
+                  f'{ours:.6g} in the port\'s' if not isinstance(theirs, bool)
+                  else f'{key} is {theirs} in the legacy {legacy.kind} and '
+                  f'{ours} in the port\'s')
+  return said
