@@ -102,12 +102,13 @@ def planned_checks(labels: list[str], serving: bool) -> list[str]:
   """The checks compare() runs, in order, for these replica labels."""
   names = ['inventory', 'optimizer', 'inputs', 'inference']
   for index, label in enumerate(labels):
+    names += [f'inputs ({label})'] if index else []
     names += [f'one_step ({label})', f'learning_rate ({label})',
               f'trajectory ({label})']
     if index == 0:
       names += ['evaluation'] + (['served_predictions'] if serving else [])
     else:
-      names.append(f'stepwise ({label})')
+      names += [f'stepwise ({label})']
   return names + ['dropout (1 replica)']
 
 
@@ -401,6 +402,10 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
           return rec.results()
         _single_replica_checks(rec, legacy, runner, run, workdir)
       else:
+        # The port's own pipeline on this many replicas (e.g. a per-replica
+        # batch that is the global one shows only here).
+        rec.run(f'inputs ({label})', lambda: checks.inputs(
+            run.data.batches[0], runner.first_pipeline_batch()))
         _run_trajectory(rec, label, legacy, runner, run)
         rec.run(f'stepwise ({label})', lambda: _stepwise(
             label, run.legacy(replicas), run.port_runner(strategy), run))

@@ -99,7 +99,7 @@ def infer(legacy: dict[str, tuple], port: dict[str, tuple]) -> Resolved:
     raise KitError('cannot pair every variable by name or by shape and order '
                    f'(left: {"; ".join(shown)}); give the map explicitly '
                    '(Port.variable_map or --variable_map=map.json)')
-  return Resolved(pairs, how)
+  return Resolved({k: pairs[k] for k in legacy}, how)
 
 
 def resolve(legacy: dict[str, tuple], port: dict[str, tuple],

@@ -12,6 +12,7 @@ from migrate import data
 from migrate import model as model_lib
 from migration_tools import kit_pair
 from migration_tools import port as port_lib
+from mnist_common import prepare
 
 
 def _kit_port_with(**pieces) -> port_lib.Port:
@@ -28,32 +29,32 @@ def loss_averaged_per_replica() -> port_lib.Port:
   return _kit_port_with(trainer_class=_PerReplicaMean)
 
 
-def global_batch_per_replica() -> port_lib.Port:
-  def distribute(strategy, data_dir, split, global_batch, training, seed=0):
-    def dataset_fn(input_context):
-      return data.make_dataset(data_dir, split, global_batch, training, seed,
-                               input_context)
+def _pipeline(batch_of, pixels=lambda x: x):
+  """The kit's pipeline with the per-replica batch batch_of(global, context)
+  and the images passed through pixels."""
+  def input_pipeline(strategy, params):
+    data_dir = params.get('data_dir') or prepare.prepare(None).data_dir
+
+    def dataset_fn(context):
+      return data.make_dataset(
+          data_dir, 'test', batch_of(params['batch_size'], context), False, 0,
+          context).map(lambda x, y: (pixels(x), y))
     return strategy.distribute_datasets_from_function(dataset_fn)
-  return _kit_port_with(distribute=distribute)
+  return input_pipeline
+
+
+def global_batch_per_replica() -> port_lib.Port:
+  return _kit_port_with(input_pipeline=_pipeline(lambda batch, _: batch))
 
 
 def pixels_zero_to_one() -> port_lib.Port:
-  def make_dataset(data_dir, split, batch_size, training, seed=0,
-                   input_context=None):
-    return data.make_dataset(data_dir, split, batch_size, training, seed,
-                             input_context).map(lambda x, y: (x + 0.5, y))
-
-  def distribute(strategy, data_dir, split, global_batch, training, seed=0):
-    def dataset_fn(input_context):
-      batch = input_context.get_per_replica_batch_size(global_batch)
-      return make_dataset(data_dir, split, batch, training, seed,
-                          input_context)
-    return strategy.distribute_datasets_from_function(dataset_fn)
-  return _kit_port_with(distribute=distribute)
+  return _kit_port_with(input_pipeline=_pipeline(
+      lambda batch, context: context.get_per_replica_batch_size(batch),
+      lambda x: x + 0.5))
 
 
 def missing_relu() -> port_lib.Port:
-  def build_model():
+  def build_model(params):
     net = model_lib.build_model()
     net.get_layer('dense').activation = tf.keras.activations.linear
     return net
@@ -72,7 +73,8 @@ class _ScheduleOnSteps(tf.keras.optimizers.schedules.LearningRateSchedule):
 
 
 def lr_per_replica() -> port_lib.Port:
-  def make_optimizer(learning_rate):
+  def make_optimizer(params):
+    learning_rate = params['learning_rate']
     # Built in strategy.scope(): the step advanced once per replica.
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
     return tf.keras.optimizers.SGD(
@@ -82,14 +84,15 @@ def lr_per_replica() -> port_lib.Port:
 
 def lr_per_epoch() -> port_lib.Port:
   steps_per_epoch = 20
-  def make_optimizer(learning_rate):
+  def make_optimizer(params):
+    learning_rate = params['learning_rate']
     return tf.keras.optimizers.SGD(_ScheduleOnSteps(
         learning_rate, lambda step: step // steps_per_epoch))
   return _kit_port_with(make_optimizer=make_optimizer)
 
 
 def wrong_dropout_rate() -> port_lib.Port:
-  return _kit_port_with(build_model=lambda: model_lib.build_model(0.5))
+  return _kit_port_with(build_model=lambda params: model_lib.build_model(0.5))
 
 
 class _SparseLabelsAsOneHot(custom_loop.Trainer):
@@ -118,7 +121,7 @@ def sparse_labels_as_one_hot() -> port_lib.Port:
 
 
 def relu_on_logits() -> port_lib.Port:
-  def build_model():
+  def build_model(params):
     net = model_lib.build_model()
     net.get_layer('logits').activation = tf.nn.relu
     return net
@@ -126,7 +129,7 @@ def relu_on_logits() -> port_lib.Port:
 
 
 def transposed_kernel() -> port_lib.Port:
-  def build_model():
+  def build_model(params):
     net = model_lib.build_model()
     conv1 = net.get_layer('conv1')
     convolve = conv1.convolution_op
@@ -163,7 +166,7 @@ def serving_fn_returning_dict():
 
 def auto_named_layers() -> port_lib.Port:
   """The kit's network with Keras's default layer names (conv2d, ...)."""
-  def build_model():
+  def build_model(params):
     layers = tf.keras.layers
     inputs = tf.keras.Input((28, 28, 1))
     y = layers.Conv2D(32, 5, padding='same', activation='relu')(inputs)

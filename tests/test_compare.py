@@ -13,9 +13,11 @@ PYTHONPATH = os.pathsep.join([REPO, TESTS, os.path.join(TESTS, 'user_code')])
 
 def _compare(tmp_path, fake_data_dir, *args):
   report = tmp_path / 'report.json'
+  params = json.dumps({'learning_rate': 0.05,
+                       'data_dir': fake_data_dir.data_dir})
   result = run_module(
-      'migration_tools.compare', f'--data_dir={fake_data_dir.data_dir}',
-      f'--report={report}', *args, env={'PYTHONPATH': PYTHONPATH})
+      'migration_tools.compare', f'--params={params}', f'--report={report}',
+      *args, env={'PYTHONPATH': PYTHONPATH})
   checks = {}
   if report.exists():
     checks = {c['name']: c for c in json.loads(report.read_text())['checks']}
@@ -29,7 +31,7 @@ def test_kit_pair_passes_bit_identical_on_one_replica(tmp_path,
   result, checks = _compare(tmp_path, digits_data_dir, '--steps=30',
                             '--batch_size=32', '--replicas=1,2,4')
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
-  assert len(checks) == 17 and all(c['passed'] for c in checks.values())
+  assert len(checks) == 20 and all(c['passed'] for c in checks.values())
   for name in ('trajectory (1 replica)', 'dropout (1 replica)'):
     assert checks[name]['bit_identical'], name
     assert len(checks[name]['port_losses']) == 30
@@ -37,16 +39,19 @@ def test_kit_pair_passes_bit_identical_on_one_replica(tmp_path,
   assert (checks['dropout (1 replica)']['legacy_losses'][0] !=
           checks['trajectory (1 replica)']['legacy_losses'][0])
   assert checks['one_step (1 replica)']['max_abs_diff'] == 0
+  assert checks['optimizer']['legacy'] == checks['optimizer']['port'] == 'SGD()'
   for name in ('one_step (2 replicas)', 'one_step (4 replicas)',
                'stepwise (2 replicas)', 'stepwise (4 replicas)'):
     assert checks[name]['max_abs_diff'] <= 1e-6
   assert len(checks['stepwise (4 replicas)']['per_step_max_diff']) == 30
   assert not checks['trajectory (2 replicas)']['judged_each_step']
   evaluation = checks['evaluation']
-  assert evaluation['legacy_accuracy'] == evaluation['port_accuracy'] > 0.1
+  assert evaluation['legacy']['accuracy'] == evaluation['port']['accuracy'] > 0.1
   assert evaluation['examples'] == 480  # 497 test images, whole batches of 32.
   served = checks['served_predictions']
-  assert served['inputs'] == 497 and served['different_classes'] == 0
+  # Raw uint8 images drawn for the receiver (the data holds scaled floats).
+  assert served['inputs'] == {'image': [480, 28, 28, 1]}
+  assert served['max_diff_by_output']['class_ids'] == 0
   assert served['max_abs_diff'] <= 1e-6
   plot = (tmp_path / 'report.png').read_bytes()
   assert plot.startswith(b'\x89PNG') and len(plot) > 10000
@@ -58,9 +63,8 @@ def test_kit_pair_passes_bit_identical_on_one_replica(tmp_path,
     ('loss_averaged_per_replica', 'one_step (2 replicas)',
      'gradients are 2x the legacy ones (e.g. a loss averaged over each '
      'replica', False),
-    ('global_batch_per_replica', 'one_step (2 replicas)',
-     'replicas took 128 examples in one step where the legacy step took 64',
-     False),
+    ('global_batch_per_replica', 'inputs (2 replicas)',
+     'gives 128 examples per step where the legacy input_fn gives 64', True),
     ('lr_per_replica', 'learning_rate (2 replicas)',
      'not per replica, not per epoch', False),
     ('lr_per_epoch', 'learning_rate (1 replica)',
@@ -126,7 +130,7 @@ def test_legacy_module_with_the_common_absl_flags_compares(tmp_path,
       '--legacy_serving_input_fn=flagged_legacy:serving_input_receiver_fn',
       '--legacy_flags=--nouse_tpu --data_dir=/not/read')
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
-  assert len(checks) == 13
+  assert len(checks) == 15
   assert [n for n, c in checks.items() if not c['passed']] == []
 
 
@@ -147,7 +151,7 @@ def test_a_check_that_raises_fails_alone_and_the_report_lists_all(
       '--port=broken_ports:raises_in_evaluation',
       '--legacy_serving_input_fn=broken_ports:serving_fn_returning_dict')
   assert result.returncode == 1, result.stderr[-2000:]
-  assert len(checks) == 13
+  assert len(checks) == 15
   evaluation = checks['evaluation']
   assert evaluation['status'] == 'error'
   assert evaluation['message'] == 'RuntimeError: eval_steps broke on purpose'
@@ -168,9 +172,9 @@ def test_a_port_with_keras_default_layer_names_gets_one_line(tmp_path,
   assert result.returncode == 1, result.stderr[-2000:]
   inventory = checks['inventory']
   assert inventory['status'] == 'error'
-  assert 'which its model does not have (it has conv2d/bias' in (
-      inventory['message'])
+  assert ("which the port's model does not have (it has conv2d/kernel" in
+          inventory['message'])
   assert 'give each Keras layer a fixed name' in inventory['message']
-  assert len(checks) == 9
+  assert len(checks) == 10
   assert {c['status'] for n, c in checks.items() if n != 'inventory'} == {
       'not run'}

@@ -1,4 +1,5 @@
 """Estimator checkpoint -> migrated model, checked by predictions."""
+import json
 import os
 import re
 
@@ -17,6 +18,7 @@ from migration_tools import kit_pair
 from mnist_common.errors import KitError
 
 PORT = kit_pair.make_port()
+PARAMS = json.loads(kit_pair.PARAMS)
 
 
 @pytest.fixture(scope='module')
@@ -35,19 +37,26 @@ def test_converts_and_verifies_on_the_whole_test_split(estimator_dir,
   output = tmp_path / 'converted'
   result = run_module('migration_tools.convert_checkpoint',
                       f'--estimator_dir={estimator_dir}', f'--output={output}',
-                      '--verify', '--verify_examples=512',
-                      f'--data_dir={fake_data_dir.data_dir}')
+                      '--verify', '--verify_examples=512', '--params=' +
+                      json.dumps({**PARAMS, 'data_dir': fake_data_dir.data_dir}))
   assert result.returncode == 0, result.stderr[-2000:]
   assert re.search(r'Checkpoint: .*/converted/ckpt-30', result.stdout)
-  match = re.search(r'Verified on 512 examples: same classes, '
-                    r'probabilities within ([\d.e+-]+)', result.stdout)
-  assert match and float(match.group(1)) <= 1e-6
+  match = re.search(r'Verified on 512 examples: every output agrees \(max '
+                    r'differences: class_ids 0.00e\+00, probabilities '
+                    r'([\d.e+-]+)\)', result.stdout)
+  assert match and float(match.group(1)) <= 1e-6, result.stdout
+  # Already converted: said so, in one line.
+  again = run_module('migration_tools.convert_checkpoint',
+                     f'--estimator_dir={output}', f'--output={tmp_path / "x"}')
+  assert again.returncode == 1
+  assert 'is already a TF 2 (object-based) checkpoint' in last_line(
+      again.stderr), again.stderr[-500:]
 
 
 def test_migrate_resumes_from_the_converted_checkpoint(estimator_dir,
                                                        fake_data_dir, tmp_path):
   output = str(tmp_path / 'converted')
-  convert_checkpoint.convert(estimator_dir, output, PORT)
+  convert_checkpoint.convert(estimator_dir, output, PORT, PARAMS)
   result = run_module('migrate', f'--data_dir={fake_data_dir.data_dir}',
                       f'--model_dir={output}', '--train_steps=35',
                       '--batch_size=64', '--steps_per_execution=5',
@@ -58,7 +67,7 @@ def test_migrate_resumes_from_the_converted_checkpoint(estimator_dir,
 
 def test_weights_are_carried_exactly(estimator_dir, tmp_path):
   path = convert_checkpoint.convert(estimator_dir, str(tmp_path / 'out'),
-                                    PORT)
+                                    PORT, PARAMS)
   model = model_lib.build_model()
   tf.train.Checkpoint(model=model).restore(path).expect_partial()
   reader = tf.train.load_checkpoint(estimator_dir)
@@ -74,22 +83,23 @@ def test_mis_mapped_kernel_fails_verification(estimator_dir, fake_data_dir,
   swapped['conv1/bias'], swapped['dense/bias'] = 'dense/bias', 'conv1/bias'
   with pytest.raises(KitError, match='wrong shape'):
     convert_checkpoint.convert(estimator_dir, str(tmp_path / 'a'),
-                               dataclasses.replace(PORT, variable_map=swapped))
+                               dataclasses.replace(PORT, variable_map=swapped),
+                               PARAMS)
   # Transposing a square kernel is invisible to the shape check.
   output = str(tmp_path / 'b')
-  convert_checkpoint.convert(estimator_dir, output, PORT)
+  convert_checkpoint.convert(estimator_dir, output, PORT, PARAMS)
   model = model_lib.build_model()
   checkpoint = tf.train.Checkpoint(model=model)
   checkpoint.restore(tf.train.latest_checkpoint(output)).expect_partial()
   kernel = model.get_layer('conv1').kernel
   kernel.assign(tf.transpose(kernel, [1, 0, 2, 3]))  # 5x5 spatially flipped.
   checkpoint.write(tf.train.latest_checkpoint(output))
-  with pytest.raises(KitError, match=r'verification failed: .* kernel '
-                     r'mis-mapped or transposed'):
+  with pytest.raises(KitError, match=r'verification failed: probabilities '
+                     r'differs .* or a kernel transposed'):
     convert_checkpoint.verify(estimator_dir, output, PORT,
                               estimator_model.model_fn,
                               estimator_data.eval_input_fn,
-                              fake_data_dir.data_dir, 64)
+                              {**PARAMS, 'data_dir': fake_data_dir.data_dir}, 64)
 
 
 def test_mismatched_checkpoint_lists_every_problem(tmp_path):
@@ -115,8 +125,10 @@ def test_mismatched_checkpoint_lists_every_problem(tmp_path):
 
 def test_no_checkpoint_and_non_empty_output(tmp_path, estimator_dir):
   with pytest.raises(KitError, match='no checkpoint in --estimator_dir'):
-    convert_checkpoint.convert(str(tmp_path), str(tmp_path / 'out'), PORT)
+    convert_checkpoint.convert(str(tmp_path), str(tmp_path / 'out'), PORT,
+                               PARAMS)
   (tmp_path / 'full').mkdir()
   (tmp_path / 'full' / 'x').write_text('')
   with pytest.raises(KitError, match='exists and is not empty'):
-    convert_checkpoint.convert(estimator_dir, str(tmp_path / 'full'), PORT)
+    convert_checkpoint.convert(estimator_dir, str(tmp_path / 'full'), PORT,
+                               PARAMS)

@@ -2,16 +2,17 @@
 import dataclasses
 import os
 
+import numpy as np
 import pytest
 
-import broken_ports
-from conftest import cpu_strategy
 from migrate import custom_loop
 from migration_tools import checks
+from migration_tools import cli
 from migration_tools import harness
 from migration_tools import kit_pair
+from migration_tools import optimizers
 from migration_tools import port as port_lib
-from migration_tools import port_runner
+from migration_tools import variable_map
 from mnist_common.errors import KitError
 
 
@@ -46,13 +47,81 @@ def test_a_trainer_without_a_method_is_named():
     port_lib.check_port(port, 'test')
 
 
-def test_a_map_naming_a_missing_variable_is_named(fake_data_dir):
-  port = broken_ports.auto_named_layers()
-  with pytest.raises(KitError, match=r'variable_map names conv1/bias, '
-                     r'conv1/kernel, conv2/bias, conv2/kernel \.\.\., which its '
-                     r'model does not have \(it has conv2d/bias'):
-    port_runner.PortRunner(port, cpu_strategy(1), fake_data_dir.data_dir, 64,
-                           0.05)
+def test_a_map_naming_a_missing_variable_is_named():
+  with pytest.raises(KitError, match=r"variable map names conv1/bias, "
+                     r"conv1/kernel, which the port's model does not have "
+                     r"\(it has conv2d/kernel, conv2d/bias\)"):
+    variable_map.resolve({'conv1/kernel': (3, 3), 'conv1/bias': (3,)},
+                         {'conv2d/kernel': (3, 3), 'conv2d/bias': (3,)},
+                         {'conv1/kernel': 'conv1/kernel',
+                          'conv1/bias': 'conv1/bias'})
+
+
+def test_an_inferred_map_pairs_by_name_then_by_shape_and_order():
+  legacy = {'conv2d/kernel': (3, 3, 1, 8), 'conv2d/bias': (8,),
+            'conv2d_1/kernel': (3, 3, 8, 8), 'conv2d_1/bias': (8,),
+            'dense/kernel': (8, 2), 'dense/bias': (2,)}
+  port = {'model/dense/kernel': (8, 2), 'model/dense/bias': (2,),
+          'a/kernel': (3, 3, 1, 8), 'a/bias': (8,),
+          'b/kernel': (3, 3, 8, 8), 'b/bias': (8,)}
+  resolved = variable_map.infer(legacy, port)
+  assert resolved.pairs == {
+      'dense/kernel': 'model/dense/kernel', 'dense/bias': 'model/dense/bias',
+      'conv2d/kernel': 'a/kernel', 'conv2d/bias': 'a/bias',
+      'conv2d_1/kernel': 'b/kernel', 'conv2d_1/bias': 'b/bias'}
+  assert resolved.by_order() == ['conv2d/kernel -> a/kernel',
+                                 'conv2d/bias -> a/bias',
+                                 'conv2d_1/kernel -> b/kernel',
+                                 'conv2d_1/bias -> b/bias']
+
+
+def test_an_ambiguous_map_lists_what_is_left():
+  with pytest.raises(KitError, match=r'cannot pair every variable by name or '
+                     r'by shape and order \(left: legacy w \[4\]; port '
+                     r'x/kernel \[4\], y/kernel \[4\]\); give the map'):
+    variable_map.infer({'w': (4,)}, {'x/kernel': (4,), 'y/kernel': (4,)})
+
+
+def test_a_variable_map_file_must_be_a_json_object(tmp_path):
+  bad = tmp_path / 'map.json'
+  bad.write_text('["a", "b"]')
+  with pytest.raises(KitError, match='expected a JSON object'):
+    variable_map.read(str(bad))
+  with pytest.raises(KitError, match='No such file'):
+    variable_map.read(str(tmp_path / 'missing.json'))
+
+
+@pytest.mark.parametrize('text, message', [
+    ('{"a": 1', '--params is not JSON'),
+    ('[1]', '--params must be a JSON object'),
+    ('{"batch_size": 8}', '--params holds batch_size, which TPUEstimator sets'),
+])
+def test_params_are_a_json_object_without_reserved_keys(text, message):
+  with pytest.raises(KitError, match=message):
+    cli.parse_params(text)
+
+
+def test_momentum_slots_convert_between_conventions():
+  accumulator = np.array([1.0, -2.0], np.float32)
+  keras = optimizers.to_port(optimizers.MOMENTUM, 'momentum', accumulator, 0.1)
+  np.testing.assert_allclose(keras, [-0.1, 0.2])
+  np.testing.assert_allclose(optimizers.to_legacy(
+      optimizers.MOMENTUM, 'momentum', keras, 0.1), accumulator)
+  assert optimizers.to_port(optimizers.ADAM, 'm', accumulator, 0.1) is not None
+  with pytest.raises(ValueError, match='learning rate of 0'):
+    optimizers.to_legacy(optimizers.MOMENTUM, 'momentum', keras, 0.0)
+
+
+def test_optimizer_differences_are_phrased():
+  legacy = optimizers.Description(optimizers.ADAM, {'epsilon': 1e-8,
+                                                    'beta_1': 0.9})
+  assert optimizers.differences(legacy, optimizers.Description(
+      optimizers.ADAM, {'epsilon': 1e-8, 'beta_1': 0.9})) == []
+  assert optimizers.differences(legacy, optimizers.Description(
+      optimizers.ADAM, {'epsilon': 1e-7, 'beta_1': 0.9})) == [
+          "epsilon is 1e-08 in the legacy Adam and 1e-07 in the port's"]
+  assert 'the legacy optimizer is Adam(' in optimizers.differences(
+      legacy, optimizers.Description(optimizers.SGD, {}))[0]
 
 
 def test_recorder_isolates_a_raising_check_and_lists_the_rest():
@@ -71,8 +140,9 @@ def test_recorder_isolates_a_raising_check_and_lists_the_rest():
 def test_planned_checks_match_the_report_of_the_kit_pair():
   names = harness.planned_checks(['1 replica', '2 replicas', '4 replicas'],
                                  serving=True)
-  assert len(names) == 17 and len(set(names)) == 17
-  assert names[:3] == ['inventory', 'inputs', 'inference']
+  assert len(names) == 20 and len(set(names)) == 20
+  assert names[:4] == ['inventory', 'optimizer', 'inputs', 'inference']
+  assert 'inputs (2 replicas)' in names
   assert names[-1] == 'dropout (1 replica)'
 
 

@@ -1,0 +1,208 @@
+"""The harness and the converter on three legacy model_fn / port pairs unlike
+the kit's (tests/user_code/): a CNN with absl flags and /255 in the model_fn,
+a small ResNet with batch norm and momentum, a non-image model with
+embeddings, a multi-label head and Adam. Each correct port passes on 1, 2 and
+4 replicas and converts with --verify; each deliberate bug fails the check
+named for its cause, first."""
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO, run_module
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+USER_CODE = os.path.join(TESTS, 'user_code')
+ENV = {'PYTHONPATH': os.pathsep.join([REPO, TESTS, USER_CODE])}
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+  legacy: str
+  port: str
+  serving: bool
+  params: dict
+  legacy_flags: str = ''
+  map_file: bool = False
+
+  def args(self, data_dir: str, port: str = 'make_port') -> list[str]:
+    params = {**self.params, 'data_dir': data_dir} if self.params else {}
+    args = [f'--legacy_model_fn={self.legacy}:model_fn',
+            f'--legacy_input_fn={self.legacy}:input_fn',
+            f'--port={self.port}:{port}', f'--params={json.dumps(params)}']
+    if self.legacy_flags:
+      args.append(f'--legacy_flags={self.legacy_flags} --data_dir={data_dir}')
+    if self.map_file:
+      args.append(f'--variable_map={os.path.join(data_dir, "map.json")}')
+    return args
+
+
+PAIRS = {
+    'cnn': Pair('cnn_legacy', 'cnn_port', False, {}, '--nouse_tpu'),
+    'resnet': Pair('resnet_legacy', 'resnet_port', True,
+                   {'learning_rate': 0.1, 'momentum': 0.9}),
+    'tabular': Pair('tabular_legacy', 'tabular_port', True,
+                    {'learning_rate': 0.01, 'decay_steps': 30},
+                    map_file=True),
+}
+
+
+def _python(code: str) -> None:
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                          text=True, env={**os.environ, **ENV}, check=False,
+                          timeout=300)
+  assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.fixture(scope='module')
+def data_dirs(tmp_path_factory):
+  """Each pair's own files, written as its team's data script would."""
+  dirs = {}
+  for name, pair in PAIRS.items():
+    directory = str(tmp_path_factory.mktemp(name))
+    _python(f'import json, {pair.legacy}, {pair.port}; '
+            f'{pair.legacy}.write_data({directory!r}); '
+            f'json.dump(getattr({pair.port}, "VARIABLE_MAP", {{}}), '
+            f'open({os.path.join(directory, "map.json")!r}, "w"))')
+    dirs[name] = directory
+  return dirs
+
+
+def _compare(name, data_dirs, tmp_path, *args, port='make_port'):
+  pair = PAIRS[name]
+  report = tmp_path / 'report.json'
+  serving = ([f'--legacy_serving_input_fn={pair.legacy}:'
+              'serving_input_receiver_fn'] if pair.serving else
+             ['--legacy_serving_input_fn='])
+  result = run_module('migration_tools.compare',
+                      *pair.args(data_dirs[name], port), *serving,
+                      f'--report={report}', '--batch_size=32', *args,
+                      env=ENV)
+  checks = {}
+  if report.exists():
+    checks = {c['name']: c for c in json.loads(report.read_text())['checks']}
+  return result, checks
+
+
+@pytest.mark.parametrize('name', list(PAIRS))
+def test_the_correct_port_passes_on_1_2_and_4_replicas(name, data_dirs,
+                                                       tmp_path):
+  result, checks = _compare(name, data_dirs, tmp_path, '--steps=10',
+                            '--replicas=1,2,4')
+  assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+  assert all(c['passed'] for c in checks.values()), result.stdout
+  assert len(checks) == (20 if PAIRS[name].serving else 19)
+  one_step = checks['one_step (1 replica)']
+  if name == 'cnn':
+    # Same kernels, same order of operations: exact to the bit.
+    assert one_step['max_abs_diff'] == 0
+    assert checks['trajectory (1 replica)']['bit_identical']
+    # Its layers are named otherwise: the map was inferred, and reported.
+    assert 'conv2d/kernel -> features_a/kernel' in (
+        checks['inventory']['paired_by_order'])
+  else:
+    # Within the one-step bar: Keras moves batch-norm statistics and applies
+    # Adam with other (equivalent) arithmetic than TF 1's fused ops.
+    assert one_step['max_abs_diff'] <= 1e-6
+  if name == 'resnet':
+    assert one_step['worst_other_state'].endswith(
+        ('moving_mean', 'moving_variance'))
+    assert one_step['worst_slot'].endswith('/momentum')
+    assert checks['optimizer']['legacy'] == 'Momentum(momentum=0.9, ' \
+        'nesterov=False)'
+  if name == 'tabular':
+    assert one_step['worst_slot'].endswith(('/m', '/v'))
+    rates = checks['learning_rate (1 replica)']
+    assert rates['legacy'] == rates['port'] < 0.01  # The decay was followed.
+    assert set(checks['served_predictions']['max_diff_by_output']) == {
+        'probabilities', 'logits', 'top_label'}
+  if name == 'resnet':
+    assert checks['served_predictions']['inputs'] == {
+        'image': [384, 8, 8, 3], 'gain': [384]}  # The data's 12 batches.
+    assert set(checks['evaluation']['legacy']) == {
+        'loss', 'top_1_accuracy', 'top_5_accuracy'}
+  for label in ('2 replicas', '4 replicas'):
+    assert checks[f'stepwise ({label})']['max_abs_diff'] <= 1e-6
+
+
+@pytest.mark.parametrize('name, port, failing, cause', [
+    ('cnn', 'without_scaling', 'inference', 'before any training step'),
+    ('cnn', 'loss_averaged_per_replica', 'one_step (2 replicas)',
+     'gradients are 2x the legacy ones'),
+    ('resnet', 'keras_bn_momentum', 'one_step (1 replica)',
+     'moving_variance differs'),
+    ('resnet', 'keras_bn_epsilon', 'inference', 'batch-norm epsilon'),
+    ('resnet', 'top_5_with_k_1', 'evaluation', 'top_5_accuracy differs'),
+    ('resnet', 'nesterov_momentum', 'optimizer',
+     'nesterov is False in the legacy Momentum and True in the port'),
+    ('tabular', 'keras_adam_epsilon', 'optimizer',
+     'epsilon is 1e-08 in the legacy Adam and 1e-07 in the port'),
+    ('tabular', 'scaled_embedding', 'inference', 'before any training step'),
+    ('tabular', 'precision_on_logits', 'evaluation', 'precision differs'),
+])
+def test_each_deliberate_bug_fails_the_check_named_for_it_first(
+    name, port, failing, cause, data_dirs, tmp_path):
+  result, checks = _compare(name, data_dirs, tmp_path, '--steps=3',
+                            '--replicas=1,2', port=port)
+  assert result.returncode == 1, result.stderr[-2000:]
+  failed = [n for n, c in checks.items() if not c['passed']]
+  assert failed and failed[0] == failing, result.stdout
+  assert cause in checks[failing]['message'], checks[failing]['message']
+
+
+def _train_legacy(name, data_dir, estimator_dir, steps=5):
+  pair = PAIRS[name]
+  params = {**pair.params, 'data_dir': data_dir} if pair.params else {}
+  args = [sys.executable, os.path.join(USER_CODE, 'estimator_train.py'),
+          f'--pair_module={pair.legacy}', f'--estimator_dir={estimator_dir}',
+          f'--pair_params={json.dumps(params)}', f'--train_steps={steps}',
+          '--global_batch=32']
+  if pair.legacy_flags:
+    args += pair.legacy_flags.split() + [f'--data_dir={data_dir}']
+  result = subprocess.run(args, capture_output=True, text=True, check=False,
+                          env={**os.environ, **ENV}, timeout=600)
+  assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize('name, slots', [('cnn', 0), ('resnet', 11),
+                                         ('tabular', 12)])
+def test_the_converter_carries_weights_slots_and_step_and_verifies(
+    name, slots, data_dirs, tmp_path):
+  estimator_dir = str(tmp_path / 'legacy')
+  _train_legacy(name, data_dirs[name], estimator_dir)
+  output = tmp_path / 'converted'
+  result = run_module('migration_tools.convert_checkpoint',
+                      f'--estimator_dir={estimator_dir}', f'--output={output}',
+                      *PAIRS[name].args(data_dirs[name]),
+                      '--verify', '--verify_examples=300', env=ENV)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert re.search(r'Verified on 300 examples: every output agrees', (
+      result.stdout)), result.stdout
+  assert f'(step 5, ' in result.stderr and f', {slots} slots)' in (
+      result.stderr), result.stderr[-1500:]
+  if slots:
+    _assert_slots_carried(name, estimator_dir, str(output))
+
+
+def _assert_slots_carried(name, estimator_dir, output):
+  """Every legacy slot is in the converted checkpoint, in Keras's
+  convention (momentum: -learning_rate times TF 1's accumulator)."""
+  legacy = tf.train.load_checkpoint(tf.train.latest_checkpoint(estimator_dir))
+  ours = tf.train.load_checkpoint(tf.train.latest_checkpoint(output))
+  # A Keras 2 optimizer saves its slots as optimizer/_variables/N.
+  converted = [ours.get_tensor(k) for k in ours.get_variable_to_shape_map()
+               if k.startswith('optimizer/_variables/')]
+  scale = -PAIRS[name].params['learning_rate'] if name == 'resnet' else 1.0
+  names = [k for k in legacy.get_variable_to_shape_map()
+           if k.endswith(('/Momentum', '/Adam', '/Adam_1'))]
+  assert len(names) == len(converted)
+  for key in names:
+    expected = legacy.get_tensor(key) * np.float32(scale)
+    assert any(c.shape == expected.shape and np.allclose(c, expected, atol=0)
+               for c in converted), key
