@@ -8,6 +8,7 @@ the process's exit (on TF 2.15 that gap was minutes before the kit ended its
 processes itself: mnist_common/process.py). Each command's exit code is
 checked; the table goes to stdout.
 """
+import json
 import os
 import subprocess
 import sys
@@ -41,6 +42,8 @@ def commands(work: str) -> list[tuple[str, list[str], int]]:
   """(label, argv, expected exit code) of every command, on fake data."""
   python = sys.executable
   data = f'--data_dir={work}/data'
+  params = '--params=' + json.dumps({'learning_rate': 0.05,
+                                     'data_dir': f'{work}/data'})
   small = ['--train_steps=40', '--batch_size=64', data]
   return [
       ('estimator-mnist', [python, '-m', 'estimator_mnist', *small,
@@ -54,9 +57,9 @@ def commands(work: str) -> list[tuple[str, list[str], int]]:
       ('migration-convert-checkpoint --verify',
        [python, '-m', 'migration_tools.convert_checkpoint',
         f'--estimator_dir={work}/estimator', f'--output={work}/converted',
-        '--verify', data], 0),
+        '--verify', params], 0),
       ('migration-compare, 20 steps, 1/2/4 replicas',
-       [python, '-m', 'migration_tools.compare', '--steps=20', data,
+       [python, '-m', 'migration_tools.compare', '--steps=20', params,
         f'--report={work}/report.json'], 0),
       ('migration-scan', [python, '-m', 'migration_tools.scan',
                           'estimator_mnist'], 1),

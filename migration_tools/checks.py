@@ -14,6 +14,9 @@ from migration_tools import optimizers
 from migration_tools import tolerances
 
 PASSED, FAILED, ERROR, NOT_RUN = 'passed', 'failed', 'error', 'not run'
+# A check of an optional piece the port does not give (e.g. no
+# input_pipeline): not a failure, and said.
+SKIPPED = 'skipped'
 
 
 @dataclasses.dataclass
@@ -21,7 +24,8 @@ class CheckResult:
   """One check's outcome.
 
   status: PASSED or FAILED (judged on the figures), ERROR (the check raised:
-  message is the cause) or NOT_RUN (a check it needs failed first).
+  message is the cause), NOT_RUN (a check it needs failed first, or the kit
+  cannot judge it) or SKIPPED (the port does not give what it compares).
   """
   name: str
   status: str
@@ -33,6 +37,11 @@ class CheckResult:
   @property
   def passed(self) -> bool:
     return self.status == PASSED
+
+  @property
+  def failed(self) -> bool:
+    """Whether it makes the comparison fail (all but PASSED and SKIPPED)."""
+    return self.status not in (PASSED, SKIPPED)
 
   def to_json(self) -> dict[str, Any]:
     """The report's form: the figures beside the named fields."""
@@ -48,7 +57,7 @@ class CheckResult:
           f'(tolerance {self.tolerance:.0e})' if self.tolerance is not None
           else '(free run, reported; stepwise holds each step)')
     label = {PASSED: 'PASS', FAILED: 'FAIL', ERROR: 'ERROR',
-             NOT_RUN: 'NOT RUN'}[self.status]
+             NOT_RUN: 'NOT RUN', SKIPPED: 'SKIP'}[self.status]
     message = ''
     if self.message:
       message = ('; ' if figure else ' ') + self.message
@@ -126,7 +135,7 @@ def inputs(legacy_batch: tuple, port_batch: tuple | None) -> CheckResult:
       no input_pipeline.
   """
   if port_batch is None:
-    return CheckResult('inputs', NOT_RUN, 'the port gives no input_pipeline '
+    return CheckResult('inputs', SKIPPED, 'the port gives no input_pipeline '
                        '(Port.input_pipeline) to compare with the legacy '
                        'input_fn')
   theirs = _leaves({'features': legacy_batch[0], 'labels': legacy_batch[1]}
@@ -361,10 +370,12 @@ def trajectory(name: str, theirs: list[float], ours: list[float],
 
   Args:
     judge_each_step: hold every loss and the final weights to
-      TRAJECTORY_ATOL (a single replica). False (several replicas): rounding
-      differences grow chaotically in a free run (see tolerances), so the run
-      must complete with finite losses, and where it parts from the legacy
-      one is reported; the stepwise check holds each step to the bar.
+      TRAJECTORY_ATOL (the reference sums as the port does). False (a
+      reference that takes the whole batch at once against several
+      replicas): rounding differences grow chaotically in a free run (see
+      tolerances), so the run must complete with finite losses, and where it
+      parts from the legacy one is reported; the stepwise check holds each
+      step to the bar.
     global_steps: (the legacy global step, the port optimizer's step) at the
       end; they must be equal.
   """

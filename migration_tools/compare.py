@@ -119,7 +119,7 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
                               harness.cpu_strategies(counts), options)
   for result in results:
     print(result.summary())
-  failed = [r for r in results if not r.passed]
+  failed = [r for r in results if r.failed]
   if failed:
     print(f'First to fix: {failed[0].name} (later failures may follow from '
           'it)')

@@ -19,7 +19,7 @@ def loss_curves(checks: list, path: str) -> None:
 
   Written to a temporary name and renamed.
   """
-  runs = [c for c in checks if 'legacy_losses' in c]
+  runs = [c for c in checks if 'port_losses' in c]
   figure, (losses, diffs) = pyplot.subplots(2, 1, figsize=(8, 7), sharex=True)
   for index, check in enumerate(runs):
     theirs = np.array(check['legacy_losses'])
@@ -36,10 +36,10 @@ def loss_curves(checks: list, path: str) -> None:
     per_step = check['per_step_max_diff']
     diffs.plot(range(1, len(per_step) + 1), per_step, color=f'C{index + 1}',
                linestyle=':', label=f'{check["name"]}: re-synchronised each '
-               'step (loss, weights)')
+               'step (loss, state)')
   if runs:
     diffs.axhline(tolerances.TRAJECTORY_ATOL, color='gray', linestyle=':',
-                  label='tolerance (1 replica)')
+                  label='tolerance (a run that replays exactly)')
   losses.set_ylabel('training loss')
   losses.legend(fontsize='small')
   diffs.set_yscale('symlog', linthresh=_LINEAR_BELOW)

@@ -140,7 +140,7 @@ def test_recorder_isolates_a_raising_check_and_lists_the_rest():
 def test_planned_checks_match_the_report_of_the_kit_pair():
   names = harness.planned_checks(['1 replica', '2 replicas', '4 replicas'],
                                  serving=True)
-  assert len(names) == 20 and len(set(names)) == 20
+  assert len(names) == 21 and len(set(names)) == 21
   assert names[:4] == ['inventory', 'optimizer', 'inputs', 'inference']
   assert 'inputs (2 replicas)' in names
   assert names[-1] == 'dropout (1 replica)'
@@ -150,3 +150,30 @@ def test_importing_the_harness_leaves_the_environment_alone():
   # Only the command turns oneDNN off for itself; a process that imports the
   # library (these tests, and the subprocesses they start) keeps its default.
   assert os.environ.get('TF_ENABLE_ONEDNN_OPTS') != '0'
+
+
+def test_outputs_and_metrics_are_compared_by_name_or_through_a_map():
+  theirs = {'scores': np.array([0.25, 0.75]), 'classes': np.array([1, 0])}
+  ours = {'probabilities': np.array([0.25, 0.75]), 'classes': np.array([1, 0])}
+  unmapped = checks.inference(theirs, ours, {})
+  assert unmapped.status == checks.FAILED
+  assert unmapped.message.startswith('the port has no output for scores')
+  mapped = checks.inference(theirs, ours, {'scores': 'probabilities'})
+  assert mapped.passed and mapped.figures['max_diff_by_output'] == {
+      'scores': 0.0, 'classes': 0.0}
+  shifted = checks.inference(theirs, {**ours, 'classes': np.array([1, 1])},
+                             {'scores': 'probabilities'})
+  assert shifted.status == checks.FAILED
+  assert shifted.message.startswith('classes differs by up to 1')
+  evaluation = checks.evaluation({'auc': 0.9, 'loss': 0.5},
+                                 {'area': 0.9, 'loss': 0.5}, {'auc': 'area'}, 64)
+  assert evaluation.passed
+  missing = checks.evaluation({'auc': 0.9, 'loss': 0.5}, {'loss': 0.5}, {}, 64)
+  assert missing.message.startswith('the port reports no metric for auc')
+
+
+def test_a_port_without_input_pipeline_skips_the_inputs_check():
+  result = checks.inputs((np.zeros((2, 3)), np.zeros(2)), None)
+  assert result.status == checks.SKIPPED and not result.failed
+  assert result.summary().startswith('SKIP inputs: the port gives no '
+                                     'input_pipeline')

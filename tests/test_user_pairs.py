@@ -97,7 +97,7 @@ def test_the_correct_port_passes_on_1_2_and_4_replicas(name, data_dirs,
                             '--replicas=1,2,4')
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
   assert all(c['passed'] for c in checks.values()), result.stdout
-  assert len(checks) == (20 if PAIRS[name].serving else 19)
+  assert len(checks) == (21 if PAIRS[name].serving else 20)
   one_step = checks['one_step (1 replica)']
   if name == 'cnn':
     # Same kernels, same order of operations: exact to the bit.
@@ -127,7 +127,7 @@ def test_the_correct_port_passes_on_1_2_and_4_replicas(name, data_dirs,
         'image': [384, 8, 8, 3], 'gain': [384]}  # The data's 12 batches.
     assert set(checks['evaluation']['legacy']) == {
         'loss', 'top_1_accuracy', 'top_5_accuracy'}
-  for label in ('2 replicas', '4 replicas'):
+  for label in ('1 replica', '2 replicas', '4 replicas'):
     assert checks[f'stepwise ({label})']['max_abs_diff'] <= 1e-6
 
 

@@ -2,7 +2,6 @@
 test writes, tabular_map.json's content below), and three deliberate bugs."""
 import dataclasses
 import os
-import tempfile
 
 import tensorflow as tf
 
@@ -93,12 +92,7 @@ class _Serving(tf.Module):
 
 def export(model, base_dir, strategy):
   del strategy
-  os.makedirs(base_dir, exist_ok=True)
-  path = tempfile.mkdtemp(dir=base_dir)
-  module = _Serving(model)
-  tf.saved_model.save(module, path,
-                      signatures={'serving_default': module.serve})
-  return path
+  return team_trainer.save_serving(_Serving(model), base_dir)
 
 
 def make_port() -> port_lib.Port:

@@ -1,9 +1,21 @@
-"""A team's own custom-loop trainer, as the three test ports share it.
+"""A team's own custom-loop trainer and export, as the test ports share them.
 
 It follows migration_tools.port.Trainer; each port subclasses it with its
 loss and metrics. Written for the tests, as a team would for its models.
 """
+import os
+import tempfile
+
 import tensorflow as tf
+
+
+def save_serving(module: tf.Module, base_dir: str) -> str:
+  """Saves module with module.serve as serving_default; returns the path."""
+  os.makedirs(base_dir, exist_ok=True)
+  path = tempfile.mkdtemp(dir=base_dir)
+  tf.saved_model.save(module, path,
+                      signatures={'serving_default': module.serve})
+  return path
 
 
 class Trainer:
