@@ -320,7 +320,8 @@ class LegacyRunner:
                                    **rate}, applied)
     self.train.write({n: np.mean([s[n] for s in statistics], axis=0)
                       for n in moved})
-    values = {'loss': float(np.mean([s['loss'] for s in shards])),
+    values = {'loss': float(np.mean(np.array([s['loss'] for s in shards],
+                                             np.float32))),
               'gradients': gradients,
               'examples': len(tf.nest.flatten(features)[0])}
     if 'learning_rate' in rate:

@@ -172,16 +172,18 @@ class PortRunner:
       variable.assign(value)
     summed = [self.strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None)
               for g in gradients]
-    # Summed and divided as the legacy loss is, so that equal losses compare
-    # equal to the bit.
-    losses = tf.concat(self.strategy.experimental_local_results(per_example),
-                       axis=0)
-    loss = float(tf.reduce_sum(losses) / losses.shape[0])
+    # Averaged as the legacy loss is (each replica's mean, as each TPU core's
+    # model_fn took it, then their mean), so equal losses compare equal to
+    # the bit.
+    parts = self.strategy.experimental_local_results(per_example)
+    loss = float(np.mean(np.array([(tf.reduce_sum(p) / p.shape[0]).numpy()
+                                   for p in parts], np.float32)))
+    examples = sum(int(p.shape[0]) for p in parts)
     self.trainer.train_steps(self._iterator, tf.constant(1))
     self.trainer.reset()
     names = [self._legacy_name.get(v.name.removesuffix(':0'))
              for v in self.model.trainable_variables]
-    return {'loss': loss, 'examples': int(losses.shape[0]),
+    return {'loss': loss, 'examples': examples,
             'gradients': {n: g.numpy() for n, g in zip(names, summed)},
             'learning_rate': self.learning_rate()}
 
