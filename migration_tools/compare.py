@@ -1,13 +1,15 @@
-"""migration-compare: the equivalence harness as a command.
+r"""migration-compare: the equivalence harness as a command.
 
-  migration-compare [--port=my_port:make_port --legacy_model_fn=... ...]
+  migration-compare [--port=my_port:make_port --legacy_model_fn=... \
+      --legacy_input_fn=... --params='{"data_dir": ...}' ...]
   python -m migration_tools.compare ...
 
-Checks a port against its legacy model_fn (``harness``) on 1, 2 and 4
-replicas, prints a line per check and the first to fix, writes the JSON report
-(--report) and the loss-curve PNG beside it, always listing every check. Exit
-code: 0 all passed, 1 a check failed or bad input. The defaults compare the
-kit's own pair; the bars are in ``tolerances``.
+Checks a port against its legacy model_fn (``harness``) on the legacy
+input_fn's batches, on 1, 2 and 4 replicas, prints a line per check and the
+first to fix, writes the JSON report (--report) and the loss-curve PNG beside
+it, always listing every check. Exit code: 0 all passed (or skipped), 1 a
+check failed or bad input. The defaults compare the kit's own pair; the bars
+are in ``tolerances``.
 """
 import os
 

@@ -1,4 +1,4 @@
-"""Carries a trained Estimator checkpoint over to the port.
+r"""Carries a trained Estimator checkpoint over to the port.
 
   migration-convert-checkpoint --estimator_dir=OLD_MODEL_DIR \
       --output=NEW_MODEL_DIR [--port=my_port:make_port] [--params=JSON] \
