@@ -64,7 +64,8 @@ class Trainer:
     """
     for _ in tf.range(steps):
       self.strategy.run(self.train_step, args=next(iterator))
-    return self.optimizer.iterations.read_value()
+    # identity, not read_value(): Keras 3's variables are not tf.Variables.
+    return tf.identity(self.optimizer.iterations)
 
   def eval_step(self, images: tf.Tensor, labels: tf.Tensor) -> None:
     logits = self.model(images, training=False)
