@@ -190,6 +190,14 @@ def paired_outputs(theirs: dict, ours: dict, output_map: dict[str, str]
   return pairs, missing
 
 
+def worst_output(pairs: dict, diffs: dict, allowed) -> str:
+  """The output to report: one over its bar (allowed(name)) first, and
+  among those a float one, which says by how much (an integer one, a class
+  id, says only that it differs)."""
+  return max(diffs, key=lambda k: (diffs[k] > allowed(k),
+                                   pairs[k][0].dtype.kind == 'f', diffs[k]))
+
+
 def _compare_outputs(name: str, theirs: dict, ours: dict,
                      output_map: dict[str, str], tolerance: float,
                      hint: str) -> CheckResult:
@@ -202,9 +210,7 @@ def _compare_outputs(name: str, theirs: dict, ours: dict,
                        'port\'s outputs as the legacy ones, or map them '
                        '(Port.output_map)')
   diffs = {k: output_diff(*pair) for k, pair in pairs.items()}
-  # A float output says by how much; an integer one (a class id) only that.
-  worst = max(diffs, key=lambda k: (diffs[k] > tolerance,
-                                    pairs[k][0].dtype.kind == 'f', diffs[k]))
+  worst = worst_output(pairs, diffs, lambda name: tolerance)
   figures = {'outputs': {k: list(p[0].shape) for k, p in pairs.items()},
              'max_diff_by_output': diffs, 'worst_output': worst}
   return judged(name, diffs[worst], tolerance, figures,

@@ -40,8 +40,6 @@ from mnist_common.errors import KitError
 from mnist_common.errors import one_line
 
 STEP_NAME = 'global_step'  # -> optimizer.iterations
-# Optimizer variables a Keras optimizer derives from its step instead.
-LEGACY_DERIVED = ('beta1_power', 'beta2_power')
 OBJECT_GRAPH_KEY = '_CHECKPOINTABLE_OBJECT_GRAPH'
 
 
@@ -77,13 +75,13 @@ def read_checkpoint(estimator_dir: str) -> LegacyCheckpoint:
                    'convert')
   model, slots, kinds = {}, {}, set()
   for name in sorted(names):
-    owner, _, suffix = name.rpartition('/')
-    if name == STEP_NAME or name.rpartition('/')[2] in LEGACY_DERIVED:
+    if (name == STEP_NAME or
+        name.rpartition('/')[2] in optimizers.LEGACY_DERIVED):
       continue
-    if suffix in optimizers.LEGACY_SLOT_SUFFIXES and owner in names:
-      kind, slot = optimizers.LEGACY_SLOT_SUFFIXES[suffix]
-      kinds.add(kind)
-      slots[(owner, slot)] = reader.get_tensor(name)
+    found = optimizers.legacy_slot(name, names)
+    if found:
+      kinds.add(found[1])
+      slots[(found[0], found[2])] = reader.get_tensor(name)
     else:
       model[name] = reader.get_tensor(name)
   if len(kinds) > 1:
@@ -263,9 +261,7 @@ def verify(estimator_dir: str, output: str, port: port_lib.Port, model_fn,
   def allowed(name):
     return tolerances.CONVERSION_ATOL if name in floats else 0
 
-  # A float output says by how much; an integer one (a class id) only that.
-  worst = max(diffs, key=lambda k: (diffs[k] > allowed(k), k in floats,
-                                    diffs[k]))
+  worst = checks.worst_output(pairs, diffs, allowed)
   examples = len(tf.nest.flatten(features)[0])
   if diffs[worst] > allowed(worst):
     raise KitError(f'verification failed: {worst} differs by up to '

@@ -442,10 +442,9 @@ def _read_optimizer(graph: _Graph) -> _Optimizer:
   trainable = {v.op.name for v in graph.graph.get_collection(
       tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)}
   for name in graph.all_variables:
-    owner, _, suffix = name.rpartition('/')
-    kind_and_slot = optimizers.LEGACY_SLOT_SUFFIXES.get(suffix)
-    if owner in trainable and kind_and_slot and kind_and_slot[0] == kind:
-      slots[(owner, kind_and_slot[1])] = name
+    found = optimizers.legacy_slot(name, trainable)
+    if found and found[1] == kind:
+      slots[(found[0], found[2])] = name
   applied = {_variable_name(op.inputs[0]): op.inputs[rule.grad]
              for op, rule in rules}
   return _Optimizer(kind, rates.pop().deref() if len(rates) == 1 else None,

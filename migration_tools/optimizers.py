@@ -45,6 +45,8 @@ LEGACY_APPLY_ATTRS = {MOMENTUM: {'nesterov': 'use_nesterov'}}
 # TF 1 slot variables are named <variable>/<suffix>: suffix -> (kind, slot).
 LEGACY_SLOT_SUFFIXES = {'Momentum': (MOMENTUM, 'momentum'),
                         'Adam': (ADAM, 'm'), 'Adam_1': (ADAM, 'v')}
+# TF 1 optimizer variables a Keras optimizer derives from its step instead.
+LEGACY_DERIVED = ('beta1_power', 'beta2_power')
 
 # (kind, the prefix of a Keras slot variable's name) -> canonical slot name.
 PORT_SLOTS = {(MOMENTUM, 'm'): 'momentum', (ADAM, 'm'): 'm',
@@ -99,6 +101,15 @@ def port_slots(optimizer, model_names: dict[str, str]) -> dict[tuple, Any]:
     if slot and rest in model_names:
       slots[(model_names[rest], slot)] = variable
   return slots
+
+
+def legacy_slot(name: str, owners) -> tuple[str, str, str] | None:
+  """(owner, kind, canonical slot) if name is a TF 1 slot of a variable in
+  owners (by TF 1's default slot names), else None."""
+  owner, _, suffix = name.rpartition('/')
+  if owner in owners and suffix in LEGACY_SLOT_SUFFIXES:
+    return (owner, *LEGACY_SLOT_SUFFIXES[suffix])
+  return None
 
 
 def scale(kind: str, slot: str, rate: float) -> float:

@@ -73,12 +73,10 @@ class Trainer(team_trainer.Trainer):
 
 
 def input_pipeline(strategy, params):
-  def dataset_fn(context):
-    batch = context.get_per_replica_batch_size(params['batch_size'])
-    dataset = tf.data.TFRecordDataset(os.path.join(params['data_dir'],
-                                                   'shard-0.tfrecord'))
-    return dataset.map(legacy._parse).batch(batch, drop_remainder=True)  # pylint: disable=protected-access
-  return strategy.distribute_datasets_from_function(dataset_fn)
+  return team_trainer.distribute_records(
+      strategy, params['batch_size'],
+      os.path.join(params['data_dir'], 'shard-0.tfrecord'),
+      legacy._parse)  # pylint: disable=protected-access
 
 
 def predict(model, features):

@@ -60,12 +60,10 @@ def make_optimizer(params, epsilon=1e-8):
 
 
 def input_pipeline(strategy, params):
-  def dataset_fn(context):
-    batch = context.get_per_replica_batch_size(params['batch_size'])
-    dataset = tf.data.TFRecordDataset(os.path.join(params['data_dir'],
-                                                   'events.tfrecord'))
-    return dataset.map(legacy._parse).batch(batch, drop_remainder=True)  # pylint: disable=protected-access
-  return strategy.distribute_datasets_from_function(dataset_fn)
+  return team_trainer.distribute_records(
+      strategy, params['batch_size'],
+      os.path.join(params['data_dir'], 'events.tfrecord'),
+      legacy._parse)  # pylint: disable=protected-access
 
 
 def predict(model, features):

@@ -1,4 +1,5 @@
-"""A team's own custom-loop trainer and export, as the test ports share them.
+"""A team's own custom-loop trainer, input pipeline and export, as the test
+ports share them.
 
 It follows migration_tools.port.Trainer; each port subclasses it with its
 loss and metrics. Written for the tests, as a team would for its models.
@@ -7,6 +8,15 @@ import os
 import tempfile
 
 import tensorflow as tf
+
+
+def distribute_records(strategy, global_batch: int, path: str, parse):
+  """The records at path, parsed and batched per replica, in file order."""
+  def dataset_fn(context):
+    batch = context.get_per_replica_batch_size(global_batch)
+    return tf.data.TFRecordDataset(path).map(parse).batch(
+        batch, drop_remainder=True)
+  return strategy.distribute_datasets_from_function(dataset_fn)
 
 
 def save_serving(module: tf.Module, base_dir: str) -> str:
