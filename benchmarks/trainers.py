@@ -96,8 +96,7 @@ def fit(strategy, steps_per_execution: int, info, batch: int,
   if keras_train_step:
     # The same layers and variables, in a plain Model.
     model = tf.keras.Model(model.inputs, model.outputs)
-  with strategy.scope():
-    fit_loop.compile_model(model, optimizer, steps_per_execution)
+  fit_loop.compile_model(model, optimizer, steps_per_execution)
   callback = _WindowCallback(window_steps)
   model.fit(dataset, epochs=1, steps_per_epoch=window_steps * (windows + 1),
             callbacks=[callback], verbose=0)

@@ -41,27 +41,56 @@ class SaveAndLog(tf.keras.callbacks.Callback):
 def compile_model(model: tf.keras.Model, optimizer, steps_per_execution: int
                   ) -> None:
   """Loss averaged over the global batch (Keras does it under a strategy)."""
-  model.compile(optimizer=optimizer, loss=model_lib.per_example_loss,
-                metrics=[tf.keras.metrics.SparseCategoricalAccuracy(
-                    'accuracy')],
-                steps_per_execution=steps_per_execution)
+  with model.distribute_strategy.scope():
+    model.compile(optimizer=optimizer, loss=model_lib.per_example_loss,
+                  metrics=[tf.keras.metrics.SparseCategoricalAccuracy(
+                      'accuracy')],
+                  steps_per_execution=steps_per_execution)
 
 
-def train(model: tf.keras.Model, dataset, total_steps: int,
-          manager: tf.train.CheckpointManager, model_dir: str,
-          every_steps: int, verbose: int) -> None:
-  """Trains from the optimizer's step up to total_steps, as one Keras epoch."""
-  step = model.optimizer.iterations
+def executions(steps: int, steps_per_execution: int) -> list[tuple[int, int]]:
+  """(steps, steps_per_execution) blocks that add up to exactly `steps`.
+
+  Keras 3 runs whole executions: asked for 20 steps at 50 per execution, it
+  runs 50. So the remainder gets a block of its own, at one execution.
+  """
+  whole = steps // steps_per_execution * steps_per_execution
+  blocks = [(whole, steps_per_execution)] if whole else []
+  if steps > whole:
+    blocks.append((steps - whole, steps - whole))
+  return blocks
+
+
+def train(model: tf.keras.Model, optimizer, dataset, total_steps: int,
+          steps_per_execution: int, manager: tf.train.CheckpointManager,
+          model_dir: str, every_steps: int, verbose: int) -> None:
+  """Trains from the optimizer's step up to exactly total_steps.
+
+  Each block of ``executions`` is one Keras epoch of its own; a remainder
+  block starts a new pass over the data, as a resumed run does (and as each
+  ``TPUEstimator.train`` call did).
+  """
+  step = optimizer.iterations
   remaining = total_steps - int(step.numpy())
-  if remaining <= 0:
-    return
   callbacks = [
       tf.keras.callbacks.TensorBoard(model_dir, update_freq=every_steps),
       SaveAndLog(manager, step, every_steps, total_steps),
   ]
-  model.fit(dataset, epochs=1, steps_per_epoch=remaining, callbacks=callbacks,
-            verbose=verbose)
+  for steps, per_execution in executions(max(remaining, 0),
+                                         steps_per_execution):
+    compile_model(model, optimizer, per_execution)
+    model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=callbacks,
+              verbose=verbose)
 
 
-def evaluate(model: tf.keras.Model, dataset, steps: int) -> dict:
+def evaluate(model: tf.keras.Model, optimizer, dataset, steps: int,
+             steps_per_execution: int) -> dict:
+  """Metrics over exactly `steps` batches, in one pass.
+
+  Keras 3 runs whole executions, so this runs them at the largest number of
+  steps per execution, up to the training one, that divides `steps`.
+  """
+  per_execution = max(n for n in range(1, min(steps, steps_per_execution) + 1)
+                      if steps % n == 0)
+  compile_model(model, optimizer, per_execution)
   return model.evaluate(dataset, steps=steps, verbose=0, return_dict=True)

@@ -9,6 +9,8 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from mnist_common import keras_compat
+
 NUM_CLASSES = 10
 DROPOUT_RATE = 0.4
 DECAY_STEPS = 100000
@@ -105,6 +107,15 @@ class Classifier(tf.keras.Model):
     images, labels = data
     logits = self(images, training=True)
     loss = self.compute_loss(images, labels, logits)
+    keras_compat.add_to_loss_tracker(self, loss, tf.shape(images)[0])
     variables = self.trainable_variables
     self.optimizer.apply_gradients(zip(gradients(loss, variables), variables))
     return self.compute_metrics(images, labels, logits, sample_weight=None)
+
+  def make_train_function(self, force=False):
+    """Keras's own, except where keras-team/keras#19246 would fail it."""
+    if not keras_compat.fit_needs_own_steps(self):
+      return super().make_train_function(force)
+    if self.train_function is None or force:
+      self.train_function = keras_compat.multi_step_train_function(self)
+    return self.train_function

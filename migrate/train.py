@@ -21,10 +21,12 @@ from migrate import fit_loop
 from migrate import model as model_lib
 from migrate import strategy as strategy_lib
 from mnist_common import batching
+from mnist_common import keras_compat
 from mnist_common import paths
 from mnist_common import prepare
 from mnist_common import report
 from mnist_common import tfrecords
+from mnist_common.errors import KitError
 
 LOOPS = ('fit', 'custom')
 
@@ -118,6 +120,11 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
   strategy = strategy_override or strategy_lib.make_strategy(
       flags_obj.strategy, flags_obj.tpu, flags_obj.tpu_zone,
       flags_obj.gcp_project)
+  if flags_obj.loop == 'fit':
+    reason = keras_compat.fit_unsupported_reason(strategy)
+    if reason:
+      raise KitError(f'--loop=fit cannot train here: {reason}; use '
+                     '--loop=custom, which trains the same model')
   replicas = strategy.num_replicas_in_sync
   per_replica = batching.per_replica_batch(flags_obj.batch_size, replicas,
                                            'the number of replicas')
@@ -155,12 +162,13 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
     eval_steps = info.test_examples // eval_batch
 
   if flags_obj.loop == 'fit':
-    with strategy.scope():
-      fit_loop.compile_model(model, optimizer, flags_obj.steps_per_execution)
-    fit_loop.train(model, train_data, flags_obj.train_steps, manager,
-                   model_dir, flags_obj.checkpoint_steps,
+    fit_loop.train(model, optimizer, train_data, flags_obj.train_steps,
+                   flags_obj.steps_per_execution, manager, model_dir,
+                   flags_obj.checkpoint_steps,
                    verbose=1 if strategy_lib.is_chief(strategy) else 0)
-    evaluate = lambda: fit_loop.evaluate(model, eval_data, eval_steps)
+    evaluate = lambda: fit_loop.evaluate(model, optimizer, eval_data,
+                                         eval_steps,
+                                         flags_obj.steps_per_execution)
   else:
     trainer = custom_loop.Trainer(model, optimizer, strategy,
                                   flags_obj.batch_size)

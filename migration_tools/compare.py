@@ -7,7 +7,13 @@ r"""migration-compare: the equivalence harness as a command.
 Checks a port against its legacy model_fn (``harness``) on the legacy
 input_fn's batches, on 1, 2 and 4 replicas, prints a line per check and the
 first to fix, writes the JSON report (--report) and the loss-curve PNG beside
-it, always listing every check. Exit code: 0 all passed (or skipped), 1 a
+it, always listing every check. --record_bundle=PATH also records the legacy
+side into a golden bundle; --bundle=PATH later checks the port against it
+with the same checks, without the legacy code (``golden``):
+
+  migration-compare --record_bundle=tests/golden.npz          # on TF 2.15
+  migration-compare --bundle=tests/golden.npz --port=...      # on any TF
+ Exit code: 0 all passed (or skipped), 1 a
 check failed or bad input. The defaults compare the kit's own pair; the bars
 are in ``tolerances``.
 """
@@ -26,7 +32,10 @@ import tempfile  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
+
 from migration_tools import cli  # pylint: disable=wrong-import-position
+from migration_tools import golden  # pylint: disable=wrong-import-position
 from migration_tools import harness  # pylint: disable=wrong-import-position
 from migration_tools import kit_pair  # pylint: disable=wrong-import-position
 from migration_tools import port as port_lib  # pylint: disable=wrong-import-position
@@ -73,6 +82,16 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
   flags.DEFINE_list('replicas', ['1', '2', '4'],
                     'Replica counts to run the port on; the first must be 1.',
                     **define)
+  flags.DEFINE_string('record_bundle', None,
+                      'Also write the legacy side of this comparison to a '
+                      'golden bundle (.npz) here, to check the port against '
+                      'later with --bundle, on any TensorFlow.', **define)
+  flags.DEFINE_string('bundle', None,
+                      'Check the port against this golden bundle instead of '
+                      'running the legacy code (no tf.estimator needed): the '
+                      'legacy flags, --params, --steps, --batch_size, '
+                      '--eval_batches and --replicas are the recorded ones.',
+                      **define)
   flags.DEFINE_string('report', 'equivalence_report.json',
                       'Where the JSON report goes; the loss plot goes beside '
                       'it, with the suffix .png.', **define)
@@ -91,15 +110,16 @@ def _replica_counts(values: list[str], global_batch: int) -> list[int]:
   return counts
 
 
-def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
-  """Checks the inputs, runs the comparison, prints and writes the report."""
-  if args:
-    raise KitError(f'unexpected arguments {args}; flags take the form '
-                   '--name=value (see --help)')
-  report = os.path.abspath(tool_flags.report)
-  if not os.path.isdir(os.path.dirname(report)):
-    raise KitError(f'--report {report}: its folder does not exist; create it '
-                   'or choose another path')
+def _load_port(tool_flags: flags.FlagValues) -> port_lib.Port:
+  port = port_lib.load_port(tool_flags.port)
+  if tool_flags.variable_map:
+    port = dataclasses.replace(
+        port, variable_map=variable_map.read(tool_flags.variable_map))
+  return port
+
+
+def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
+  """Runs the legacy code next to the port; records a bundle if asked."""
   options = harness.Options(tool_flags.steps, tool_flags.batch_size,
                             tool_flags.eval_batches,
                             cli.parse_params(tool_flags.params))
@@ -111,14 +131,50 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
       cli.load_callable(tool_flags.legacy_input_fn, '--legacy_input_fn'),
       cli.load_callable(serving, '--legacy_serving_input_fn')
       if serving else None)
-  port = port_lib.load_port(tool_flags.port)
-  if tool_flags.variable_map:
-    port = dataclasses.replace(
-        port, variable_map=variable_map.read(tool_flags.variable_map))
+  port = _load_port(tool_flags)
   cli.set_legacy_flags(tool_flags.legacy_flags)
+  if not tool_flags.record_bundle:
+    return harness.compare(pair, port, workdir,
+                           harness.cpu_strategies(counts), options), {
+                               **dataclasses.asdict(options)}
+  results, bundle = harness.record_bundle(pair, port, workdir, counts,
+                                          options)
+  print(f'Bundle: {golden.save(tool_flags.record_bundle, bundle)}')
+  return results, dataclasses.asdict(options)
+
+
+def _replayed(tool_flags: flags.FlagValues, workdir: str
+              ) -> tuple[list, dict]:
+  """Checks the port against a bundle: no legacy code runs."""
+  bundle = golden.load(tool_flags.bundle)
+  devices.split_cpu(max(bundle.replica_counts))
+  print(f'Bundle: {tool_flags.bundle}, recorded with TensorFlow '
+        f'{bundle.versions.get("tensorflow")}; replicas '
+        f'{",".join(map(str, bundle.replica_counts))}')
+  results = harness.check_bundle(bundle, _load_port(tool_flags), workdir)
+  return results, {**bundle.options, 'bundle': tool_flags.bundle,
+                   'recorded_with': bundle.versions}
+
+
+def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
+  """Checks the inputs, runs the comparison, prints and writes the report."""
+  if args:
+    raise KitError(f'unexpected arguments {args}; flags take the form '
+                   '--name=value (see --help)')
+  if tool_flags.bundle and tool_flags.record_bundle:
+    raise KitError('--bundle checks against a recorded bundle and '
+                   '--record_bundle records one: give one of them')
+  report = os.path.abspath(tool_flags.report)
+  if not os.path.isdir(os.path.dirname(report)):
+    raise KitError(f'--report {report}: its folder does not exist; create it '
+                   'or choose another path')
+  if tool_flags.record_bundle and not os.path.isdir(
+      os.path.dirname(os.path.abspath(tool_flags.record_bundle))):
+    raise KitError(f'--record_bundle {tool_flags.record_bundle}: its folder '
+                   'does not exist; create it or choose another path')
   with tempfile.TemporaryDirectory() as workdir:
-    results = harness.compare(pair, port, workdir,
-                              harness.cpu_strategies(counts), options)
+    results, figures = (_replayed if tool_flags.bundle else _live)(
+        tool_flags, workdir)
   for result in results:
     print(result.summary())
   failed = [r for r in results if r.failed]
@@ -126,7 +182,8 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
     print(f'First to fix: {failed[0].name} (later failures may follow from '
           'it)')
   written = harness.write_report(results, report, {
-      **dataclasses.asdict(options), 'onednn': os.environ.get('TF_ENABLE_ONEDNN_OPTS')})
+      **figures, 'tensorflow': tf.__version__,
+      'onednn': os.environ.get('TF_ENABLE_ONEDNN_OPTS')})
   print(f'Report: {written}')
   if failed:
     raise SystemExit(1)

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from migration_tools import checks
+from migration_tools import golden
 from migration_tools import legacy as legacy_lib
 from migration_tools import plot
 from migration_tools import port as port_lib
@@ -25,6 +26,7 @@ from migration_tools import port_runner
 from migration_tools import serving
 from migration_tools import variable_map
 from migration_tools.checks import CheckResult
+from mnist_common import keras_compat
 from mnist_common import paths
 from mnist_common.errors import one_line
 
@@ -107,10 +109,51 @@ def planned_checks(labels: list[str], serving: bool) -> list[str]:
   return names + ['dropout (1 replica)']
 
 
+class LiveSource:
+  """The legacy side run live (TF 2.15): its input_fn's batches and a
+  LegacyRunner per run, each answer also written to tape if one is given."""
+
+  def __init__(self, pair: LegacyPair, options: Options,
+               tape: golden.Tape | None = None):
+    self.pair, self.options, self.tape = pair, options, tape
+    self.serving_input_fn = pair.serving_input_fn
+
+  def data(self) -> legacy_lib.Data:
+    data = legacy_lib.read_input_fn(
+        self.pair.input_fn, self.options.params, self.options.global_batch,
+        max(self.options.steps, self.options.eval_batches))
+    self._spec, self.batches = data.spec, data.batches
+    return data
+
+  def runner(self, shards: int, purpose: str):
+    runner = legacy_lib.LegacyRunner(
+        self.pair.model_fn, self.options.params, self._spec,
+        self.options.global_batch, shards)
+    if self.tape is None:
+      return runner
+    return golden.RecordingRunner(runner, self.tape, purpose)
+
+
+class ReplaySource:
+  """The legacy side answered from a golden bundle, on any TensorFlow."""
+
+  def __init__(self, bundle: golden.Bundle):
+    self.bundle = bundle
+    # Only passed back to the replayed runner, which ignores it.
+    self.serving_input_fn = 'recorded' if bundle.serving else None
+
+  def data(self) -> legacy_lib.Data:
+    return legacy_lib.Data(None, self.bundle.batches)
+
+  def runner(self, shards: int, purpose: str):
+    del shards  # Recorded with the run.
+    return golden.ReplayedRunner(self.bundle.tape, purpose)
+
+
 @dataclasses.dataclass
 class _Run:
   """What every stage shares: the data, the params and the initial state."""
-  pair: LegacyPair
+  source: LiveSource | ReplaySource
   port: port_lib.Port
   data: legacy_lib.Data
   batches: list
@@ -118,10 +161,8 @@ class _Run:
   pairs: dict = dataclasses.field(default_factory=dict)
   start: dict | None = None
 
-  def legacy(self, shards: int = 1) -> legacy_lib.LegacyRunner:
-    legacy = legacy_lib.LegacyRunner(self.pair.model_fn, self.options.params,
-                                     self.data.spec, self.options.global_batch,
-                                     shards)
+  def legacy(self, purpose: str, shards: int = 1):
+    legacy = self.source.runner(shards, purpose)
     if self.start is not None:
       legacy.set_state(self.start)
     return legacy
@@ -240,14 +281,14 @@ def _evaluate(legacy, runner, run: _Run) -> CheckResult:
 def _served_predictions(legacy, runner, run: _Run, workdir: str
                         ) -> CheckResult:
   """Both SavedModels, loaded back, on the same receiver inputs."""
-  inputs = serving.inputs(legacy.receiver_spec(run.pair.serving_input_fn),
-                          run.data, run.options.seed)
+  serving_input_fn = run.source.serving_input_fn
+  inputs = serving.inputs(legacy.receiver_spec(serving_input_fn), run.data,
+                          run.options.seed)
   runner.set_state(legacy.state())
   # The port first: the legacy export leaves the port's Keras model unusable.
   ours = runner.export(os.path.join(workdir, 'port'))
-  theirs = legacy.export(run.pair.serving_input_fn, workdir)
-  result = checks.served_predictions(serving.serve(theirs, inputs),
-                                     serving.serve(ours, inputs),
+  theirs = legacy.serve(serving_input_fn, workdir, inputs)
+  result = checks.served_predictions(theirs, serving.serve(ours, inputs),
                                      run.port.output_map)
   result.figures['inputs'] = {k: [*v.shape] for k, v in inputs.items()}
   return result
@@ -263,9 +304,15 @@ def _dropout(rec: Recorder, run: _Run) -> None:
   port the legacy state between steps moves no random state).
   """
   def check() -> CheckResult:
+    if keras_compat.is_keras3():
+      return CheckResult(
+          'dropout (1 replica)', checks.SKIPPED,
+          'Keras 3 draws dropout masks from its own seed generator, which '
+          'cannot be aligned with TF 1\'s random ops; dropout is compared on '
+          'Keras 2 (TF 2.15) only')
     tool = tf.compat.v1.keras.utils.DeterministicRandomTestTool()
     with tool.scope():
-      legacy = run.legacy()
+      legacy = run.legacy('dropout (1 replica)')
       runner = run.port_runner(tf.distribute.OneDeviceStrategy('/cpu:0'))
       per_step, losses = _resynced_steps(legacy, runner, run, dropout=True)
     result = checks.stepwise('dropout (1 replica)', per_step)
@@ -303,7 +350,8 @@ def _single_replica_checks(rec: Recorder, legacy, runner, run: _Run,
         legacy, runner, run, workdir))
   # Last: its legacy graph leaves this port model unusable.
   rec.run('stepwise (1 replica)', lambda: _stepwise(
-      '1 replica', run.legacy(), run.port_runner(runner.strategy), run))
+      '1 replica', run.legacy('stepwise (1 replica)'),
+      run.port_runner(runner.strategy), run))
 
 
 def _inventory(rec: Recorder, run: _Run, legacy, runner) -> bool:
@@ -326,8 +374,10 @@ def _inventory(rec: Recorder, run: _Run, legacy, runner) -> bool:
 
 def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
             strategies: dict[str, tf.distribute.Strategy],
-            options: Options = Options()) -> list[CheckResult]:
-  """Runs every check and returns every planned one, in order.
+            options: Options = Options(),
+            tape: golden.Tape | None = None) -> list[CheckResult]:
+  """Runs every check, the legacy side live, and returns every planned one,
+  in order.
 
   Args:
     pair: the legacy model_fn, input_fn and serving function.
@@ -336,6 +386,8 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
     strategies: {label: strategy}, the first one '1 replica'; each gets a
       trajectory against the single-replica legacy model.
     options: the training compared.
+    tape: if given, every answer of the legacy side is written to it (for
+      record_bundle).
 
   Returns:
     A CheckResult per check of planned_checks(); a check that raised is an
@@ -344,12 +396,44 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
   Raises:
     KitError: the legacy input_fn fails before any check can run.
   """
-  serving = pair.serving_input_fn is not None and port.export is not None
+  return run_checks(LiveSource(pair, options, tape), port, workdir,
+                    strategies, options)
+
+
+def check_bundle(bundle: golden.Bundle, port: port_lib.Port, workdir: str
+                 ) -> list[CheckResult]:
+  """compare(), the legacy side answered from a golden bundle: the same
+  checks on the replica counts it recorded, with its options."""
+  return run_checks(ReplaySource(bundle), port, workdir,
+                    cpu_strategies(bundle.replica_counts),
+                    Options(**bundle.options))
+
+
+def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
+                  replica_counts: list[int], options: Options
+                  ) -> tuple[list[CheckResult], golden.Bundle]:
+  """compare() on these replica counts, recording the legacy side; returns
+  the results and the bundle (golden.save writes it)."""
+  tape = golden.Tape()
+  source = LiveSource(pair, options, tape)
+  results = run_checks(source, port, workdir, cpu_strategies(replica_counts),
+                       options)
+  bundle = golden.Bundle(
+      dataclasses.asdict(options), list(replica_counts),
+      pair.serving_input_fn is not None and port.export is not None,
+      source.batches, tape, {'tensorflow': tf.__version__,
+                             'format': golden.FORMAT})
+  return results, bundle
+
+
+def run_checks(source: LiveSource | ReplaySource, port: port_lib.Port,
+               workdir: str, strategies: dict[str, tf.distribute.Strategy],
+               options: Options) -> list[CheckResult]:
+  """compare() on a legacy source, live or replayed."""
+  serving = source.serving_input_fn is not None and port.export is not None
   rec = Recorder(planned_checks(list(strategies), serving))
-  data = legacy_lib.read_input_fn(
-      pair.input_fn, options.params, options.global_batch,
-      max(options.steps, options.eval_batches))
-  run = _Run(pair, port, data, legacy_lib.cycled(data, options.steps),
+  data = source.data()
+  run = _Run(source, port, data, legacy_lib.cycled(data, options.steps),
              options)
   tf.keras.utils.set_random_seed(options.seed)
   with port_runner.dropout_disabled():
@@ -357,7 +441,8 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
       single = strategy.num_replicas_in_sync == 1
       replicas = strategy.num_replicas_in_sync
       try:
-        legacy, runner = run.legacy(replicas), run.port_runner(strategy)
+        legacy = run.legacy(label, replicas)
+        runner = run.port_runner(strategy)
       except Exception as e:  # pylint: disable=broad-except
         rec.error(['inventory'] if single else
                   [n for n in rec.planned if n.endswith(f'({label})')],
@@ -378,7 +463,8 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
             run.data.batches[0], runner.first_pipeline_batch()))
         _run_trajectory(rec, label, legacy, runner, run)
         rec.run(f'stepwise ({label})', lambda: _stepwise(
-            label, run.legacy(replicas), run.port_runner(strategy), run))
+            label, run.legacy(f'stepwise ({label})', replicas),
+            run.port_runner(strategy), run))
   _dropout(rec, run)
   return rec.results()
 

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from migration_tools import optimizers
+from migration_tools import serving
 from mnist_common import process
 from mnist_common.errors import KitError
 from mnist_common.errors import one_line
@@ -395,6 +396,12 @@ class LegacyRunner:
         export_to_tpu=False)
     return estimator.export_saved_model(os.path.join(base_dir, 'legacy_export'),
                                         serving_input_fn).decode()
+
+
+  def serve(self, serving_input_fn, base_dir: str, inputs: dict) -> dict:
+    """The served outputs on inputs of the current state's export (export,
+    loaded back)."""
+    return serving.serve(self.export(serving_input_fn, base_dir), inputs)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,8 +3,8 @@
 A TF 1 optimizer leaves one apply op per variable in the training graph; its
 inputs hold the slots, the learning rate applied at that step and the
 hyper-parameters (``LEGACY_APPLY_OPS``). A Keras optimizer names its slot
-variables ``<slot>/<variable>`` and holds its hyper-parameters in its config
-(``PORT_SLOTS``). Slots are compared and converted under one canonical name
+variables after the variable and a token (``PORT_SLOTS``, one row per Keras
+major version) and holds its hyper-parameters in its config. Slots are compared and converted under one canonical name
 per optimizer kind; where the two conventions store a slot differently,
 ``to_port``/``to_legacy`` convert it (``SLOT_SCALES``). Adding an optimizer is
 a row in each table and a test pair that uses it.
@@ -14,6 +14,8 @@ import math
 from typing import Any
 
 import numpy as np
+
+from mnist_common import keras_compat
 
 SGD, MOMENTUM, ADAM = 'SGD', 'Momentum', 'Adam'
 
@@ -48,9 +50,13 @@ LEGACY_SLOT_SUFFIXES = {'Momentum': (MOMENTUM, 'momentum'),
 # TF 1 optimizer variables a Keras optimizer derives from its step instead.
 LEGACY_DERIVED = ('beta1_power', 'beta2_power')
 
-# (kind, the prefix of a Keras slot variable's name) -> canonical slot name.
-PORT_SLOTS = {(MOMENTUM, 'm'): 'momentum', (ADAM, 'm'): 'm',
-              (ADAM, 'v'): 'v'}
+# Keras major version -> {(kind, the slot's token in its variable's name):
+# canonical slot name}; keras_compat.slot_name places the token.
+PORT_SLOTS = {
+    2: {(MOMENTUM, 'm'): 'momentum', (ADAM, 'm'): 'm', (ADAM, 'v'): 'v'},
+    3: {(MOMENTUM, 'momentum'): 'momentum', (ADAM, 'momentum'): 'm',
+        (ADAM, 'velocity'): 'v'},
+}
 # Hyper-parameters each kind has, with the Keras config key they live under;
 # TF 1's Adam has no nesterov.
 HYPER = {SGD: (), MOMENTUM: ('momentum', 'nesterov'),
@@ -76,7 +82,9 @@ class Description:
 def describe_port(optimizer) -> Description:
   """The kind and hyper-parameters of a Keras optimizer, from its config."""
   config = optimizer.get_config()
-  name = config.get('name', type(optimizer).__name__)
+  # The class, not config['name']: Keras 3 lower-cases it, and a user may
+  # name an optimizer anything.
+  name = type(optimizer).__name__
   kind = name
   if name == 'SGD':
     kind = MOMENTUM if config.get('momentum') else SGD
@@ -85,22 +93,22 @@ def describe_port(optimizer) -> Description:
 
 
 def port_slots(optimizer, model_names: dict[str, str]) -> dict[tuple, Any]:
-  """{(port variable name, canonical slot): slot variable} of a Keras
-  optimizer.
+  """{(harness name, canonical slot): slot variable} of a Keras optimizer.
 
   Args:
     optimizer: a built Keras optimizer.
-    model_names: {the variable's name in the optimizer's slot names: the name
+    model_names: {the variable's path (keras_compat.variable_path): the name
       the harness uses for it}.
   """
   kind = describe_port(optimizer).kind
-  slots = {}
-  for variable in optimizer.variables:
-    prefix, _, rest = variable.name.removesuffix(':0').partition('/')
-    slot = PORT_SLOTS.get((kind, prefix))
-    if slot and rest in model_names:
-      slots[(model_names[rest], slot)] = variable
-  return slots
+  wanted = {}
+  for (slot_kind, token), slot in PORT_SLOTS[
+      keras_compat.keras_major()].items():
+    if slot_kind == kind:
+      for path, name in model_names.items():
+        wanted[keras_compat.slot_name(path, token)] = (name, slot)
+  return {wanted[v.name.removesuffix(':0')]: v for v in optimizer.variables
+          if v.name.removesuffix(':0') in wanted}
 
 
 def legacy_slot(name: str, owners) -> tuple[str, str, str] | None:

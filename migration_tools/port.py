@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 import tensorflow as tf
 
 from migration_tools import cli
+from mnist_common import keras_compat
 from mnist_common.errors import KitError
 from mnist_common.errors import one_line
 
@@ -180,6 +181,6 @@ def check_port(port: Any, where: str) -> Port:
 
 
 def state_variables(model: tf.keras.Model) -> dict[str, tf.Variable]:
-  """The model's variables (weights and e.g. moving statistics) by name,
-  without the ':0', in creation order."""
-  return {v.name.removesuffix(':0'): v for v in model.variables}
+  """The model's variables (weights and e.g. moving statistics) by path
+  ('conv1/kernel' on Keras 2 and 3), in creation order."""
+  return keras_compat.model_state(model)

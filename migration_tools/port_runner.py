@@ -17,6 +17,7 @@ import tensorflow as tf
 from migration_tools import legacy as legacy_lib
 from migration_tools import optimizers
 from migration_tools import port as port_lib
+from mnist_common import keras_compat
 from mnist_common import process
 
 
@@ -181,19 +182,15 @@ class PortRunner:
     examples = sum(int(p.shape[0]) for p in parts)
     self.trainer.train_steps(self._iterator, tf.constant(1))
     self.trainer.reset()
-    names = [self._legacy_name.get(v.name.removesuffix(':0'))
+    names = [self._legacy_name.get(keras_compat.variable_path(v))
              for v in self.model.trainable_variables]
     return {'loss': loss, 'examples': examples,
             'gradients': {n: g.numpy() for n, g in zip(names, summed)},
             'learning_rate': self.learning_rate()}
 
   def learning_rate(self) -> float:
-    """The rate of the optimizer's last step (a Keras 2 optimizer keeps the
-    rate of a schedule as evaluated at its last update)."""
-    rate = self.optimizer.learning_rate
-    if callable(rate):
-      rate = rate(self.optimizer.iterations)
-    return float(tf.convert_to_tensor(rate).numpy())
+    """The rate of the optimizer's last step."""
+    return keras_compat.applied_learning_rate(self.optimizer)
 
   def train_loss(self) -> float:
     """Takes the next step, all of it inside the port's step function, and

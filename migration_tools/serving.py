@@ -3,14 +3,13 @@ receiver's tensors, and a SavedModel's serving_default called on them."""
 import numpy as np
 import tensorflow as tf
 
-from migration_tools import legacy as legacy_lib
 from mnist_common.errors import KitError
 
 # Served inputs: at most this many examples.
 SERVED_EXAMPLES = 512
 
 
-def inputs(receiver: dict[str, tf.TensorSpec], data: legacy_lib.Data,
+def inputs(receiver: dict[str, tf.TensorSpec], data: 'legacy.Data',
            seed: int = 0) -> dict[str, np.ndarray]:
   """Inputs for the serving signatures: a receiver tensor named like a
   feature (or the one tensor of single-tensor features) takes the data's

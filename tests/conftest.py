@@ -5,6 +5,7 @@ TPUClusterResolver asks is pointed at a closed port on 127.0.0.1, and the
 variables that name a Cloud TPU are removed. Subprocesses inherit all of it.
 """
 import functools
+import importlib.util
 import os
 import subprocess
 import sys
@@ -27,6 +28,44 @@ tf.config.set_logical_device_configuration(
     [tf.config.LogicalDeviceConfiguration()] * NUM_CPU_DEVICES)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# On a TensorFlow without tf.estimator (the newest-TF profile) the test files
+# that run the legacy half are not collected, and tests marked 'estimator'
+# are deselected; the header says so (pytest_report_header).
+HAS_ESTIMATOR = importlib.util.find_spec('tensorflow_estimator') is not None
+ESTIMATOR_TEST_FILES = (
+    'test_benchmarks.py', 'test_compare.py', 'test_convert_checkpoint.py',
+    'test_estimator_main.py', 'test_estimator_model.py', 'test_user_pairs.py',
+    'test_versions.py')
+collect_ignore = [] if HAS_ESTIMATOR else list(ESTIMATOR_TEST_FILES)
+
+
+# The golden bundle the tests marked 'golden_bundle' replay: recorded on
+# TF 2.15 by .ci/run (README, "Tests"); unset, they are left out.
+GOLDEN_BUNDLE = os.environ.get('KIT_GOLDEN_BUNDLE')
+
+
+def pytest_report_header(config):
+  from mnist_common import keras_compat  # pylint: disable=g-import-not-at-top
+  lines = [f'TensorFlow {tf.__version__}, Keras {keras_compat.keras_major()}, '
+           f'tf.estimator {"installed" if HAS_ESTIMATOR else "missing"}']
+  if not HAS_ESTIMATOR:
+    lines.append('left out, as they need tf.estimator (TF 2.15): '
+                 f'{", ".join(ESTIMATOR_TEST_FILES)} and the tests marked '
+                 '"estimator"')
+  lines.append(f'golden bundle: {GOLDEN_BUNDLE}' if GOLDEN_BUNDLE else
+               'left out: the tests marked "golden_bundle" (set '
+               'KIT_GOLDEN_BUNDLE to a bundle recorded on TF 2.15)')
+  return lines
+
+
+def pytest_collection_modifyitems(config, items):
+  left_out = [item for item in items if (
+      (not HAS_ESTIMATOR and item.get_closest_marker('estimator')) or
+      (not GOLDEN_BUNDLE and item.get_closest_marker('golden_bundle')))]
+  if left_out:
+    config.hook.pytest_deselected(items=left_out)
+    items[:] = [item for item in items if item not in left_out]
 
 
 def run_module(module: str, *args: str, timeout: float = 600,

@@ -10,6 +10,7 @@ from conftest import cpu_strategy
 from migrate import checkpoints
 from migrate import custom_loop
 from migrate import data
+from migrate import fit_loop
 from migrate import model as model_lib
 from migrate import train
 from mnist_common.errors import KitError
@@ -89,6 +90,28 @@ def test_fit_visits_the_host_once_per_execution(tmp_path, fake_data_dir):
                          eval_steps=0)
   train.run(flags_obj, cpu_strategy(1), fake_data_dir)
   assert _checkpoint_steps(tmp_path / 'model') == [10, 15, 20]
+
+
+@pytest.mark.parametrize('train_steps, per_execution, replicas, saved', [
+    (23, 5, 2, [10, 20, 23]), (7, 50, 1, [7])])
+def test_fit_trains_exactly_the_steps_asked(tmp_path, fake_data_dir,
+                                            train_steps, per_execution,
+                                            replicas, saved):
+  """Keras 3 runs whole executions; the fit trainer must not."""
+  flags_obj = make_flags(tmp_path / 'model', train_steps=train_steps,
+                         steps_per_execution=per_execution,
+                         enable_predict=False, eval_steps=3)
+  result = train.run(flags_obj, cpu_strategy(replicas), fake_data_dir)
+  assert result['global_step'] == train_steps
+  assert _checkpoint_steps(tmp_path / 'model') == saved
+  assert result['eval']['accuracy'] > 0
+
+
+def test_fit_blocks_add_up_to_the_steps_asked():
+  assert fit_loop.executions(23, 5) == [(20, 5), (3, 3)]
+  assert fit_loop.executions(20, 5) == [(20, 5)]
+  assert fit_loop.executions(7, 50) == [(7, 7)]
+  assert fit_loop.executions(0, 5) == []
 
 
 def test_custom_loop_runs_several_steps_per_call(tmp_path, fake_data_dir):

@@ -1,0 +1,238 @@
+"""Golden bundles: the legacy side of a comparison, recorded once on TF 2.15,
+replayed against the port on any TensorFlow.
+
+The harness asks the legacy model (``legacy.LegacyRunner``) for its state,
+steps, slots, predictions, metrics and served outputs. While a live
+comparison runs, ``RecordingRunner`` writes every answer to a ``Tape``, under
+a key that says what was asked of which run at which of its steps
+('1 replica|3|state|0': the state of the single-replica run after 3 steps).
+``ReplayedRunner`` answers from the tape, so the same checks, tolerances and
+report run without tf.estimator. The legacy side is deterministic and never
+reads the port, so its answers do not depend on what the port does; a
+question the recording never saw (other options, a different harness) is an
+error that says so.
+
+A bundle is one ``.npz`` file: the arrays, and a JSON manifest (format,
+versions it was recorded with, the options, the replica counts, the input
+batches and the tape) as a string entry.
+"""
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from migration_tools import optimizers
+from mnist_common.errors import KitError
+
+FORMAT = 1
+_MANIFEST = '__manifest__'
+# What the harness asks of a legacy run; set_state only restores the start.
+RECORDED_METHODS = ('state', 'slots', 'global_step', 'describe_optimizer',
+                    'predict', 'evaluate', 'receiver_spec', 'serve', 'step')
+
+
+@dataclasses.dataclass
+class Tape:
+  """The legacy side's answers, by key (see the module docstring)."""
+  answers: dict[str, Any] = dataclasses.field(default_factory=dict)
+  shards: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+class _Keys:
+  """Counts the steps taken and the questions asked at each."""
+
+  def __init__(self, purpose: str):
+    self.purpose, self.steps, self._asked = purpose, 0, {}
+
+  def next(self, method: str) -> str:
+    base = f'{self.purpose}|{self.steps}|{method}'
+    count = self._asked.get(base, 0)
+    self._asked[base] = count + 1
+    if method == 'step':
+      self.steps += 1
+    return f'{base}|{count}'
+
+
+class RecordingRunner:
+  """A LegacyRunner whose answers are written to a tape as they are given."""
+
+  def __init__(self, runner, tape: Tape, purpose: str):
+    self._runner, self._tape, self._keys = runner, tape, _Keys(purpose)
+    self.shards = runner.shards
+    tape.shards[purpose] = runner.shards
+
+  def set_state(self, values) -> None:
+    self._runner.set_state(values)
+
+  def __getattr__(self, name: str):
+    if name not in RECORDED_METHODS:
+      raise AttributeError(name)
+    method = getattr(self._runner, name)
+
+    def recorded(*args, **kwargs):
+      first_step = self._keys.steps == 0
+      key = self._keys.next(name)
+      answer = method(*args, **kwargs)
+      kept = answer
+      if name == 'step' and not first_step:
+        # Only a run's first gradients are compared (one_step): the others
+        # would double the bundle.
+        kept = {k: v for k, v in answer.items() if k != 'gradients'}
+      self._tape.answers[key] = kept
+      return answer
+    return recorded
+
+
+class ReplayedRunner:
+  """Answers as the recorded legacy run did, without running it."""
+
+  def __init__(self, tape: Tape, purpose: str):
+    if purpose not in tape.shards:
+      raise KitError(f'the bundle holds no legacy run "{purpose}": record it '
+                     'with the replica counts you check')
+    self._tape, self._keys = tape, _Keys(purpose)
+    self.shards = tape.shards[purpose]
+
+  def set_state(self, values) -> None:
+    del values  # The recorded run started from the same state.
+
+  def __getattr__(self, name: str):
+    if name not in RECORDED_METHODS:
+      raise AttributeError(name)
+
+    def replayed(*args, **kwargs):
+      del args, kwargs  # The harness asks the same questions in each run.
+      key = self._keys.next(name)
+      if key not in self._tape.answers:
+        raise KitError(f'the bundle holds no answer to {key!r}: it was '
+                       'recorded with other options or another version of '
+                       'the kit; record it again')
+      return self._tape.answers[key]
+    return replayed
+
+
+@dataclasses.dataclass(frozen=True)
+class Bundle:
+  """A recorded comparison: what it needs to run again without the legacy code.
+
+  options: the harness.Options fields, as a dict.
+  replica_counts: the runs recorded (1 first).
+  serving: whether the served-predictions check was recorded.
+  batches: the legacy input_fn's batches, numpy (features, labels or None).
+  tape: the legacy side's answers.
+  versions: what recorded it ({'tensorflow': ..., 'kit_format': ...}).
+  """
+  options: dict
+  replica_counts: list[int]
+  serving: bool
+  batches: list
+  tape: Tape
+  versions: dict
+
+
+def save(path: str, bundle: Bundle) -> str:
+  """Writes the bundle to path (.npz) through a temporary file; returns path."""
+  arrays = {}
+  manifest = {
+      'format': FORMAT, 'versions': bundle.versions,
+      'options': _encode(bundle.options, arrays),
+      'replica_counts': bundle.replica_counts, 'serving': bundle.serving,
+      'batches': _encode(bundle.batches, arrays),
+      'shards': bundle.tape.shards,
+      'answers': {k: _encode(v, arrays) for k, v in
+                  bundle.tape.answers.items()}}
+  arrays[_MANIFEST] = np.array(json.dumps(manifest))
+  folder = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(folder):
+    raise KitError(f'{path}: its folder does not exist; create it or choose '
+                   'another path')
+  handle, tmp = tempfile.mkstemp(dir=folder, prefix='.tmp-bundle-',
+                                 suffix='.npz')
+  try:
+    with os.fdopen(handle, 'wb') as f:
+      np.savez_compressed(f, **arrays)
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+  return path
+
+
+def load(path: str) -> Bundle:
+  """Reads a bundle written by save.
+
+  Raises:
+    KitError: no such file, not a bundle, or a format this kit cannot read.
+  """
+  try:
+    with np.load(path, allow_pickle=False) as stored:
+      arrays = {k: stored[k] for k in stored.files}
+  except (OSError, ValueError) as e:
+    raise KitError(f'cannot read the bundle {path}: {e}') from e
+  if _MANIFEST not in arrays:
+    raise KitError(f'{path} is not a golden bundle (no manifest); record one '
+                   'with migration-compare --record_bundle')
+  manifest = json.loads(str(arrays[_MANIFEST]))
+  if manifest.get('format') != FORMAT:
+    raise KitError(f'{path} is a bundle of format {manifest.get("format")}; '
+                   f'this kit reads format {FORMAT}: record it again')
+  tape = Tape({k: _decode(v, arrays) for k, v in manifest['answers'].items()},
+              dict(manifest['shards']))
+  return Bundle(_decode(manifest['options'], arrays),
+                manifest['replica_counts'], manifest['serving'],
+                _decode(manifest['batches'], arrays), tape,
+                manifest['versions'])
+
+
+def _encode(value, arrays: dict):
+  """JSON for value; its numpy arrays and scalars go into arrays, exactly."""
+  if isinstance(value, (np.ndarray, np.generic)):
+    array = np.asarray(value)
+    # Stored once however often it was answered (a state after one step is
+    # the state before the next; runs that agree share their arrays).
+    digest = hashlib.sha256(array.tobytes() + str(
+        (array.dtype.str, array.shape)).encode()).hexdigest()[:24]
+    key = f'a{digest}'
+    arrays.setdefault(key, array)
+    return {'__array__': key, 'scalar': isinstance(value, np.generic)}
+  if isinstance(value, dict):
+    return {'__dict__': [[_encode(k, arrays), _encode(v, arrays)]
+                         for k, v in value.items()]}
+  if isinstance(value, tuple):
+    return {'__tuple__': [_encode(v, arrays) for v in value]}
+  if isinstance(value, list):
+    return [_encode(v, arrays) for v in value]
+  if isinstance(value, optimizers.Description):
+    return {'__optimizer__': [value.kind, _encode(value.hyper, arrays)]}
+  if isinstance(value, tf.TensorSpec):
+    return {'__spec__': [value.shape.as_list(), value.dtype.name]}
+  if value is None or isinstance(value, (bool, int, float, str)):
+    return value
+  raise TypeError(f'a golden bundle cannot hold a {type(value).__name__}')
+
+
+def _decode(value, arrays: dict):
+  if isinstance(value, list):
+    return [_decode(v, arrays) for v in value]
+  if not isinstance(value, dict):
+    return value
+  if '__array__' in value:
+    array = arrays[value['__array__']]
+    return array[()] if value['scalar'] else array
+  if '__dict__' in value:
+    return {_decode(k, arrays): _decode(v, arrays)
+            for k, v in value['__dict__']}
+  if '__tuple__' in value:
+    return tuple(_decode(v, arrays) for v in value['__tuple__'])
+  if '__optimizer__' in value:
+    kind, hyper = value['__optimizer__']
+    return optimizers.Description(kind, _decode(hyper, arrays))
+  if '__spec__' in value:
+    shape, dtype = value['__spec__']
+    return tf.TensorSpec(shape, tf.as_dtype(dtype))
+  raise KitError(f'unknown entry in the bundle: {sorted(value)}')

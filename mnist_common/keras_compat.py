@@ -1,0 +1,146 @@
+"""The few places where Keras 2 (TF 2.15) and Keras 3 (TF 2.16 and later) differ
+for the kit, in one module, so the rest of the code reads the same on both.
+
+``tf.keras`` is Keras 2.15 on TF 2.15 and Keras 3 on TF 2.16+ (unless
+``TF_USE_LEGACY_KERAS=1`` swaps in tf-keras, which is Keras 2 again).
+"""
+import functools
+
+import tensorflow as tf
+
+
+@functools.cache
+def keras_major() -> int:
+  """2 or 3: the major version of the Keras behind ``tf.keras``."""
+  version = getattr(tf.keras, '__version__', None)
+  if version is None:  # Keras 2.15's tf.keras namespace carries no version.
+    import keras  # pylint: disable=g-import-not-at-top
+    version = keras.__version__
+  return int(version.split('.')[0])
+
+
+def is_keras3() -> bool:
+  return keras_major() >= 3
+
+
+def variable_path(variable) -> str:
+  """'conv1/kernel' on both Keras versions.
+
+  Keras 2 names a variable 'conv1/kernel:0'; Keras 3 names it 'kernel' and
+  keeps the layer in ``path`` ('conv1/kernel').
+  """
+  path = getattr(variable, 'path', None)
+  if isinstance(path, str) and path:
+    return path
+  return variable.name.split(':')[0]
+
+
+# Keras 3 keeps the state of its random ops (dropout's seed) in a variable of
+# the model; it is no weight, and no legacy model has it.
+_RNG_STATE = 'seed_generator_state'
+
+
+def model_state(model: tf.keras.Model) -> dict:
+  """The model's variables (weights and e.g. moving statistics) by
+  ``variable_path``, in creation order, without Keras 3's random-op state."""
+  return {variable_path(v): v for v in model.variables
+          if not variable_path(v).endswith(_RNG_STATE)}
+
+
+def slot_name(path: str, token: str) -> str:
+  """The name a Keras optimizer gives the slot `token` of the variable at
+  `path`: 'm/conv1/kernel' on Keras 2, 'conv1_kernel_momentum' on Keras 3."""
+  if is_keras3():
+    return f'{path.replace("/", "_")}_{token}'
+  return f'{token}/{path}'
+
+
+def applied_learning_rate(optimizer) -> float:
+  """The learning rate the optimizer's last update applied.
+
+  Keras 2 keeps a schedule's rate as evaluated at the last update; Keras 3
+  evaluates the schedule at the current step, which the update has already
+  advanced, so the applied rate is the schedule at the step before.
+  """
+  if is_keras3():
+    schedule = getattr(optimizer, '_learning_rate', None)
+    if isinstance(schedule, tf.keras.optimizers.schedules.LearningRateSchedule):
+      rate = schedule(optimizer.iterations - 1)
+    else:
+      rate = optimizer.learning_rate
+  else:
+    rate = optimizer.learning_rate
+    if callable(rate):
+      rate = rate(optimizer.iterations)
+  return float(tf.convert_to_tensor(rate).numpy())
+
+
+def add_to_loss_tracker(model: tf.keras.Model, loss: tf.Tensor,
+                        batch_size: tf.Tensor) -> None:
+  """Feeds a custom train_step's loss to Keras 3's 'loss' metric.
+
+  Keras 2's ``compute_loss`` updates the compiled loss metric itself; Keras 3's
+  does not (its own train_step does it), so a custom step must, or fit logs a
+  loss of 0. ``loss`` is the replica's share (scaled by 1/replicas), as
+  ``compute_loss`` returns it under a strategy; the metric takes the mean.
+  """
+  if not is_keras3():
+    return
+  replicas = tf.distribute.get_strategy().num_replicas_in_sync
+  for metric in model.metrics:
+    if metric.name == 'loss':
+      metric.update_state(loss * replicas, sample_weight=batch_size)
+      return
+  raise ValueError('the model has no "loss" metric: compile it with a loss')
+
+
+def fit_needs_own_steps(model: tf.keras.Model) -> bool:
+  """Whether Keras 3's multi-step fit would fail on this model's strategy.
+
+  Keras 3 runs several steps per execution in a ``tf.while_loop`` around a
+  ``tf.cond``; with several replicas under MirroredStrategy that graph fails
+  ("You must feed a value for placeholder tensor", keras-team/keras#19246,
+  open). One step per execution, or one replica, works.
+  """
+  return (is_keras3() and model.steps_per_execution > 1 and
+          model.distribute_strategy.num_replicas_in_sync > 1)
+
+
+def multi_step_train_function(model: tf.keras.Model):
+  """A fit() train function that runs ``model.steps_per_execution`` steps in
+  a ``tf.range`` loop of ``strategy.run`` calls, as the custom loop does.
+
+  For Keras 3 under keras-team/keras#19246 (see ``fit_needs_own_steps``). It
+  calls the model's own ``train_step`` and returns its metrics reduced over
+  the replicas (the mean, as Keras 3 does). The data must not run out within
+  an execution: fit's training datasets repeat.
+  """
+  strategy = model.distribute_strategy
+  steps = model.steps_per_execution
+
+  @tf.function
+  def train_function(iterator):
+    for _ in tf.range(steps):
+      strategy.run(model.train_step, args=(next(iterator),))
+    results = strategy.run(model.get_metrics_result)
+    return {name: strategy.reduce(tf.distribute.ReduceOp.MEAN, value,
+                                  axis=None)
+            for name, value in results.items()}
+
+  return train_function
+
+
+def fit_unsupported_reason(strategy: tf.distribute.Strategy) -> str | None:
+  """Why Keras's fit cannot train under `strategy`, or None if it can.
+
+  Keras 3's fit reduces the first batch eagerly across the workers of a
+  MultiWorkerMirroredStrategy before training, and that fails ("Attempt to
+  convert a value (PerReplica...)", keras-team/keras#20585, open), at any
+  steps_per_execution. It happens inside fit, before any step: no public
+  hook avoids it.
+  """
+  if is_keras3() and isinstance(strategy,
+                                tf.distribute.MultiWorkerMirroredStrategy):
+    return ('Keras 3\'s fit fails under MultiWorkerMirroredStrategy '
+            '(keras-team/keras#20585)')
+  return None

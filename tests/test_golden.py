@@ -1,0 +1,146 @@
+"""Golden bundles: the legacy side of a comparison recorded on TF 2.15 and
+replayed against the port, on TF 2.15 and on the newest TensorFlow.
+
+The tests marked 'estimator' record bundles (TF 2.15 only). Those marked
+'golden_bundle' replay the bundle at $KIT_GOLDEN_BUNDLE, recorded on TF 2.15
+by .ci/run, on whatever TensorFlow runs them (conftest deselects them, and
+says so, when it is unset).
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import REPO, last_line, run_module
+from migration_tools import golden
+from mnist_common import keras_compat
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+PYTHONPATH = os.pathsep.join([REPO, TESTS])
+
+
+def _compare(report, *args):
+  result = run_module('migration_tools.compare', f'--report={report}', *args,
+                      env={'PYTHONPATH': PYTHONPATH})
+  checks = {}
+  if os.path.exists(report):
+    with open(report, encoding='utf-8') as f:
+      checks = {c['name']: c for c in json.load(f)['checks']}
+  return result, checks
+
+
+@pytest.fixture(scope='module')
+def recorded(tmp_path_factory, fake_data_dir):
+  """A bundle of the kit's pair recorded live on TF 2.15, and that run's
+  report."""
+  folder = tmp_path_factory.mktemp('golden')
+  params = json.dumps({'learning_rate': 0.05,
+                       'data_dir': fake_data_dir.data_dir})
+  result, checks = _compare(
+      folder / 'live.json', f'--params={params}', '--steps=4',
+      '--replicas=1,2', '--eval_batches=2',
+      f'--record_bundle={folder / "kit.npz"}')
+  assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+  return folder / 'kit.npz', checks
+
+
+@pytest.mark.estimator
+def test_bundle_replays_as_the_live_comparison_on_2_15(tmp_path, recorded):
+  bundle, live = recorded
+  result, replayed = _compare(tmp_path / 'replay.json', f'--bundle={bundle}')
+  assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+  assert 'recorded with TensorFlow 2.15.1; replicas 1,2' in result.stdout
+  assert list(replayed) == list(live) and len(live) == 16
+  for name, check in live.items():
+    assert replayed[name]['status'] == check['status'] == 'passed', name
+    assert replayed[name].get('max_abs_diff') == check.get('max_abs_diff')
+  # On one replica the port is bit-identical to the recorded legacy run.
+  for name in ('inference', 'one_step (1 replica)', 'trajectory (1 replica)',
+               'stepwise (1 replica)', 'dropout (1 replica)'):
+    assert replayed[name]['max_abs_diff'] == 0, name
+
+
+@pytest.mark.estimator
+def test_broken_port_fails_the_bundle_in_the_check_for_its_bug(tmp_path,
+                                                                recorded):
+  result, checks = _compare(tmp_path / 'broken.json', f'--bundle={recorded[0]}',
+                            '--port=broken_ports:loss_averaged_per_replica')
+  assert result.returncode == 1
+  assert 'First to fix: one_step (2 replicas)' in result.stdout
+  assert 'gradients are 2x the legacy ones' in checks[
+      'one_step (2 replicas)']['message']
+  assert checks['trajectory (1 replica)']['passed']
+
+
+@pytest.mark.estimator
+def test_bundle_holds_each_array_once_and_exactly(recorded):
+  bundle = golden.load(str(recorded[0]))
+  assert bundle.replica_counts == [1, 2] and bundle.serving
+  assert bundle.options['steps'] == 4
+  assert bundle.versions['tensorflow'] == '2.15.1'
+  start = bundle.tape.answers['1 replica|0|state|0']
+  after_one = bundle.tape.answers['1 replica|1|state|0']
+  assert start.keys() == after_one.keys()
+  assert all(start[k].dtype == np.float32 for k in start)
+  # The first step keeps its gradients, later ones only their loss and rate.
+  assert 'gradients' in bundle.tape.answers['1 replica|0|step|0']
+  assert 'gradients' not in bundle.tape.answers['1 replica|1|step|0']
+  assert isinstance(bundle.tape.answers['1 replica|0|step|0']['loss'],
+                    np.floating)
+  with np.load(recorded[0]) as stored:
+    digests = {stored[k].tobytes() for k in stored.files}
+    assert len(digests) == len(stored.files)  # No array stored twice.
+
+
+@pytest.mark.parametrize('args, message', [
+    (('--bundle=/nonexistent/kit.npz',), 'cannot read the bundle '
+     '/nonexistent/kit.npz'),
+    (('--bundle=x.npz', '--record_bundle=y.npz'), '--bundle checks against a '
+     'recorded bundle and --record_bundle records one: give one of them'),
+    (('--record_bundle=/nonexistent/kit.npz',), '--record_bundle '
+     '/nonexistent/kit.npz: its folder does not exist'),
+])
+def test_bad_bundle_flags_fail_in_one_line(tmp_path, args, message):
+  result, _ = _compare(tmp_path / 'r.json', *args)
+  assert result.returncode == 1
+  assert message in last_line(result.stderr), result.stderr[-1500:]
+
+
+def test_a_file_that_is_no_bundle_is_refused(tmp_path):
+  path = tmp_path / 'other.npz'
+  np.savez(path, weights=np.zeros(3))
+  result, _ = _compare(tmp_path / 'r.json', f'--bundle={path}')
+  assert result.returncode == 1
+  assert 'is not a golden bundle (no manifest)' in last_line(result.stderr)
+  assert not (tmp_path / 'r.json').exists()
+
+
+def _env_bundle() -> str:
+  return os.environ['KIT_GOLDEN_BUNDLE']
+
+
+@pytest.mark.golden_bundle
+def test_port_matches_the_bundle_recorded_on_2_15(tmp_path):
+  result, checks = _compare(tmp_path / 'replay.json',
+                            f'--bundle={_env_bundle()}')
+  assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+  assert 'recorded with TensorFlow 2.15.1' in result.stdout
+  skipped = [n for n, c in checks.items() if c['status'] == 'skipped']
+  # Keras 3 cannot draw TF 1's dropout masks; Keras 2 must match them.
+  assert skipped == (['dropout (1 replica)'] if keras_compat.is_keras3()
+                     else [])
+  assert all(c['status'] == 'passed' for n, c in checks.items()
+             if n not in skipped)
+  # Print the figures the closing note and EQUIVALENCE.md quote.
+  print({n: c.get('max_abs_diff') for n, c in checks.items()})
+
+
+@pytest.mark.golden_bundle
+def test_broken_port_fails_the_bundle_recorded_on_2_15(tmp_path):
+  result, checks = _compare(tmp_path / 'broken.json',
+                            f'--bundle={_env_bundle()}',
+                            '--port=broken_ports:missing_relu')
+  assert result.returncode == 1
+  assert 'First to fix: inference' in result.stdout
+  assert 'before any training step' in checks['inference']['message']
