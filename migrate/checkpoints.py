@@ -14,6 +14,7 @@ from absl import logging
 import tensorflow as tf
 
 from migrate import strategy as strategy_lib
+from mnist_common import keras_compat
 from mnist_common.errors import KitError
 
 # Present in every object-based (TF2) checkpoint, absent from name-based ones.
@@ -35,6 +36,11 @@ def restore(checkpoint: tf.train.Checkpoint, model_dir: str) -> bool:
                    f'TF1) checkpoint, {os.path.basename(path)}; convert it with '
                    'migration-convert-checkpoint, or use another '
                    '--model_dir')
+  if keras_compat.is_keras3() and keras_compat.written_by_keras2(keys):
+    raise KitError(f'--model_dir {model_dir} holds a checkpoint written by '
+                   f'Keras 2 (TF 2.15), {os.path.basename(path)}; carry it '
+                   'over with migration-convert-checkpoint --keras2_dir='
+                   f'{model_dir} --output=NEW_DIR and train in NEW_DIR')
   try:
     checkpoint.restore(path).assert_consumed()
   except (AssertionError, ValueError) as e:

@@ -1,8 +1,11 @@
-r"""Carries a trained Estimator checkpoint over to the port.
+r"""Carries a trained Estimator checkpoint over to the port, or the port's
+own checkpoint from TF 2.15 (Keras 2) over to Keras 3.
 
   migration-convert-checkpoint --estimator_dir=OLD_MODEL_DIR \
       --output=NEW_MODEL_DIR [--port=my_port:make_port] [--params=JSON] \
       [--variable_map=map.json] [--verify]
+  migration-convert-checkpoint --keras2_dir=PORT_MODEL_DIR_ON_TF_2_15 \
+      --output=NEW_MODEL_DIR [--port=my_port:make_port] [--params=JSON]
 
 Reads the latest name-based checkpoint in --estimator_dir and writes an
 object-based checkpoint (model and optimizer) into --output, a directory the
@@ -17,6 +20,11 @@ same batches of the legacy input_fn to the legacy model_fn in PREDICT mode
 (old checkpoint) and to the port's predict (new checkpoint), and requires
 every output to agree (floats within tolerances.CONVERSION_ATOL, integers
 exactly).
+
+--keras2_dir reads a checkpoint the port wrote with Keras 2 (its layout,
+``model/layer_with_weights-N/...``, is not Keras 3's) by the names the object
+graph kept, and writes the same weights, optimizer slots and step in the
+layout of the same port built on Keras 3.
 """
 import dataclasses
 import os
@@ -27,6 +35,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from migration_tools import checks
 from migration_tools import cli
@@ -36,6 +45,7 @@ from migration_tools import optimizers
 from migration_tools import port as port_lib
 from migration_tools import tolerances
 from migration_tools import variable_map as variable_map_lib
+from mnist_common import keras_compat
 from mnist_common.errors import KitError
 from mnist_common.errors import one_line
 
@@ -71,8 +81,9 @@ def read_checkpoint(estimator_dir: str) -> LegacyCheckpoint:
   names = reader.get_variable_to_shape_map()
   if OBJECT_GRAPH_KEY in names:
     raise KitError(f'{path} is already a TF 2 (object-based) checkpoint: '
-                   'restore it with tf.train.Checkpoint; there is nothing to '
-                   'convert')
+                   'restore it with tf.train.Checkpoint; if the port wrote '
+                   'it on TF 2.15 (Keras 2) and now runs on Keras 3, carry it '
+                   'over with --keras2_dir')
   model, slots, kinds = {}, {}, set()
   for name in sorted(names):
     if (name == STEP_NAME or
@@ -147,10 +158,7 @@ def convert(estimator_dir: str, output: str, port: port_lib.Port,
     KitError: no checkpoint, an output in the way, or a checkpoint that does
       not match the port's model (every mismatch listed).
   """
-  output = os.path.abspath(output)
-  if os.path.exists(output) and os.listdir(output):
-    raise KitError(f'--output {output} exists and is not empty; choose a new '
-                   'directory')
+  output = _check_output(output)
   checkpoint = read_checkpoint(estimator_dir)
   params = dict(params or {})
   model = port.build_model(params)
@@ -176,6 +184,137 @@ def convert(estimator_dir: str, output: str, port: port_lib.Port,
   logging.info('Converted %s (step %d, %d variables, %d slots) into %s',
                checkpoint.path, checkpoint.step, len(pairs), slots, path)
   return path
+
+
+# Keras 2 optimizer variables that are no state to carry: the step is read
+# apart, and a schedule's rate is derived from it.
+_KERAS2_STEP = 'iteration'
+_KERAS2_DERIVED = ('current_learning_rate', 'learning_rate', 'save_counter')
+
+
+@dataclasses.dataclass(frozen=True)
+class Keras2Checkpoint:
+  """A checkpoint the port wrote with Keras 2 (TF 2.15), by variable name.
+
+  model: {variable path: value}; slots: {(variable path, Keras 2 slot
+  token): value}; step: the optimizer's step.
+  """
+  path: str
+  model: dict
+  slots: dict
+  step: int
+
+
+def read_keras2_checkpoint(model_dir: str) -> Keras2Checkpoint:
+  """The latest object-based checkpoint in model_dir, read by the names its
+  variables had when Keras 2 saved them (the object graph keeps them).
+
+  Raises:
+    KitError: no checkpoint, a name-based one, or one not written by Keras 2.
+  """
+  path = tf.train.latest_checkpoint(model_dir)
+  if path is None:
+    raise KitError(f'no checkpoint in --keras2_dir {model_dir}')
+  reader = tf.train.load_checkpoint(path)
+  keys = reader.get_variable_to_shape_map()
+  if OBJECT_GRAPH_KEY not in keys:
+    raise KitError(f'{path} is a name-based (Estimator or TF 1) checkpoint: '
+                   'convert it with --estimator_dir')
+  if not keras_compat.written_by_keras2(keys):
+    raise KitError(f'{path} was not written by Keras 2 (no model/layer... '
+                   'keys); a Keras 3 checkpoint restores as it is')
+  graph = trackable_object_graph_pb2.TrackableObjectGraph()
+  graph.ParseFromString(reader.get_tensor(OBJECT_GRAPH_KEY))
+  values = {attribute.full_name: reader.get_tensor(attribute.checkpoint_key)
+            for node in graph.nodes for attribute in node.attributes
+            if attribute.name == 'VARIABLE_VALUE'}
+  tokens = {token for _, token in optimizers.PORT_SLOTS[2]}
+  model, slots, step = {}, {}, 0
+  for name, value in values.items():
+    parts = name.split('/')
+    # A slot is '<token>/<variable>', behind the optimizer's name when Keras
+    # 2 built it inside fit ('Adam/m/dense/kernel').
+    for start in (0, 1):
+      owner = '/'.join(parts[start + 1:])
+      if parts[start:start + 1] and parts[start] in tokens and owner in values:
+        slots[(owner, parts[start])] = value
+        break
+    else:
+      if parts[-1] == _KERAS2_STEP:
+        step = int(value)
+      elif parts[-1] not in _KERAS2_DERIVED:
+        model[name] = value
+  return Keras2Checkpoint(path, model, slots, step)
+
+
+def _carry_keras2_slots(checkpoint: Keras2Checkpoint, optimizer) -> int:
+  """Assigns the Keras 2 slots to the optimizer's; returns how many."""
+  kind = optimizers.describe_port(optimizer).kind
+  table = optimizers.PORT_SLOTS[2]
+  theirs, unused = {}, []
+  for (name, token), value in checkpoint.slots.items():
+    if (kind, token) in table:
+      theirs[(name, table[(kind, token)])] = value
+    elif (kind, token) not in optimizers.PORT_UNUSED_SLOTS[2]:
+      unused.append(f'{token}/{name}')
+  if unused:
+    raise KitError(f'the checkpoint holds optimizer slots the port\'s {kind} '
+                   f'has no use for ({", ".join(sorted(unused)[:4])}): give '
+                   'the port the optimizer it was trained with')
+  ours = optimizers.port_slots(optimizer,
+                               {n: n for n in checkpoint.model})
+  missing = sorted('/'.join(k) for k in set(ours) - set(theirs))
+  if missing:
+    raise KitError(f'the checkpoint lacks optimizer slots of the port\'s '
+                   f'{kind}: {", ".join(missing[:4])}')
+  for key, variable in ours.items():
+    variable.assign(theirs[key])
+  return len(ours)
+
+
+def convert_keras2(model_dir: str, output: str, port: port_lib.Port,
+                   params: dict | None = None) -> str:
+  """Carries a checkpoint the port wrote with Keras 2 (TF 2.15) over to the
+  same port on Keras 3: weights, optimizer slots and step, by name.
+
+  Args:
+    model_dir: the port's model_dir on TF 2.15 (its latest checkpoint).
+    output: a new (or empty) directory.
+    port: builds the model and optimizer (the same code as on TF 2.15).
+    params: handed to port.build_model and port.make_optimizer.
+
+  Returns:
+    The checkpoint path. Nothing is left at output on failure.
+
+  Raises:
+    KitError: no Keras 2 checkpoint, an output in the way, or one that does
+      not match the port (every mismatch listed).
+  """
+  output = _check_output(output)
+  checkpoint = read_keras2_checkpoint(model_dir)
+  params = dict(params or {})
+  model = port.build_model(params)
+  optimizer = port.make_optimizer(params)
+  optimizer.build(model.trainable_variables)
+  ours = port_lib.state_variables(model)
+  pairs = {name: name for name in checkpoint.model if name in ours}
+  _check_pairs(checkpoint.model, ours, pairs)
+  for name, value in checkpoint.model.items():
+    ours[name].assign(value)
+  optimizer.iterations.assign(checkpoint.step)
+  slots = _carry_keras2_slots(checkpoint, optimizer)
+  path = _save(model, optimizer, output, checkpoint.step)
+  logging.info('Carried %s (step %d, %d variables, %d slots) over into %s',
+               checkpoint.path, checkpoint.step, len(pairs), slots, path)
+  return path
+
+
+def _check_output(output: str) -> str:
+  output = os.path.abspath(output)
+  if os.path.exists(output) and os.listdir(output):
+    raise KitError(f'--output {output} exists and is not empty; choose a new '
+                   'directory')
+  return output
 
 
 def _check_pairs(values: dict, ours: dict, pairs: dict[str, str]) -> None:
@@ -276,6 +415,10 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
   define = dict(flag_values=tool_flags)
   flags.DEFINE_string('estimator_dir', None, 'Estimator model_dir to read.',
                       **define)
+  flags.DEFINE_string('keras2_dir', None,
+                      'Instead of --estimator_dir: a model_dir the port '
+                      'wrote on TF 2.15 (Keras 2), to carry over to the same '
+                      'port on Keras 3 (TF 2.16 and later).', **define)
   flags.DEFINE_string('output', None, 'New directory for the TF2 checkpoint.',
                       **define)
   flags.DEFINE_string('port', kit_pair.PORT,
@@ -303,8 +446,7 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
                       'both sides (batched by params["batch_size"]).',
                       **define)
   cli.define_legacy_flags(tool_flags)
-  flags.mark_flags_as_required(['estimator_dir', 'output'],
-                               flag_values=tool_flags)
+  flags.mark_flags_as_required(['output'], flag_values=tool_flags)
 
 
 def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
@@ -314,6 +456,12 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
                    '--name=value (see --help)')
   logging.set_verbosity(logging.INFO)
   tf.get_logger().handlers.clear()
+  if bool(tool_flags.estimator_dir) == bool(tool_flags.keras2_dir):
+    raise KitError('give one of --estimator_dir (an Estimator checkpoint) or '
+                   '--keras2_dir (the port\'s own, from TF 2.15)')
+  if tool_flags.keras2_dir and tool_flags.verify:
+    raise KitError('--verify runs the legacy model_fn: it goes with '
+                   '--estimator_dir only')
   params = cli.parse_params(tool_flags.params)
   port = port_lib.load_port(tool_flags.port)
   if tool_flags.variable_map:
@@ -325,7 +473,11 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
     input_fn = cli.load_callable(tool_flags.legacy_input_fn,
                                  '--legacy_input_fn')
     cli.set_legacy_flags(tool_flags.legacy_flags)
-  path = convert(tool_flags.estimator_dir, tool_flags.output, port, params)
+  if tool_flags.keras2_dir:
+    path = convert_keras2(tool_flags.keras2_dir, tool_flags.output, port,
+                          params)
+  else:
+    path = convert(tool_flags.estimator_dir, tool_flags.output, port, params)
   print(f'Checkpoint: {path}')
   if tool_flags.verify:
     try:

@@ -57,6 +57,9 @@ PORT_SLOTS = {
     3: {(MOMENTUM, 'momentum'): 'momentum', (ADAM, 'momentum'): 'm',
         (ADAM, 'velocity'): 'v'},
 }
+# Slots a Keras version keeps that carry no state: Keras 2's SGD without
+# momentum still stores each step's update in 'm', and multiplies it by 0.
+PORT_UNUSED_SLOTS = {2: {(SGD, 'm')}, 3: set()}
 # Hyper-parameters each kind has, with the Keras config key they live under;
 # TF 1's Adam has no nesterov.
 HYPER = {SGD: (), MOMENTUM: ('momentum', 'nesterov'),
@@ -107,8 +110,14 @@ def port_slots(optimizer, model_names: dict[str, str]) -> dict[tuple, Any]:
     if slot_kind == kind:
       for path, name in model_names.items():
         wanted[keras_compat.slot_name(path, token)] = (name, slot)
-  return {wanted[v.name.removesuffix(':0')]: v for v in optimizer.variables
-          if v.name.removesuffix(':0') in wanted}
+  found = {}
+  for variable in optimizer.variables:
+    # Keras 2 puts the optimizer's name in front when it builds its slots
+    # inside fit ('Adam/m/dense/kernel'), not when built by hand.
+    name = variable.name.removesuffix(':0').removeprefix(f'{optimizer.name}/')
+    if name in wanted:
+      found[wanted[name]] = variable
+  return found
 
 
 def legacy_slot(name: str, owners) -> tuple[str, str, str] | None:

@@ -144,3 +144,9 @@ def fit_unsupported_reason(strategy: tf.distribute.Strategy) -> str | None:
     return ('Keras 3\'s fit fails under MultiWorkerMirroredStrategy '
             '(keras-team/keras#20585)')
   return None
+
+
+def written_by_keras2(checkpoint_keys) -> bool:
+  """Whether an object-based checkpoint holds a Keras 2 model's layout
+  (``model/layer_with_weights-0/...``), which Keras 3 does not restore."""
+  return any(key.startswith('model/layer') for key in checkpoint_keys)

@@ -40,9 +40,9 @@ ESTIMATOR_TEST_FILES = (
 collect_ignore = [] if HAS_ESTIMATOR else list(ESTIMATOR_TEST_FILES)
 
 
-# The golden bundle the tests marked 'golden_bundle' replay: recorded on
-# TF 2.15 by .ci/run (README, "Tests"); unset, they are left out.
-GOLDEN_BUNDLE = os.environ.get('KIT_GOLDEN_BUNDLE')
+# What TF 2.15 made (tests/tf215_artifacts.py) for the tests marked
+# 'from_tf215' to take over: .ci/run sets it; unset, they are left out.
+TF215_DIR = os.environ.get('KIT_TF215_DIR')
 
 
 def pytest_report_header(config):
@@ -53,16 +53,16 @@ def pytest_report_header(config):
     lines.append('left out, as they need tf.estimator (TF 2.15): '
                  f'{", ".join(ESTIMATOR_TEST_FILES)} and the tests marked '
                  '"estimator"')
-  lines.append(f'golden bundle: {GOLDEN_BUNDLE}' if GOLDEN_BUNDLE else
-               'left out: the tests marked "golden_bundle" (set '
-               'KIT_GOLDEN_BUNDLE to a bundle recorded on TF 2.15)')
+  lines.append(f'TF 2.15 artifacts: {TF215_DIR}' if TF215_DIR else
+               'left out: the tests marked "from_tf215" (set KIT_TF215_DIR '
+               'to the output of tests/tf215_artifacts.py)')
   return lines
 
 
 def pytest_collection_modifyitems(config, items):
   left_out = [item for item in items if (
       (not HAS_ESTIMATOR and item.get_closest_marker('estimator')) or
-      (not GOLDEN_BUNDLE and item.get_closest_marker('golden_bundle')))]
+      (not TF215_DIR and item.get_closest_marker('from_tf215')))]
   if left_out:
     config.hook.pytest_deselected(items=left_out)
     items[:] = [item for item in items if item not in left_out]

@@ -1,10 +1,8 @@
 """Golden bundles: the legacy side of a comparison recorded on TF 2.15 and
-replayed against the port, on TF 2.15 and on the newest TensorFlow.
+replayed against the port.
 
-The tests marked 'estimator' record bundles (TF 2.15 only). Those marked
-'golden_bundle' replay the bundle at $KIT_GOLDEN_BUNDLE, recorded on TF 2.15
-by .ci/run, on whatever TensorFlow runs them (conftest deselects them, and
-says so, when it is unset).
+The tests marked 'estimator' record bundles (TF 2.15 only);
+test_across_versions.py replays one recorded on TF 2.15 on the newest TF.
 """
 import json
 import os
@@ -14,7 +12,6 @@ import pytest
 
 from conftest import REPO, last_line, run_module
 from migration_tools import golden
-from mnist_common import keras_compat
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 PYTHONPATH = os.pathsep.join([REPO, TESTS])
@@ -114,33 +111,3 @@ def test_a_file_that_is_no_bundle_is_refused(tmp_path):
   assert result.returncode == 1
   assert 'is not a golden bundle (no manifest)' in last_line(result.stderr)
   assert not (tmp_path / 'r.json').exists()
-
-
-def _env_bundle() -> str:
-  return os.environ['KIT_GOLDEN_BUNDLE']
-
-
-@pytest.mark.golden_bundle
-def test_port_matches_the_bundle_recorded_on_2_15(tmp_path):
-  result, checks = _compare(tmp_path / 'replay.json',
-                            f'--bundle={_env_bundle()}')
-  assert result.returncode == 0, result.stdout + result.stderr[-2000:]
-  assert 'recorded with TensorFlow 2.15.1' in result.stdout
-  skipped = [n for n, c in checks.items() if c['status'] == 'skipped']
-  # Keras 3 cannot draw TF 1's dropout masks; Keras 2 must match them.
-  assert skipped == (['dropout (1 replica)'] if keras_compat.is_keras3()
-                     else [])
-  assert all(c['status'] == 'passed' for n, c in checks.items()
-             if n not in skipped)
-  # Print the figures the closing note and EQUIVALENCE.md quote.
-  print({n: c.get('max_abs_diff') for n, c in checks.items()})
-
-
-@pytest.mark.golden_bundle
-def test_broken_port_fails_the_bundle_recorded_on_2_15(tmp_path):
-  result, checks = _compare(tmp_path / 'broken.json',
-                            f'--bundle={_env_bundle()}',
-                            '--port=broken_ports:missing_relu')
-  assert result.returncode == 1
-  assert 'First to fix: inference' in result.stdout
-  assert 'before any training step' in checks['inference']['message']

@@ -1,0 +1,168 @@
+"""What TF 2.15 made, taken over by the TensorFlow running the tests: a golden
+bundle of the kit's pair, an Estimator checkpoint, the port's own Keras 2
+checkpoints. $KIT_TF215_DIR holds them (tests/tf215_artifacts.py, run by
+.ci/run on the estimator profile); conftest leaves these tests out, and says
+so, when it is unset."""
+import json
+import os
+import re
+import shutil
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO, last_line, run_module
+from migration_tools import optimizers
+from migration_tools import port as port_lib
+from mnist_common import keras_compat
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(TESTS, 'user_code'))
+import wide_deep_port  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+pytestmark = pytest.mark.from_tf215
+PYTHONPATH = os.pathsep.join([REPO, TESTS, os.path.join(TESTS, 'user_code')])
+# A converted checkpoint predicts as its source: the same weights through
+# the same float32 ops, up to kernels that round otherwise between versions.
+PREDICTION_ATOL = 1e-6
+
+
+def _artifact(*parts: str) -> str:
+  return os.path.join(os.environ['KIT_TF215_DIR'], *parts)
+
+
+@pytest.fixture(scope='module')
+def expected():
+  with np.load(_artifact('expected.npz')) as stored:
+    return {k: stored[k] for k in stored.files}
+
+
+def _compare(report, *args):
+  result = run_module('migration_tools.compare', f'--report={report}', *args,
+                      env={'PYTHONPATH': PYTHONPATH})
+  checks = {}
+  if os.path.exists(report):
+    with open(report, encoding='utf-8') as f:
+      checks = {c['name']: c for c in json.load(f)['checks']}
+  return result, checks
+
+
+def test_port_matches_the_bundle_recorded_on_2_15(tmp_path):
+  result, checks = _compare(tmp_path / 'replay.json',
+                            f'--bundle={_artifact("kit_pair.npz")}')
+  assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+  assert 'recorded with TensorFlow 2.15.1; replicas 1,2' in result.stdout
+  skipped = [n for n, c in checks.items() if c['status'] == 'skipped']
+  # Keras 3 cannot draw TF 1's dropout masks; Keras 2 must match them.
+  assert skipped == (['dropout (1 replica)'] if keras_compat.is_keras3()
+                     else [])
+  assert len(checks) == 16 and all(
+      c['status'] == 'passed' for n, c in checks.items() if n not in skipped)
+  # The figures the closing note and docs/EQUIVALENCE.md quote.
+  print(f'TF {tf.__version__} against the TF 2.15.1 bundle:',
+        {n: c.get('max_abs_diff') for n, c in checks.items()})
+
+
+def test_broken_port_fails_the_bundle_recorded_on_2_15(tmp_path):
+  result, checks = _compare(tmp_path / 'broken.json',
+                            f'--bundle={_artifact("kit_pair.npz")}',
+                            '--port=broken_ports:missing_relu')
+  assert result.returncode == 1
+  assert 'First to fix: inference' in result.stdout
+  assert 'before any training step' in checks['inference']['message']
+
+
+def _served_probabilities(export_dir: str, images: np.ndarray) -> np.ndarray:
+  serve = tf.saved_model.load(export_dir).signatures['serving_default']
+  return serve(image=tf.constant(images))['probabilities'].numpy()
+
+
+def _resume(model_dir, *flags):
+  """python -m migrate on model_dir at the artifacts' step, and later."""
+  result = run_module('migrate', f'--model_dir={model_dir}', '--loop=custom',
+                      '--batch_size=64', '--noenable_predict',
+                      '--eval_steps=2', *flags)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result
+
+
+@pytest.mark.parametrize('source, flag, key', [
+    ('estimator', '--estimator_dir', 'estimator_probabilities'),
+    ('port', '--keras2_dir', 'port_probabilities')])
+def test_checkpoint_from_2_15_resumes_here_at_its_step(tmp_path, expected,
+                                                       source, flag, key):
+  converted = tmp_path / 'converted'
+  result = run_module('migration_tools.convert_checkpoint',
+                      f'{flag}={_artifact(source)}', f'--output={converted}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert re.search(r'Checkpoint: .*/converted/ckpt-30$', result.stdout.strip())
+  # At its step: nothing left to train, so it exports the converted weights.
+  done = _resume(converted, '--train_steps=30')
+  assert 'resuming at step 30 of 30' in done.stderr
+  export = re.search(r'SavedModel: (\S+)', done.stdout).group(1)
+  served = _served_probabilities(export, expected['images'])
+  diff = float(np.max(np.abs(served - expected[key])))
+  print(f'{source} checkpoint from TF 2.15.1, served on TF {tf.__version__}: '
+        f'probabilities differ by {diff:.3g}')
+  assert diff <= PREDICTION_ATOL
+  np.testing.assert_array_equal(served.argmax(1), expected[key].argmax(1))
+  # And on from there.
+  more = _resume(converted, '--train_steps=40')
+  assert 'resuming at step 30 of 40' in more.stderr
+  assert re.search(r'step 40/40: loss \d', more.stderr)
+
+
+@pytest.mark.parametrize('optimizer', ['adam', 'momentum'])
+def test_keras2_slots_statistics_and_step_carry_over(tmp_path, expected,
+                                                     optimizer):
+  """A team port with an embedding, batch norm and Adam or momentum slots."""
+  prefix = f'wide_deep_{optimizer}'
+  params = json.dumps({'optimizer': optimizer})
+  converted = tmp_path / 'converted'
+  result = run_module('migration_tools.convert_checkpoint',
+                      f'--keras2_dir={_artifact(prefix)}',
+                      f'--output={converted}',
+                      '--port=wide_deep_port:make_port', f'--params={params}',
+                      env={'PYTHONPATH': PYTHONPATH})
+  assert result.returncode == 0, result.stderr[-3000:]
+  model = wide_deep_port.build_model({'optimizer': optimizer})
+  opt = wide_deep_port.make_optimizer({'optimizer': optimizer})
+  opt.build(model.trainable_variables)
+  tf.train.Checkpoint(model=model, optimizer=opt).restore(
+      tf.train.latest_checkpoint(converted)).assert_consumed()
+  state = port_lib.state_variables(model)
+  for name, variable in state.items():
+    np.testing.assert_array_equal(variable.numpy(),
+                                  expected[f'{prefix}/weight/{name}'], name)
+  slots = optimizers.port_slots(opt, {n: n for n in state})
+  assert len(slots) == len(model.trainable_variables) * (
+      2 if optimizer == 'adam' else 1)
+  for (name, slot), variable in slots.items():
+    np.testing.assert_array_equal(
+        variable.numpy(), expected[f'{prefix}/slot/{name}/{slot}'],
+        f'{name}/{slot}')
+  assert int(opt.iterations.numpy()) == int(expected[f'{prefix}/step']) == 5
+  probe, _ = wide_deep_port.examples(32, seed=1)
+  diff = np.max(np.abs(model(probe, training=False).numpy() -
+                       expected[f'{prefix}/predictions']))
+  assert diff <= PREDICTION_ATOL
+
+
+def test_migrate_takes_a_keras2_checkpoint_on_keras2_only(tmp_path):
+  model_dir = tmp_path / 'port'
+  shutil.copytree(_artifact('port'), model_dir)
+  if not keras_compat.is_keras3():
+    assert 'resuming at step 30 of 30' in _resume(
+        model_dir, '--train_steps=30').stderr
+    return
+  result = run_module('migrate', f'--model_dir={model_dir}',
+                      '--train_steps=30')
+  assert result.returncode == 1
+  assert last_line(result.stderr) == (
+      f'error: --model_dir {model_dir} holds a checkpoint written by Keras 2 '
+      '(TF 2.15), ckpt-30; carry it over with migration-convert-checkpoint '
+      f'--keras2_dir={model_dir} --output=NEW_DIR and train in NEW_DIR')
+  assert sorted(os.listdir(model_dir)) == sorted(os.listdir(
+      _artifact('port')))  # Nothing written.

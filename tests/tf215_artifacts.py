@@ -1,0 +1,120 @@
+"""Writes what TF 2.15 makes and the newest TensorFlow must take over:
+
+  python tests/tf215_artifacts.py OUT_DIR      # on the estimator profile
+
+OUT_DIR/kit_pair.npz      a golden bundle of the kit's pair (migration-compare
+                          --record_bundle), and live.json, that run's report;
+OUT_DIR/estimator/        an Estimator model_dir after 30 steps;
+OUT_DIR/port/             migrate's model_dir after 30 steps (Keras 2 layout);
+OUT_DIR/wide_deep_<opt>/  a team port's checkpoint with Adam or momentum
+                          slots and batch-norm statistics (Keras 2 layout);
+OUT_DIR/expected.npz      what each must give: predictions on fixed inputs,
+                          and the wide-deep ports' weights, slots and steps.
+
+tests/test_across_versions.py reads OUT_DIR through $KIT_TF215_DIR (.ci/run
+sets it). Each training runs as the command a user would run.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [REPO, os.path.join(REPO, 'tests', 'user_code')]
+
+from estimator_mnist import model as estimator_model  # pylint: disable=g-import-not-at-top,wrong-import-position
+from migrate import data  # pylint: disable=g-import-not-at-top,wrong-import-position
+from migrate import model as model_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from migration_tools import legacy  # pylint: disable=g-import-not-at-top,wrong-import-position
+from migration_tools import optimizers  # pylint: disable=g-import-not-at-top,wrong-import-position
+from migration_tools import port as port_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mnist_common import prepare  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mnist_common import tfrecords  # pylint: disable=g-import-not-at-top,wrong-import-position
+import wide_deep_port  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+STEPS = 30
+IMAGES = 64
+WIDE_DEEP_STEPS = 5
+
+
+def _run(*args: str) -> None:
+  print('+', ' '.join(args), flush=True)
+  subprocess.run([sys.executable, *args], cwd=REPO, check=True,
+                 env={**os.environ, 'PYTHONPATH': os.pathsep.join(
+                     [REPO, os.path.join(REPO, 'tests')])})
+
+
+def test_images(count: int) -> np.ndarray:
+  """The first `count` raw test images of the kit's default data."""
+  info = prepare.prepare(None)
+  records = tf.data.TFRecordDataset(info.path('test')).take(count).map(
+      tfrecords.parse_example).batch(count)
+  return next(iter(records))[0].numpy()
+
+
+def _wide_deep(out: str, optimizer: str) -> dict:
+  """Trains the team port a few steps with fit; returns what must carry."""
+  params = {'optimizer': optimizer}
+  tf.keras.utils.set_random_seed(0)
+  model = wide_deep_port.build_model(params)
+  model.compile(wide_deep_port.make_optimizer(params),
+                tf.keras.losses.SparseCategoricalCrossentropy(
+                    from_logits=True))
+  features, labels = wide_deep_port.examples(16 * WIDE_DEEP_STEPS)
+  model.fit(features, labels, batch_size=16, epochs=1, verbose=0)
+  checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+  tf.train.CheckpointManager(checkpoint, os.path.join(
+      out, f'wide_deep_{optimizer}'), 1).save(
+          checkpoint_number=WIDE_DEEP_STEPS)
+  state = port_lib.state_variables(model)
+  slots = optimizers.port_slots(model.optimizer, {n: n for n in state})
+  probe, _ = wide_deep_port.examples(32, seed=1)
+  prefix = f'wide_deep_{optimizer}'
+  expected = {f'{prefix}/weight/{name}': v.numpy()
+              for name, v in state.items()}
+  expected.update({f'{prefix}/slot/{name}/{slot}': v.numpy()
+                   for (name, slot), v in slots.items()})
+  expected[f'{prefix}/step'] = np.int64(model.optimizer.iterations.numpy())
+  expected[f'{prefix}/predictions'] = model(probe, training=False).numpy()
+  return expected
+
+
+def main(out: str) -> None:
+  os.makedirs(out, exist_ok=True)
+  _run('-m', 'migration_tools.compare', '--steps=20', '--replicas=1,2',
+       '--eval_batches=5', f'--record_bundle={out}/kit_pair.npz',
+       f'--report={out}/live.json')
+  _run('-m', 'estimator_mnist', f'--model_dir={out}/estimator',
+       f'--train_steps={STEPS}', '--batch_size=64', '--noenable_predict',
+       '--eval_steps=0')
+  _run('-m', 'migrate', '--loop=custom', f'--model_dir={out}/port',
+       f'--train_steps={STEPS}', '--batch_size=64', '--noenable_predict',
+       '--eval_steps=0')
+  images = test_images(IMAGES)
+  scaled = data.scale_image(images).numpy()
+  expected = {'images': images}
+  expected['estimator_probabilities'] = legacy.predict(
+      estimator_model.model_fn, tf.train.latest_checkpoint(
+          f'{out}/estimator'), scaled,
+      {'learning_rate': 0.05, 'batch_size': IMAGES, 'use_tpu': False}
+  )['probabilities']
+  port = model_lib.build_model()
+  tf.train.Checkpoint(model=port).restore(
+      tf.train.latest_checkpoint(f'{out}/port')).expect_partial()
+  expected['port_probabilities'] = tf.nn.softmax(
+      port(scaled, training=False)).numpy()
+  for optimizer in ('adam', 'momentum'):
+    expected.update(_wide_deep(out, optimizer))
+  np.savez(os.path.join(out, 'expected.npz'), **expected)
+  with open(os.path.join(out, 'versions.json'), 'w', encoding='utf-8') as f:
+    json.dump({'tensorflow': tf.__version__}, f)
+  print(f'TF {tf.__version__} artifacts in {out}')
+
+
+if __name__ == '__main__':
+  if len(sys.argv) != 2:
+    sys.exit('usage: python tests/tf215_artifacts.py OUT_DIR')
+  main(sys.argv[1])
