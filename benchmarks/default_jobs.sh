@@ -2,6 +2,7 @@
 # Runs the README's three main jobs with default flags, one after the other,
 # and prints a Markdown table row per job: eval accuracy and wall time.
 #   bash benchmarks/default_jobs.sh [PYTHON]      (default: .venv/bin/python)
+# With a PYTHON of the newest profile (no tf.estimator), the two migrate jobs.
 # Each job writes into a fresh temporary --model_dir; data comes from the
 # kit's default data directory (the offline default unless you put MNIST there).
 set -euo pipefail
@@ -9,10 +10,14 @@ cd "$(dirname "$0")/.."
 python=${1:-.venv/bin/python}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+jobs=("migrate --loop=fit" "migrate --loop=custom --num_cpu_devices=2")
+if "$python" -c 'import tensorflow_estimator' 2> /dev/null; then
+  jobs=("estimator_mnist" "${jobs[@]}")
+fi
+echo "TensorFlow $("$python" -c 'import tensorflow as tf; print(tf.__version__)' 2> /dev/null)"
 echo "| command | eval accuracy | wall time |"
 echo "| --- | --- | --- |"
-for job in "estimator_mnist" "migrate --loop=fit" \
-           "migrate --loop=custom --num_cpu_devices=2"; do
+for job in "${jobs[@]}"; do
   dir="$work/$(echo "$job" | tr -c 'a-z0-9' '_')"
   start=$(date +%s.%N)
   # shellcheck disable=SC2086

@@ -1,9 +1,14 @@
 """The served-predictions check's two halves: inputs for a legacy serving
 receiver's tensors, and a SavedModel's serving_default called on them."""
+from typing import TYPE_CHECKING
+
 import numpy as np
 import tensorflow as tf
 
 from mnist_common.errors import KitError
+
+if TYPE_CHECKING:  # legacy imports this module.
+  from migration_tools import legacy
 
 # Served inputs: at most this many examples.
 SERVED_EXAMPLES = 512

@@ -1,4 +1,5 @@
-"""Code shared by both halves of the kit: MNIST data preparation and common flags.
+"""Code shared by both halves of the kit and the tools: MNIST data preparation,
+common flags, and the Keras 2/3 differences (keras_compat).
 
 Nothing here imports ``tensorflow_estimator``, so the migrated package can use it
 without pulling in the legacy stack.

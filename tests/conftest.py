@@ -6,6 +6,7 @@ variables that name a Cloud TPU are removed. Subprocesses inherit all of it.
 """
 import functools
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -66,6 +67,25 @@ def pytest_collection_modifyitems(config, items):
   if left_out:
     config.hook.pytest_deselected(items=left_out)
     items[:] = [item for item in items if item not in left_out]
+
+
+# The kit, the tests' broken ports and the user code, for subprocesses that
+# load ports by name.
+TESTS = os.path.join(REPO, 'tests')
+TOOLS_PYTHONPATH = os.pathsep.join([REPO, TESTS,
+                                    os.path.join(TESTS, 'user_code')])
+
+
+def run_compare(report, *args: str):
+  """migration-compare with --report=report; (the result, {name: check} of
+  the report, empty if it wrote none)."""
+  result = run_module('migration_tools.compare', f'--report={report}', *args,
+                      env={'PYTHONPATH': TOOLS_PYTHONPATH})
+  checks = {}
+  if os.path.exists(report):
+    with open(report, encoding='utf-8') as f:
+      checks = {c['name']: c for c in json.load(f)['checks']}
+  return result, checks
 
 
 def run_module(module: str, *args: str, timeout: float = 600,

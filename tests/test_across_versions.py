@@ -13,17 +13,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, last_line, run_module
+from conftest import TESTS, TOOLS_PYTHONPATH, last_line, run_compare, run_module
 from migration_tools import optimizers
 from migration_tools import port as port_lib
 from mnist_common import keras_compat
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(TESTS, 'user_code'))
 import wide_deep_port  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 pytestmark = pytest.mark.from_tf215
-PYTHONPATH = os.pathsep.join([REPO, TESTS, os.path.join(TESTS, 'user_code')])
 # A converted checkpoint predicts as its source: the same weights through
 # the same float32 ops, up to kernels that round otherwise between versions.
 PREDICTION_ATOL = 1e-6
@@ -39,18 +37,10 @@ def expected():
     return {k: stored[k] for k in stored.files}
 
 
-def _compare(report, *args):
-  result = run_module('migration_tools.compare', f'--report={report}', *args,
-                      env={'PYTHONPATH': PYTHONPATH})
-  checks = {}
-  if os.path.exists(report):
-    with open(report, encoding='utf-8') as f:
-      checks = {c['name']: c for c in json.load(f)['checks']}
-  return result, checks
 
 
 def test_port_matches_the_bundle_recorded_on_2_15(tmp_path):
-  result, checks = _compare(tmp_path / 'replay.json',
+  result, checks = run_compare(tmp_path / 'replay.json',
                             f'--bundle={_artifact("kit_pair.npz")}')
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
   assert 'recorded with TensorFlow 2.15.1; replicas 1,2' in result.stdout
@@ -66,7 +56,7 @@ def test_port_matches_the_bundle_recorded_on_2_15(tmp_path):
 
 
 def test_broken_port_fails_the_bundle_recorded_on_2_15(tmp_path):
-  result, checks = _compare(tmp_path / 'broken.json',
+  result, checks = run_compare(tmp_path / 'broken.json',
                             f'--bundle={_artifact("kit_pair.npz")}',
                             '--port=broken_ports:missing_relu')
   assert result.returncode == 1
@@ -114,6 +104,17 @@ def test_checkpoint_from_2_15_resumes_here_at_its_step(tmp_path, expected,
   assert re.search(r'step 40/40: loss \d', more.stderr)
 
 
+def test_savedmodel_exported_on_2_15_serves_here(expected):
+  exports = os.listdir(_artifact('port', 'export'))
+  assert len(exports) == 1
+  served = _served_probabilities(_artifact('port', 'export', exports[0]),
+                                 expected['images'])
+  diff = float(np.max(np.abs(served - expected['port_probabilities'])))
+  print(f'SavedModel from TF 2.15.1 served on TF {tf.__version__}: '
+        f'probabilities differ by {diff:.3g}')
+  assert diff <= PREDICTION_ATOL
+
+
 @pytest.mark.parametrize('optimizer', ['adam', 'momentum'])
 def test_keras2_slots_statistics_and_step_carry_over(tmp_path, expected,
                                                      optimizer):
@@ -125,7 +126,7 @@ def test_keras2_slots_statistics_and_step_carry_over(tmp_path, expected,
                       f'--keras2_dir={_artifact(prefix)}',
                       f'--output={converted}',
                       '--port=wide_deep_port:make_port', f'--params={params}',
-                      env={'PYTHONPATH': PYTHONPATH})
+                      env={'PYTHONPATH': TOOLS_PYTHONPATH})
   assert result.returncode == 0, result.stderr[-3000:]
   model = wide_deep_port.build_model({'optimizer': optimizer})
   opt = wide_deep_port.make_optimizer({'optimizer': optimizer})

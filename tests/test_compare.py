@@ -1,27 +1,16 @@
 """The equivalence harness on the kit's pair, on broken ports, and on legacy
 code written as TPU-era repositories wrote it."""
 import json
-import os
 
 import pytest
 
-from conftest import REPO, last_line, run_module
-
-TESTS = os.path.dirname(os.path.abspath(__file__))
-PYTHONPATH = os.pathsep.join([REPO, TESTS, os.path.join(TESTS, 'user_code')])
+from conftest import last_line, run_compare
 
 
 def _compare(tmp_path, fake_data_dir, *args):
-  report = tmp_path / 'report.json'
   params = json.dumps({'learning_rate': 0.05,
                        'data_dir': fake_data_dir.data_dir})
-  result = run_module(
-      'migration_tools.compare', f'--params={params}', f'--report={report}',
-      *args, env={'PYTHONPATH': PYTHONPATH})
-  checks = {}
-  if report.exists():
-    checks = {c['name']: c for c in json.loads(report.read_text())['checks']}
-  return result, checks
+  return run_compare(tmp_path / 'report.json', f'--params={params}', *args)
 
 
 def test_kit_pair_passes_bit_identical_on_one_replica(tmp_path,

@@ -5,26 +5,12 @@ The tests marked 'estimator' record bundles (TF 2.15 only);
 test_across_versions.py replays one recorded on TF 2.15 on the newest TF.
 """
 import json
-import os
 
 import numpy as np
 import pytest
 
-from conftest import REPO, last_line, run_module
+from conftest import last_line, run_compare
 from migration_tools import golden
-
-TESTS = os.path.dirname(os.path.abspath(__file__))
-PYTHONPATH = os.pathsep.join([REPO, TESTS])
-
-
-def _compare(report, *args):
-  result = run_module('migration_tools.compare', f'--report={report}', *args,
-                      env={'PYTHONPATH': PYTHONPATH})
-  checks = {}
-  if os.path.exists(report):
-    with open(report, encoding='utf-8') as f:
-      checks = {c['name']: c for c in json.load(f)['checks']}
-  return result, checks
 
 
 @pytest.fixture(scope='module')
@@ -34,7 +20,7 @@ def recorded(tmp_path_factory, fake_data_dir):
   folder = tmp_path_factory.mktemp('golden')
   params = json.dumps({'learning_rate': 0.05,
                        'data_dir': fake_data_dir.data_dir})
-  result, checks = _compare(
+  result, checks = run_compare(
       folder / 'live.json', f'--params={params}', '--steps=4',
       '--replicas=1,2', '--eval_batches=2',
       f'--record_bundle={folder / "kit.npz"}')
@@ -45,7 +31,8 @@ def recorded(tmp_path_factory, fake_data_dir):
 @pytest.mark.estimator
 def test_bundle_replays_as_the_live_comparison_on_2_15(tmp_path, recorded):
   bundle, live = recorded
-  result, replayed = _compare(tmp_path / 'replay.json', f'--bundle={bundle}')
+  result, replayed = run_compare(tmp_path / 'replay.json',
+                                 f'--bundle={bundle}')
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
   assert 'recorded with TensorFlow 2.15.1; replicas 1,2' in result.stdout
   assert list(replayed) == list(live) and len(live) == 16
@@ -61,8 +48,9 @@ def test_bundle_replays_as_the_live_comparison_on_2_15(tmp_path, recorded):
 @pytest.mark.estimator
 def test_broken_port_fails_the_bundle_in_the_check_for_its_bug(tmp_path,
                                                                 recorded):
-  result, checks = _compare(tmp_path / 'broken.json', f'--bundle={recorded[0]}',
-                            '--port=broken_ports:loss_averaged_per_replica')
+  result, checks = run_compare(
+      tmp_path / 'broken.json', f'--bundle={recorded[0]}',
+      '--port=broken_ports:loss_averaged_per_replica')
   assert result.returncode == 1
   assert 'First to fix: one_step (2 replicas)' in result.stdout
   assert 'gradients are 2x the legacy ones' in checks[
@@ -99,7 +87,7 @@ def test_bundle_holds_each_array_once_and_exactly(recorded):
      '/nonexistent/kit.npz: its folder does not exist'),
 ])
 def test_bad_bundle_flags_fail_in_one_line(tmp_path, args, message):
-  result, _ = _compare(tmp_path / 'r.json', *args)
+  result, _ = run_compare(tmp_path / 'r.json', *args)
   assert result.returncode == 1
   assert message in last_line(result.stderr), result.stderr[-1500:]
 
@@ -107,7 +95,7 @@ def test_bad_bundle_flags_fail_in_one_line(tmp_path, args, message):
 def test_a_file_that_is_no_bundle_is_refused(tmp_path):
   path = tmp_path / 'other.npz'
   np.savez(path, weights=np.zeros(3))
-  result, _ = _compare(tmp_path / 'r.json', f'--bundle={path}')
+  result, _ = run_compare(tmp_path / 'r.json', f'--bundle={path}')
   assert result.returncode == 1
   assert 'is not a golden bundle (no manifest)' in last_line(result.stderr)
   assert not (tmp_path / 'r.json').exists()
