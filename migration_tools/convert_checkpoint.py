@@ -160,10 +160,7 @@ def convert(estimator_dir: str, output: str, port: port_lib.Port,
   """
   output = _check_output(output)
   checkpoint = read_checkpoint(estimator_dir)
-  params = dict(params or {})
-  model = port.build_model(params)
-  optimizer = port.make_optimizer(params)
-  optimizer.build(model.trainable_variables)
+  model, optimizer = _build(port, params)
   ours = port_lib.state_variables(model)
   pairs = port.variable_map
   if pairs is None:
@@ -292,10 +289,7 @@ def convert_keras2(model_dir: str, output: str, port: port_lib.Port,
   """
   output = _check_output(output)
   checkpoint = read_keras2_checkpoint(model_dir)
-  params = dict(params or {})
-  model = port.build_model(params)
-  optimizer = port.make_optimizer(params)
-  optimizer.build(model.trainable_variables)
+  model, optimizer = _build(port, params)
   ours = port_lib.state_variables(model)
   pairs = {name: name for name in checkpoint.model if name in ours}
   _check_pairs(checkpoint.model, ours, pairs)
@@ -307,6 +301,15 @@ def convert_keras2(model_dir: str, output: str, port: port_lib.Port,
   logging.info('Carried %s (step %d, %d variables, %d slots) over into %s',
                checkpoint.path, checkpoint.step, len(pairs), slots, path)
   return path
+
+
+def _build(port: port_lib.Port, params: dict | None):
+  """The port's model and its optimizer, slots created."""
+  params = dict(params or {})
+  model = port.build_model(params)
+  optimizer = port.make_optimizer(params)
+  optimizer.build(model.trainable_variables)
+  return model, optimizer
 
 
 def _check_output(output: str) -> str:

@@ -54,6 +54,9 @@ def pytest_report_header(config):
     lines.append('left out, as they need tf.estimator (TF 2.15): '
                  f'{", ".join(ESTIMATOR_TEST_FILES)} and the tests marked '
                  '"estimator"')
+  if 'slow' not in (config.option.markexpr or '').replace('not slow', ''):
+    lines.append('left out: the test marked "slow", the full default '
+                 'estimator_mnist job (run it with -m slow)')
   lines.append(f'TF 2.15 artifacts: {TF215_DIR}' if TF215_DIR else
                'left out: the tests marked "from_tf215" (set KIT_TF215_DIR '
                'to the output of tests/tf215_artifacts.py)')

@@ -132,3 +132,26 @@ def test_no_checkpoint_and_non_empty_output(tmp_path, estimator_dir):
   with pytest.raises(KitError, match='exists and is not empty'):
     convert_checkpoint.convert(estimator_dir, str(tmp_path / 'full'), PORT,
                                PARAMS)
+
+
+@pytest.mark.parametrize('args, message', [
+    ((), 'give one of --estimator_dir (an Estimator checkpoint) or '
+     '--keras2_dir'),
+    (('--estimator_dir=a', '--keras2_dir=b'), 'give one of --estimator_dir'),
+    (('--keras2_dir=b', '--verify'), '--verify runs the legacy model_fn: it '
+     'goes with --estimator_dir only'),
+])
+def test_source_flags_fail_in_one_line(tmp_path, args, message):
+  result = run_module('migration_tools.convert_checkpoint',
+                      f'--output={tmp_path / "out"}', *args)
+  assert result.returncode == 1
+  assert message in last_line(result.stderr), result.stderr[-500:]
+  assert not os.path.exists(tmp_path / 'out')
+
+
+def test_keras2_dir_refuses_an_estimator_checkpoint(tmp_path, estimator_dir):
+  with pytest.raises(KitError, match='is a name-based .* convert it with '
+                     '--estimator_dir'):
+    convert_checkpoint.convert_keras2(estimator_dir, str(tmp_path / 'out'),
+                                      PORT, PARAMS)
+  assert not os.path.exists(tmp_path / 'out')

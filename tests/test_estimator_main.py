@@ -180,7 +180,7 @@ def test_default_job_on_offline_default_data(tmp_path):
   """`python -m estimator_mnist` as the README runs it: defaults, no data."""
   cache = tmp_path / 'cache'
   result = run_module('estimator_mnist', f'--model_dir={tmp_path / "model"}',
-                      env={'XDG_CACHE_HOME': str(cache)}, timeout=900)
+                      env={'XDG_CACHE_HOME': str(cache)}, timeout=3600)
   assert result.returncode == 0, result.stderr[-3000:]
   assert re.search(r'Data: scikit-learn handwritten digits .* \(1300 train, '
                    r'497 test examples\)', result.stderr)
