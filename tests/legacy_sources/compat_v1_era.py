@@ -1,34 +1,34 @@
 """A TF 2.x compat.v1 TPUEstimator program, written for the scanner tests."""
-import tensorflow.compat.v1 as tf
+import tensorflow.compat.v1 as tf  # expect: compat-v1-import
 
 
 def model_fn(features, labels, mode, params):
-  logits = tf.layers.Dense(10)(features)
-  loss = tf.losses.softmax_cross_entropy(tf.one_hot(labels, 10), logits)
-  learning_rate = tf.train.exponential_decay(0.1, tf.train.get_global_step(),
+  logits = tf.layers.Dense(10)(features)  # expect: layers-v1
+  loss = tf.losses.softmax_cross_entropy(tf.one_hot(labels, 10), logits)  # expect: losses-v1
+  learning_rate = tf.train.exponential_decay(0.1, tf.train.get_global_step(),  # expect: decay-v1, get-global-step
                                              1000, 0.9)
-  optimizer = tf.tpu.CrossShardOptimizer(
-      tf.train.GradientDescentOptimizer(learning_rate))
-  hook = tf.train.LoggingTensorHook({'loss': loss}, every_n_iter=10)
-  return tf.estimator.tpu.TPUEstimatorSpec(
+  optimizer = tf.tpu.CrossShardOptimizer(  # expect: cross-shard-optimizer
+      tf.train.GradientDescentOptimizer(learning_rate))  # expect: sgd-v1
+  hook = tf.train.LoggingTensorHook({'loss': loss}, every_n_iter=10)  # expect: session-hook
+  return tf.estimator.tpu.TPUEstimatorSpec(  # expect: estimator-spec
       mode, loss=loss, train_op=optimizer.minimize(loss),
-      training_hooks=[hook], scaffold_fn=None)
+      training_hooks=[hook], scaffold_fn=None)  # expect: training-hooks, scaffold-fn
 
 
 def serving_input_fn():
-  image = tf.placeholder(tf.uint8, [None, 28, 28, 1])
-  return tf.estimator.export.TensorServingInputReceiver(image, image)
+  image = tf.placeholder(tf.uint8, [None, 28, 28, 1])  # expect: placeholder
+  return tf.estimator.export.TensorServingInputReceiver(image, image)  # expect: serving-receiver
 
 
 def run(flags_obj):
-  config = tf.estimator.tpu.RunConfig(
-      tpu_config=tf.estimator.tpu.TPUConfig(iterations_per_loop=50))
-  estimator = tf.estimator.tpu.TPUEstimator(model_fn, config=config)
-  tf.estimator.train_and_evaluate(estimator, None, None)
+  config = tf.estimator.tpu.RunConfig(  # expect: run-config
+      tpu_config=tf.estimator.tpu.TPUConfig(iterations_per_loop=50))  # expect: tpu-config, iterations-per-loop
+  estimator = tf.estimator.tpu.TPUEstimator(model_fn, config=config)  # expect: tpu-estimator
+  tf.estimator.train_and_evaluate(estimator, None, None)  # expect: train-and-evaluate
   with tf.Session() as sess:  # migration-scan: ignore
-    sess.run(tf.global_variables_initializer())
+    sess.run(tf.global_variables_initializer())  # expect: variables-initializer
 
 
 def bfloat16_features(features):
-  with tf.tpu.bfloat16_scope():
+  with tf.tpu.bfloat16_scope():  # expect: bfloat16-scope
     return tf.cast(features, tf.bfloat16)

@@ -1,0 +1,503 @@
+"""The scanner's engine: each file's AST, matched against the rule table.
+
+The code is parsed, never imported or run. Imports and aliases are resolved
+(``import tensorflow.compat.v1 as tf``, ``from tensorflow.contrib import tpu
+as contrib_tpu``, ``flags = tf.flags``), so every use is matched by its full
+API path against rules.py and, where no row matches, against tf_api.py's
+record of what TF 2 did to each TF 1 symbol. The engine holds no rule of its
+own. It walks the tree without recursion, so a deeply nested expression never
+aborts a scan; a file Python itself cannot parse is listed as unchecked with
+the reason.
+"""
+import ast
+import dataclasses
+import fnmatch
+import os
+import tokenize
+
+from migration_tools.scanner import rules as rules_lib
+from migration_tools.scanner import tf_api
+
+GUIDE = 'docs/MIGRATION.md'
+SKIP_FILE = '# migration-scan: skip-file'
+IGNORE_LINE = '# migration-scan: ignore'
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+  """One legacy construct on one line."""
+  path: str
+  line: int
+  column: int
+  rule: str  # rules.Rule.id
+  category: str
+  severity: str  # rules.BREAKS, SILENT, COMPAT or STYLE
+  construct: str
+  code: str
+  becomes: str
+  section: str  # docs/MIGRATION.md#anchor
+
+
+@dataclasses.dataclass(frozen=True)
+class Unchecked:
+  """A file that could not be read, parsed or analysed: not clean."""
+  path: str
+  reason: str
+
+
+@dataclasses.dataclass
+class Result:
+  findings: list[Finding]
+  unchecked: list[Unchecked]
+  skipped: list[str]  # Files with the skip-file pragma.
+  files: int
+
+
+class Table:
+  """The rule rows, indexed by kind of match."""
+
+  def __init__(self, rules=rules_lib.RULES):
+    self.api, self.keywords, self.methods = [], {}, {}
+    self._api_cache = {}
+    self.subscripts, self.imports, self.args, self.input_fn_calls = (
+        {}, [], {}, {})
+    for rule in rules:
+      kind, _, what = rule.match.partition(':')
+      if kind == 'api':
+        self.api.append((tuple(what.split('.')), rule))
+      elif kind == 'keyword':
+        self.keywords[what] = rule
+      elif kind == 'method':
+        self.methods[what] = rule
+      elif kind == 'subscript':
+        self.subscripts[what] = rule
+      elif kind == 'import':
+        self.imports.append((tuple(what.split('.')), rule))
+      elif kind == 'arg':
+        path, _, argument = what.rpartition(':')
+        key = int(argument) if argument.isdigit() else argument
+        self.args.setdefault(path, []).append((key, rule))
+      elif kind == 'input_fn-call':
+        for method in what.split('|'):
+          self.input_fn_calls[method] = rule
+      else:
+        raise ValueError(f'rule {rule.id}: unknown match {rule.match!r}')
+
+  def api_rule(self, parts: tuple) -> rules_lib.Rule | None:
+    """The first row matching the path or one of its prefixes
+    (tf.estimator.ModeKeys.TRAIN is a use of *.ModeKeys)."""
+    if parts not in self._api_cache:  # Code repeats its paths: match once.
+      # TF's private modules (tensorflow.python...) are no API: only rows
+      # that name them match there, not *.NAME guesses.
+      private = parts[0] == 'python'
+      self._api_cache[parts] = next(
+          (rule for pattern, rule in self.api
+           if (not private or pattern[0] == 'python') and
+           any(_matches(pattern, parts[:n])
+               for n in range(len(parts), 0, -1))), None)
+    return self._api_cache[parts]
+
+
+  def import_rule(self, module: str) -> rules_lib.Rule | None:
+    parts = tuple(module.split('.'))
+    return next((rule for pattern, rule in self.imports
+                 if _matches(pattern, parts)), None)
+
+
+def _matches(pattern: tuple, parts: tuple) -> bool:
+  """'*.X' ends in X after one or more segments; 'a.*' is a or under it;
+  other segments are shell patterns, one per segment, or alternatives of
+  them separated by '|'."""
+  lead = len(pattern) > 1 and pattern[0] == '*'
+  trail = len(pattern) > 1 and pattern[-1] == '*'
+  core = pattern[int(lead):len(pattern) - int(trail)]
+  if lead:
+    window = parts[-len(core):]
+    ok_length = len(parts) > len(core)
+  elif trail:
+    window = parts[:len(core)]
+    ok_length = len(parts) >= len(core)
+  else:
+    window, ok_length = parts, len(parts) == len(core)
+  return ok_length and all(
+      any(fnmatch.fnmatchcase(p, choice) for choice in c.split('|'))
+      for p, c in zip(window, core))
+
+
+_TABLE = Table()
+
+
+def _canonical(path: str) -> tuple[tuple, bool] | None:
+  """'tensorflow.compat.v1.estimator.X' -> (('estimator', 'X'), True): the
+  path inside TF's API, and whether it goes through tf.compat.v1; None for
+  a path outside TensorFlow."""
+  for prefix, compat_v1 in (('tensorflow.compat.v1', True),
+                            ('tensorflow.compat.v2', False),
+                            ('tensorflow_estimator.compat.v1', True),
+                            ('tensorflow_estimator.python', False),
+                            ('tensorflow', False)):
+    if path == prefix or path.startswith(prefix + '.'):
+      rest = path[len(prefix) + 1:]
+      if prefix.startswith('tensorflow_estimator'):
+        rest = 'estimator.' + rest if rest else 'estimator'
+      return tuple(rest.split('.')) if rest else (), compat_v1
+  if path == 'tensorflow_estimator' or path.startswith('tensorflow_estimator.'):
+    return ('estimator',) + tuple(path.split('.')[1:]), False
+  return None
+
+
+def _api_entry(parts: tuple) -> tuple[tuple | None, int]:
+  """tf_api.py's entry for the longest prefix of parts it knows, and that
+  prefix's length."""
+  for n in range(len(parts), 0, -1):
+    entry = tf_api.API.get('.'.join(parts[:n]))
+    if entry:
+      return entry, n
+  return None, 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Candidate:
+  finding: Finding
+  # A symbol TF 2 redefined (tf.summary.scalar), spelt the TF 2 way: it is
+  # TF 1 code only in a file that has other TF 1 constructs.
+  ambiguous: bool
+
+
+class _Scanner:
+  """Collects the findings of one parsed file."""
+
+  def __init__(self, path: str, tree: ast.AST):
+    self.path = path
+    self.nodes = list(ast.walk(tree))  # Breadth first, without recursion.
+    self.aliases = {}  # local name -> full dotted path
+    self.candidates = []
+    self.inside_chain = set()  # ids of nodes inside a resolved chain
+    self.params_functions = any(
+        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and
+        any(a.arg == 'params' for a in n.args.args + n.args.kwonlyargs)
+        for n in self.nodes)
+
+  def _add(self, node, rule, code, compat_v1=False, ambiguous=False,
+           **names):
+    """A candidate finding; names fill a generated rule's templates."""
+    fill = (lambda text: text.format(**names)) if names else str
+    self.candidates.append(_Candidate(Finding(
+        self.path, node.lineno, node.col_offset + 1, rule.id, rule.category,
+        rule.severity_via(compat_v1), fill(rule.construct), code,
+        fill(rule.becomes), f'{GUIDE}#{rule.section}'), ambiguous))
+
+  def run(self) -> list[_Candidate]:
+    # Imports and aliases first: a name is used after its import, but the
+    # walk below goes breadth first.
+    for node in self.nodes:
+      if isinstance(node, ast.Import):
+        self._import(node)
+      elif isinstance(node, ast.ImportFrom):
+        self._import_from(node)
+      elif isinstance(node, ast.Assign):
+        self._alias(node)
+    for node in self.nodes:
+      if id(node) in self.inside_chain:
+        continue
+      if isinstance(node, ast.Attribute):
+        self._attribute(node)
+      elif isinstance(node, ast.Name):
+        self._name(node)
+      elif isinstance(node, ast.Call):
+        self._call(node)
+      elif isinstance(node, ast.keyword):
+        self._keyword(node)
+      elif isinstance(node, ast.Subscript):
+        self._subscript(node)
+    return self.candidates
+
+  # Names.
+
+  def _resolve(self, parts: list[str]) -> str | None:
+    base = self.aliases.get(parts[0])
+    return None if base is None else '.'.join([base] + parts[1:])
+
+  def _import(self, node: ast.Import) -> None:
+    for alias in node.names:
+      if alias.asname:
+        self.aliases[alias.asname] = alias.name
+      else:
+        top = alias.name.split('.')[0]
+        self.aliases[top] = top
+      self._imported(node, alias.name)
+
+  def _import_from(self, node: ast.ImportFrom) -> None:
+    if node.level or not node.module:
+      return
+    for alias in node.names:
+      full = f'{node.module}.{alias.name}'
+      self.aliases[alias.asname or alias.name] = full
+      self._imported(node, full)
+
+  def _imported(self, node: ast.AST, full: str) -> None:
+    code = ast.unparse(node)
+    rule = _TABLE.import_rule(full)
+    resolved = _canonical(full)
+    # A construct of its own (tensorflow.python.estimator) before a note on
+    # the import's form (a private module).
+    if rule and not (rule.severity == rules_lib.STYLE and resolved and
+                     _TABLE.api_rule(resolved[0])):
+      self._add(node, rule, code)
+    else:
+      self._use(node, full, code)
+
+  def _alias(self, node: ast.Assign) -> None:
+    """``flags = tf.flags``, ``slim = tf.contrib.slim``: later uses of the
+    name are uses of the module. ``FLAGS = tf.flags.FLAGS`` binds an object,
+    whose attributes are the user's own."""
+    parts = _dotted(node.value)
+    full = parts and self._resolve(parts)
+    resolved = full and _canonical(full)
+    if not resolved:
+      return
+    entry, n = _api_entry(resolved[0])
+    is_object = (entry[0] == 'object' if entry and n == len(resolved[0])
+                 else parts[-1].isupper())
+    if is_object:
+      return
+    for target in node.targets:
+      if isinstance(target, ast.Name):
+        self.aliases[target.id] = full
+
+  # Uses.
+
+  def _use(self, node: ast.AST, full: str, code: str) -> bool:
+    """Reports the use of full (a dotted path) if it is legacy TF; True when
+    it is TensorFlow at all."""
+    resolved = _canonical(full)
+    if resolved is None:
+      return False
+    parts, compat_v1 = resolved
+    if not parts or parts[-1].startswith('__'):
+      return True  # tf itself; tf.__version__.
+    entry, n = _api_entry(parts)
+    status = entry[1] if entry else 'unknown'
+    rule = _TABLE.api_rule(parts)
+    if status == 'same':
+      # TF 2 has it unchanged: at most a style note (tf.feature_column).
+      if rule and rule.severity == rules_lib.STYLE:
+        self._add(node, rule, code)
+      return True
+    if status == 'changed' and n < len(parts) and not rule:
+      return True  # tf.data.Dataset.range: TF 2's class has it too.
+    ambiguous = status == 'changed' and not compat_v1
+    # Through a tf.compat.v1 that no longer has it (tf.compat.v1.estimator,
+    # what Keras 3 took out of tf.compat.v1.layers), it breaks all the same.
+    compat_v1 = compat_v1 and bool(entry) and entry[3]
+    if rule:
+      self._add(node, rule, code, compat_v1, ambiguous)
+    elif status == 'removed':
+      name = 'tf.' + '.'.join(parts[:n])
+      target = (f'tf.{entry[2]} (the same {entry[0]}, renamed)' if entry[2]
+                else f'tf.compat.v1.{".".join(parts[:n])} keeps it running; '
+                'rewrite it the TF 2 way')
+      self._add(node, rules_lib.REMOVED_SYMBOL, code, compat_v1, name=name,
+                target=target)
+    return True
+
+  def _attribute(self, node: ast.Attribute) -> None:
+    parts = _dotted(node)
+    full = parts and self._resolve(parts)
+    if full and _canonical(full):
+      self._skip_inside(node)
+      self._use(node, full, '.'.join(parts))
+    elif node.attr in _TABLE.methods:
+      self._add(node, _TABLE.methods[node.attr], f'.{node.attr}')
+
+  def _name(self, node: ast.Name) -> None:
+    full = self.aliases.get(node.id)
+    if full and full != node.id and isinstance(node.ctx, ast.Load):
+      self._use(node, full, node.id)
+
+  def _skip_inside(self, node: ast.AST) -> None:
+    """The prefixes of a resolved chain (tf.estimator in
+    tf.estimator.tpu.X) are not reported again."""
+    while isinstance(node, ast.Attribute):
+      node = node.value
+      self.inside_chain.add(id(node))
+
+  def _call(self, node: ast.Call) -> None:
+    parts = _dotted(node.func)
+    full = parts and self._resolve(parts)
+    resolved = full and _canonical(full)
+    if resolved:
+      self._call_arguments(node, '.'.join(parts), *resolved)
+    if (isinstance(node.func, ast.Attribute) and
+        node.func.attr in _TABLE.input_fn_calls and _gets_input_fn(node)):
+      self._add(node, _TABLE.input_fn_calls[node.func.attr],
+                f'.{node.func.attr}(input_fn)')
+
+  def _call_arguments(self, node: ast.Call, code: str, parts: tuple,
+                      compat_v1: bool) -> None:
+    """Arguments whose meaning TF 2 changed: the table's rows, else what
+    tf_api.py records of both signatures."""
+    path = '.'.join(parts)
+    entry = tf_api.API.get(path)
+    positional = len(node.args)
+    if any(isinstance(a, ast.Starred) for a in node.args):
+      positional = 0  # Unknown: do not guess.
+    keywords = [k.arg for k in node.keywords if k.arg]
+    ambiguous = bool(entry) and entry[1] == 'changed' and not compat_v1
+    compat_v1 = compat_v1 and bool(entry) and entry[3]
+    rows = _TABLE.args.get(path)
+    if rows:
+      for key, rule in rows:
+        if (positional > key if isinstance(key, int) else key in keywords):
+          self._add(node, rule, code, compat_v1, ambiguous)
+      return
+    if (not entry or entry[1] != 'changed' or len(entry) < 8 or
+        _TABLE.api_rule(parts)):
+      return  # A row for the symbol itself says it all (tf.summary.scalar).
+    v1_names, v2_names, v2_varkw, most = entry[4:8]
+    name = 'tf.' + path
+    for keyword in keywords:
+      if keyword in v1_names and keyword not in v2_names and not v2_varkw:
+        self._add(node, rules_lib.REMOVED_KEYWORD, code, compat_v1,
+                  ambiguous, name=name, keyword=keyword)
+    # A parameter renamed in place (tf.device's device_name_or_function) is
+    # no change of meaning; one that moved (dropout's rate) is.
+    moved = next((i for i, (a, b) in enumerate(zip(v1_names, v2_names))
+                  if a != b and (a in v2_names or b in v1_names)), None)
+    if 0 <= most < positional:
+      self._add(node, rules_lib.TOO_MANY_POSITIONAL, code, compat_v1,
+                ambiguous, name=name, most=most, given=positional)
+    elif moved is not None and positional > moved:
+      self._add(node, rules_lib.MOVED_POSITIONAL, code, compat_v1, ambiguous,
+                name=name, position=moved + 1, v1=v1_names[moved],
+                v2=v2_names[moved])
+
+  def _keyword(self, node: ast.keyword) -> None:
+    if node.arg in _TABLE.keywords:
+      self._add(node.value, _TABLE.keywords[node.arg], f'{node.arg}=')
+
+  def _subscript(self, node: ast.Subscript) -> None:
+    # TPUEstimator passes params to model_fn and input_fn: only a name
+    # params in a file with such a function is that dictionary.
+    key = node.slice
+    if (isinstance(key, ast.Constant) and key.value in _TABLE.subscripts and
+        isinstance(node.value, ast.Name) and node.value.id == 'params' and
+        self.params_functions):
+      self._add(node, _TABLE.subscripts[key.value],
+                f"params[{key.value!r}]")
+
+
+def _dotted(node: ast.AST) -> list[str] | None:
+  """a.b.c -> ['a', 'b', 'c']; None when the chain is not names all along."""
+  parts = []
+  while isinstance(node, ast.Attribute):
+    parts.append(node.attr)
+    node = node.value
+  if not isinstance(node, ast.Name):
+    return None
+  return [node.id] + parts[::-1]
+
+
+def _gets_input_fn(node: ast.Call) -> bool:
+  """train(input_fn=...), train(train_input_fn, ...), train(lambda: ...)."""
+  if any(k.arg == 'input_fn' for k in node.keywords):
+    return True
+  if not node.args:
+    return False
+  first = node.args[0]
+  if isinstance(first, ast.Lambda):
+    return True
+  if isinstance(first, ast.Call) and first.args:  # functools.partial(f, ..)
+    first = first.args[0]
+  parts = _dotted(first)
+  return bool(parts) and parts[-1].endswith('input_fn')
+
+
+def _dedupe(candidates: list[_Candidate]) -> list[Finding]:
+  """One finding per construct per line; a symbol TF 2 redefined counts as
+  TF 1 only in a file with other TF 1 constructs."""
+  legacy_file = any(not c.ambiguous and c.finding.severity != rules_lib.STYLE
+                    for c in candidates)
+  seen, findings = set(), []
+  for c in sorted(candidates, key=lambda c: (c.finding.line,
+                                             c.finding.column)):
+    f = c.finding
+    key = (f.line, f.rule, f.construct)
+    if key in seen or (c.ambiguous and not legacy_file):
+      continue
+    seen.add(key)
+    findings.append(f)
+  return findings
+
+
+def scan_source(source: str, path: str) -> list[Finding]:
+  """Findings in one file's text.
+
+  Raises:
+    SyntaxError, ValueError: it does not parse.
+    RecursionError, MemoryError: Python cannot build its tree.
+  """
+  tree = ast.parse(source, filename=path)
+  ignored = {number for number, line in enumerate(source.splitlines(), 1)
+             if line.rstrip().endswith(IGNORE_LINE)}
+  return [f for f in _dedupe(_Scanner(path, tree).run())
+          if f.line not in ignored]
+
+
+def python_files(paths: list[str]) -> list[str]:
+  """The .py files under paths, sorted; raises ValueError on a missing path."""
+  files = []
+  for path in paths:
+    if os.path.isdir(path):
+      for root, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith('.'))
+        files += [os.path.join(root, n) for n in sorted(names)
+                  if n.endswith('.py')]
+    elif os.path.isfile(path):
+      files.append(path)
+    else:
+      raise ValueError(f'no such file or directory: {path}')
+  return files
+
+
+def read_source(path: str) -> str:
+  """The file's text as Python reads a module: a PEP 263 coding line or a
+  BOM, else UTF-8."""
+  with tokenize.open(path) as f:
+    return f.read()
+
+
+def scan(paths: list[str]) -> Result:
+  """Scans files and directories.
+
+  Args:
+    paths: files and directories (walked for .py files).
+
+  Returns:
+    The findings, and the files left unchecked or skipped.
+
+  Raises:
+    ValueError: a path does not exist.
+  """
+  result = Result([], [], [], 0)
+  for path in python_files(paths):
+    result.files += 1
+    try:
+      source = read_source(path)
+    except (OSError, SyntaxError, UnicodeDecodeError) as e:
+      result.unchecked.append(Unchecked(path, f'cannot read: {e}'))
+      continue
+    if any(line.strip().startswith(SKIP_FILE) for line in source.splitlines()):
+      result.skipped.append(path)
+      continue
+    try:
+      result.findings += scan_source(source, path)
+    except (SyntaxError, ValueError) as e:
+      result.unchecked.append(Unchecked(
+          path, f'does not parse as Python 3 (line '
+          f'{getattr(e, "lineno", "?")}): {getattr(e, "msg", e)}'))
+    except (RecursionError, MemoryError):
+      result.unchecked.append(Unchecked(
+          path, 'cannot be analysed: an expression is nested too deeply for '
+          "Python's parser"))
+  return result
