@@ -251,6 +251,10 @@ def test_a_symbol_tf2_redefined_is_tf1_only_in_a_tf1_file():
   scalar = "tf.summary.scalar('loss', loss)\n"
   assert _rule_ids(_TF + scalar) == []  # TF 2 code: under a default writer.
   assert _rule_ids(_TF + 'tf.Session()\n' + scalar) == ['session', 'summary-op']
+  # Through tf.compat.v2 it is TF 2 by choice, whatever the file.
+  assert _rule_ids(_V1 + 'import tensorflow.compat.v2 as tf2\n'
+                   "tf2.summary.scalar('loss', loss, step=1)\n"
+                   'tf2.nn.dropout(x, 0.5)\n') == ['compat-v1-import']
 
 
 def test_tf_api_agrees_with_the_installed_tensorflow():

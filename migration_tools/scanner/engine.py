@@ -127,22 +127,27 @@ def _matches(pattern: tuple, parts: tuple) -> bool:
 _TABLE = Table()
 
 
-def _canonical(path: str) -> tuple[tuple, bool] | None:
-  """'tensorflow.compat.v1.estimator.X' -> (('estimator', 'X'), True): the
-  path inside TF's API, and whether it goes through tf.compat.v1; None for
-  a path outside TensorFlow."""
-  for prefix, compat_v1 in (('tensorflow.compat.v1', True),
-                            ('tensorflow.compat.v2', False),
-                            ('tensorflow_estimator.compat.v1', True),
-                            ('tensorflow_estimator.python', False),
-                            ('tensorflow', False)):
+# How a use is spelt: through tf.compat.v1, through tf.compat.v2 (TF 2 by
+# choice), or plain tf (TF 1 or TF 2, depending on the file).
+V1, V2, PLAIN = 'v1', 'v2', 'plain'
+
+
+def _canonical(path: str) -> tuple[tuple, str] | None:
+  """'tensorflow.compat.v1.estimator.X' -> (('estimator', 'X'), V1): the
+  path inside TF's API and its spelling; None for a path outside
+  TensorFlow."""
+  for prefix, spelling in (('tensorflow.compat.v1', V1),
+                           ('tensorflow.compat.v2', V2),
+                           ('tensorflow_estimator.compat.v1', V1),
+                           ('tensorflow_estimator.python', PLAIN),
+                           ('tensorflow', PLAIN)):
     if path == prefix or path.startswith(prefix + '.'):
       rest = path[len(prefix) + 1:]
       if prefix.startswith('tensorflow_estimator'):
         rest = 'estimator.' + rest if rest else 'estimator'
-      return tuple(rest.split('.')) if rest else (), compat_v1
+      return tuple(rest.split('.')) if rest else (), spelling
   if path == 'tensorflow_estimator' or path.startswith('tensorflow_estimator.'):
-    return ('estimator',) + tuple(path.split('.')[1:]), False
+    return ('estimator',) + tuple(path.split('.')[1:]), PLAIN
   return None
 
 
@@ -273,7 +278,7 @@ class _Scanner:
     resolved = _canonical(full)
     if resolved is None:
       return False
-    parts, compat_v1 = resolved
+    parts, spelling = resolved
     if not parts or parts[-1].startswith('__'):
       return True  # tf itself; tf.__version__.
     entry, n = _api_entry(parts)
@@ -284,12 +289,13 @@ class _Scanner:
       if rule and rule.severity == rules_lib.STYLE:
         self._add(node, rule, code)
       return True
-    if status == 'changed' and n < len(parts) and not rule:
-      return True  # tf.data.Dataset.range: TF 2's class has it too.
-    ambiguous = status == 'changed' and not compat_v1
+    if status == 'changed' and (spelling == V2 or
+                                (n < len(parts) and not rule)):
+      return True  # TF 2's own (tf2.summary.scalar, tf.data.Dataset.range).
+    ambiguous = status == 'changed' and spelling == PLAIN
     # Through a tf.compat.v1 that no longer has it (tf.compat.v1.estimator,
     # what Keras 3 took out of tf.compat.v1.layers), it breaks all the same.
-    compat_v1 = compat_v1 and bool(entry) and entry[3]
+    compat_v1 = spelling == V1 and bool(entry) and entry[3]
     if rule:
       self._add(node, rule, code, compat_v1, ambiguous)
     elif status == 'removed':
@@ -334,7 +340,7 @@ class _Scanner:
                 f'.{node.func.attr}(input_fn)')
 
   def _call_arguments(self, node: ast.Call, code: str, parts: tuple,
-                      compat_v1: bool) -> None:
+                      spelling: str) -> None:
     """Arguments whose meaning TF 2 changed: the table's rows, else what
     tf_api.py records of both signatures."""
     path = '.'.join(parts)
@@ -343,8 +349,10 @@ class _Scanner:
     if any(isinstance(a, ast.Starred) for a in node.args):
       positional = 0  # Unknown: do not guess.
     keywords = [k.arg for k in node.keywords if k.arg]
-    ambiguous = bool(entry) and entry[1] == 'changed' and not compat_v1
-    compat_v1 = compat_v1 and bool(entry) and entry[3]
+    if spelling == V2:
+      return  # TF 2's signature by choice.
+    ambiguous = bool(entry) and entry[1] == 'changed' and spelling == PLAIN
+    compat_v1 = spelling == V1 and bool(entry) and entry[3]
     rows = _TABLE.args.get(path)
     if rows:
       for key, rule in rows:

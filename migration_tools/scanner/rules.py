@@ -254,8 +254,9 @@ RULES = (
          BREAKS, 'evaluation_hooks=', _KERAS_SAVES_IT, _HOOKS),
     # tf.estimator, whatever the spelling.
     Rule('serving-receiver', 'api:estimator.export.*', 'estimator', BREAKS,
-         'serving input receiver', 'a tf.function with an input_signature, '
-         'saved as the serving_default signature', _EXPORT),
+         'tf.estimator.export (serving receivers and outputs)', 'a '
+         'tf.function with an input_signature returning a dict, saved as the '
+         'serving_default signature', _EXPORT),
     Rule('mode-keys', 'api:*.ModeKeys', 'estimator', BREAKS, 'ModeKeys',
          'separate train_step / eval_step / predict functions (or '
          "Keras's training= argument)", _MODEL_FN),

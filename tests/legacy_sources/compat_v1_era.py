@@ -1,5 +1,6 @@
 """A TF 2.x compat.v1 TPUEstimator program, written for the scanner tests."""
 import tensorflow.compat.v1 as tf  # expect: compat-v1-import
+import tensorflow.compat.v2 as tf2
 
 
 def model_fn(features, labels, mode, params):
@@ -32,3 +33,10 @@ def run(flags_obj):
 def bfloat16_features(features):
   with tf.tpu.bfloat16_scope():  # expect: bfloat16-scope
     return tf.cast(features, tf.bfloat16)
+
+
+def host_call_fn(step, lr, logits, labels):
+  with tf2.summary.create_file_writer('/tmp/logs').as_default():
+    tf2.summary.scalar('learning_rate', lr[0], step=step[0])
+    in_top_5 = tf.nn.in_top_k(logits, labels, 5)  # expect: tf1-positional
+    return tf.summary.all_v2_summary_ops(), in_top_5  # expect: summary-v1
