@@ -28,6 +28,11 @@ common_flags.define_common_flags()
 flags.DEFINE_integer('iterations', 50,
                      'Training steps per TPU loop (TPUConfig\'s '
                      'iterations_per_loop); no effect off a TPU.', lower_bound=1)
+flags.DEFINE_integer(
+    'save_checkpoints_steps', None,
+    'Save a checkpoint every this many steps (RunConfig\'s '
+    'save_checkpoints_steps; on a TPU, at the end of a loop). Unset: '
+    'max(--iterations, 100).', lower_bound=1)
 flags.DEFINE_integer('num_shards', 8,
                      'Number of TPU cores (TPUConfig\'s num_shards); '
                      '--batch_size must be divisible by it under --use_tpu.',

@@ -17,6 +17,7 @@ from mnist_common import report
 from mnist_common import sources
 from mnist_common import tfrecords
 from mnist_common import tpu as tpu_lib
+from mnist_common.errors import NonFiniteLossError
 
 
 def serving_input_receiver_fn(
@@ -36,7 +37,9 @@ def make_estimator(flags_obj, model_dir: str, data_dir: str, eval_batch: int,
       cluster=cluster,
       model_dir=model_dir,
       tf_random_seed=flags_obj.seed,
-      save_checkpoints_steps=max(flags_obj.iterations, model.LOG_EVERY_STEPS),
+      save_checkpoints_steps=(flags_obj.save_checkpoints_steps or
+                              max(flags_obj.iterations,
+                                  model.LOG_EVERY_STEPS)),
       # TPUEstimator logs every ceil(this / iterations_per_loop) session runs,
       # and a session run is a whole loop on a TPU but one step off it.
       log_step_count_steps=(model.LOG_EVERY_STEPS if flags_obj.use_tpu else
@@ -109,7 +112,16 @@ def run(flags_obj, data_override: prepare.DatasetInfo | None = None) -> dict:
   # tf.compat.v1.layers draw initializer seeds from Python's random module,
   # not the graph seed: seed everything for repeatable runs.
   tf.compat.v2.keras.utils.set_random_seed(flags_obj.seed)
-  estimator.train(data.train_input_fn, max_steps=flags_obj.train_steps)
+  try:
+    # The Estimator's own NanTensorHook stops training on a NaN loss, before
+    # its checkpoint hook saves the step.
+    estimator.train(data.train_input_fn, max_steps=flags_obj.train_steps)
+  except tf.train.NanLossDuringTrainingError as e:
+    latest = estimator.latest_checkpoint()
+    step = (int(tf.train.load_variable(latest, 'global_step')) if latest
+            else 0)
+    raise NonFiniteLossError(float('nan'), f'after step {step}',
+                             latest and os.path.basename(latest)) from e
   result = {'model_dir': model_dir,
             'global_step': int(estimator.get_variable_value('global_step')),
             'eval': None, 'predictions': [], 'export_dir': None}

@@ -6,6 +6,7 @@ global step. A restarted run restores the latest checkpoint and trains only the
 remaining steps, as ``TPUEstimator.train(max_steps=...)`` did.
 """
 import atexit
+import math
 import os
 import shutil
 import tempfile
@@ -16,6 +17,7 @@ import tensorflow as tf
 from migrate import strategy as strategy_lib
 from mnist_common import keras_compat
 from mnist_common.errors import KitError
+from mnist_common.errors import NonFiniteLossError
 
 # Present in every object-based (TF2) checkpoint, absent from name-based ones.
 _OBJECT_GRAPH_KEY = '_CHECKPOINTABLE_OBJECT_GRAPH'
@@ -66,6 +68,16 @@ def make_manager(checkpoint: tf.train.Checkpoint, model_dir: str,
     directory = tempfile.mkdtemp(prefix='migrate_worker_ckpt_')
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
   return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=3)
+
+
+def check_finite(loss: float, step: int,
+                 manager: tf.train.CheckpointManager) -> None:
+  """Raises NonFiniteLossError, naming the last good checkpoint, when the
+  loss is NaN or infinite."""
+  if not math.isfinite(loss):
+    latest = manager.latest_checkpoint
+    raise NonFiniteLossError(loss, f'by step {step}',
+                             latest and os.path.basename(latest))
 
 
 def save_final(manager: tf.train.CheckpointManager, step: int) -> None:

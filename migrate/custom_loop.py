@@ -102,6 +102,8 @@ def train(trainer: Trainer, dataset, total_steps: int, steps_per_execution: int,
     to_boundary = log_every - step % log_every
     steps = min(steps_per_execution, total_steps - step, to_boundary)
     step = int(trainer.train_steps(iterator, tf.constant(steps)))
+    # Before any save: a diverged model must not become the latest checkpoint.
+    checkpoints.check_finite(float(trainer.loss.result()), step, manager)
     if step % log_every == 0 or step == total_steps:
       metrics = trainer.reset()
       manager.save(checkpoint_number=step)

@@ -28,6 +28,8 @@ class SaveAndLog(tf.keras.callbacks.Callback):
 
   def on_train_batch_end(self, batch, logs=None):
     step = int(self._step.numpy())
+    # Before any save: a diverged model must not become the latest checkpoint.
+    checkpoints.check_finite(float(logs['loss']), step, self._manager)
     if step // self._every > self._last // self._every:
       self._manager.save(checkpoint_number=step)
       self._last = step

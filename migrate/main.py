@@ -53,7 +53,8 @@ flags.DEFINE_enum('precision', 'float32', model_lib.PRECISIONS,
                   'the legacy model.')
 flags.DEFINE_integer('checkpoint_steps', 100,
                      'Save a checkpoint (and log the loss) every this many '
-                     'steps.', lower_bound=1)
+                     'steps. With --loop=fit, a multiple of '
+                     '--steps_per_execution.', lower_bound=1)
 
 FLAGS = flags.FLAGS
 

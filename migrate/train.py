@@ -125,6 +125,14 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
     if reason:
       raise KitError(f'--loop=fit cannot train here: {reason}; use '
                      '--loop=custom, which trains the same model')
+    if flags_obj.checkpoint_steps % flags_obj.steps_per_execution:
+      # Keras returns to Python, where a checkpoint can be saved, only
+      # between executions.
+      raise KitError(
+          f'--checkpoint_steps={flags_obj.checkpoint_steps} is not a '
+          f'multiple of --steps_per_execution={flags_obj.steps_per_execution}'
+          ': --loop=fit can save only between executions; use a multiple, a '
+          'smaller --steps_per_execution, or --loop=custom')
   replicas = strategy.num_replicas_in_sync
   per_replica = batching.per_replica_batch(flags_obj.batch_size, replicas,
                                            'the number of replicas')

@@ -17,6 +17,18 @@ class TPUNotFoundError(KitError):
   """A TPU was asked for and none could be reached."""
 
 
+class NonFiniteLossError(KitError):
+  """Training diverged: the loss became NaN or infinite."""
+
+  def __init__(self, loss: float, when: str, last_checkpoint: str | None):
+    """when: 'by step 12', 'after step 100'."""
+    kept = (f'the latest checkpoint, {last_checkpoint}, is the last good one'
+            if last_checkpoint else 'no checkpoint was saved')
+    super().__init__(
+        f'the training loss became {loss} {when}: training stopped, {kept}, '
+        'nothing was exported; lower --learning_rate or check the data')
+
+
 def one_line(error: BaseException) -> str:
   """An exception as the one line a user is shown: a KitError's message, else
   'Type: the first line of its message' (at most 300 characters)."""

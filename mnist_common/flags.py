@@ -4,6 +4,8 @@ Names and defaults follow tensorflow/tpu's ``mnist_tpu.py`` where it had the
 flag; ``--use_tpu`` defaults to off, since most machines that still run this
 code have no TPU.
 """
+import math
+
 from absl import flags
 
 from mnist_common import download
@@ -55,6 +57,9 @@ def define_common_flags() -> None:
   flags.DEFINE_float('learning_rate', 0.05,
                      'Initial learning rate (decays by 0.96 every 100,000 '
                      'steps).', lower_bound=0.0)
+  # nan passes a lower bound (nan < 0 is False): ask for a number outright.
+  flags.register_validator('learning_rate', math.isfinite,
+                           message='must be a finite number, e.g. 0.05')
   flags.DEFINE_bool('enable_predict', True,
                     'After training, predict a few test images and print them.')
   flags.DEFINE_integer('num_predictions', 10,

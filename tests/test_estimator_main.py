@@ -18,7 +18,7 @@ FLAG_NAMES = ('tpu', 'tpu_zone', 'gcp_project', 'data_dir', 'data_source',
               'data_url', 'model_dir', 'batch_size', 'train_steps',
               'eval_steps', 'learning_rate', 'iterations', 'num_shards',
               'use_tpu', 'enable_predict', 'num_predictions', 'seed',
-              'export_to_tpu', 'version')
+              'export_to_tpu', 'version', 'save_checkpoints_steps')
 
 
 def _test_images(data_dir, count):
@@ -133,6 +133,42 @@ def test_non_positive_counts_are_refused(flag):
   assert re.search(rf'Flags parsing error: flag {name}=.*: .* not a positive '
                    'integer',
                    result.stderr), result.stderr[-1000:]
+
+
+@pytest.mark.parametrize('value', ['nan', 'inf'])
+def test_non_finite_learning_rate_is_refused(tmp_path, value):
+  result = run_module('estimator_mnist', f'--learning_rate={value}',
+                      f'--model_dir={tmp_path / "model"}')
+  assert result.returncode != 0
+  assert (f'flag --learning_rate={value}: must be a finite number' in
+          result.stderr), result.stderr[-1000:]
+  assert not os.path.exists(tmp_path / 'model')
+
+
+def test_divergence_stops_at_the_last_good_checkpoint(tmp_path,
+                                                      fake_data_dir):
+  model_dir = tmp_path / 'model'
+  common = (f'--data_dir={fake_data_dir.data_dir}', f'--model_dir={model_dir}',
+            '--batch_size=64', '--save_checkpoints_steps=5', '--eval_steps=0',
+            '--noenable_predict')
+  good = run_module('estimator_mnist', *common, '--train_steps=10',
+                    '--learning_rate=0.1')
+  assert good.returncode == 0, good.stderr[-2000:]
+  diverged = run_module('estimator_mnist', *common, '--train_steps=30',
+                        '--learning_rate=1e30')
+  assert diverged.returncode != 0
+  assert re.search(r'^error: the training loss became nan after step \d+: '
+                   r'training stopped, the latest checkpoint, model.ckpt-\d+, '
+                   'is the last good one, nothing was exported',
+                   last_line(diverged.stderr)), diverged.stderr[-2000:]
+  latest = tf.train.latest_checkpoint(str(model_dir))
+  reader = tf.train.load_checkpoint(latest)
+  for name in reader.get_variable_to_shape_map():
+    value = reader.get_tensor(name)
+    if np.issubdtype(np.asarray(value).dtype, np.floating):
+      assert np.isfinite(value).all(), (latest, name)
+  exports = os.listdir(model_dir / 'export')
+  assert len(exports) == 1  # The good run's only.
 
 
 def test_unwritable_model_dir(tmp_path, fake_data_dir):

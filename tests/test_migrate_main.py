@@ -89,6 +89,9 @@ def _assert_clean_failure(result, message, model_dir=None):
      r'--strategy=mirrored'),
     (('--strategy=multi_worker',), r'^error: --strategy=multi_worker needs '
      'TF_CONFIG'),
+    (('--loop=fit', '--checkpoint_steps=7'), r'^error: --checkpoint_steps=7 '
+     r'is not a multiple of --steps_per_execution=5: --loop=fit can save only '
+     'between executions'),
 ])
 def test_bad_input_fails_cleanly(tmp_path, fake_data_dir, args, message):
   model_dir = tmp_path / 'model'
@@ -97,6 +100,17 @@ def test_bad_input_fails_cleanly(tmp_path, fake_data_dir, args, message):
                       timeout=120)
   assert time.monotonic() - start < 60
   _assert_clean_failure(result, message, model_dir)
+
+
+@pytest.mark.parametrize('value', ['nan', 'inf'])
+def test_non_finite_learning_rate_is_refused(tmp_path, fake_data_dir, value):
+  model_dir = tmp_path / 'model'
+  result = run_module('migrate', *_common(fake_data_dir, model_dir,
+                                          f'--learning_rate={value}'))
+  assert result.returncode != 0
+  assert (f'flag --learning_rate={value}: must be a finite number' in
+          result.stderr), result.stderr[-1000:]
+  assert not os.path.exists(model_dir)
 
 
 @pytest.mark.parametrize('tf_config, message', [

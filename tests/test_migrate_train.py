@@ -14,6 +14,7 @@ from migrate import fit_loop
 from migrate import model as model_lib
 from migrate import train
 from mnist_common.errors import KitError
+from mnist_common.errors import NonFiniteLossError
 
 
 def make_flags(model_dir, **overrides):
@@ -82,14 +83,44 @@ def _checkpoint_steps(model_dir):
   return [int(p.rsplit('-', 1)[1]) for p in state.all_model_checkpoint_paths]
 
 
-def test_fit_visits_the_host_once_per_execution(tmp_path, fake_data_dir):
-  # A checkpoint is due after every step, but Keras only returns to Python
-  # (and its callbacks) once per execution of 5 steps. The last 3 are kept.
+def test_fit_refuses_checkpoints_between_executions(tmp_path, fake_data_dir):
+  # Keras returns to Python (and its callbacks) only once per execution of 5
+  # steps: a checkpoint every step cannot be kept, so it is refused up front.
   flags_obj = make_flags(tmp_path / 'model', steps_per_execution=5,
-                         checkpoint_steps=1, enable_predict=False,
-                         eval_steps=0)
+                         checkpoint_steps=1)
+  with pytest.raises(KitError, match='--checkpoint_steps=1 is not a multiple '
+                     'of --steps_per_execution=5'):
+    train.run(flags_obj, cpu_strategy(1), fake_data_dir)
+  assert not os.path.exists(tmp_path / 'model')
+  # The custom loop stops at every checkpoint boundary: it may.
+  flags_obj = make_flags(tmp_path / 'model', steps_per_execution=5,
+                         checkpoint_steps=3, loop='custom', train_steps=9,
+                         enable_predict=False, eval_steps=0)
   train.run(flags_obj, cpu_strategy(1), fake_data_dir)
-  assert _checkpoint_steps(tmp_path / 'model') == [10, 15, 20]
+  assert _checkpoint_steps(tmp_path / 'model') == [3, 6, 9]
+
+
+@pytest.mark.parametrize('loop', ['fit', 'custom'])
+def test_divergence_stops_at_the_last_good_checkpoint(tmp_path, fake_data_dir,
+                                                      loop):
+  model_dir = tmp_path / 'model'
+  train.run(make_flags(model_dir, loop=loop, train_steps=10,
+                       enable_predict=False, eval_steps=0),
+            cpu_strategy(1), fake_data_dir)
+  diverging = make_flags(model_dir, loop=loop, train_steps=40,
+                         learning_rate=1e30)
+  with pytest.raises(NonFiniteLossError, match=r'the training loss became '
+                     r'(nan|inf) by step \d+: training stopped, the latest '
+                     r'checkpoint, ckpt-10, is the last good one, nothing was '
+                     'exported'):
+    train.run(diverging, cpu_strategy(1), fake_data_dir)
+  assert _checkpoint_steps(model_dir) == [10]
+  assert len(os.listdir(model_dir / 'export')) == 1  # The first run's.
+  reader = tf.train.load_checkpoint(str(model_dir / 'ckpt-10'))
+  for name in reader.get_variable_to_shape_map():
+    value = reader.get_tensor(name)
+    if np.issubdtype(np.asarray(value).dtype, np.floating):
+      assert np.isfinite(value).all(), name
 
 
 @pytest.mark.parametrize('train_steps, per_execution, replicas, saved', [
