@@ -14,6 +14,11 @@ On a Cloud TPU:
 """
 import sys
 
+from mnist_common import process
+
+process.quiet_tensorflow_startup()  # Before TensorFlow loads.
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
 from absl import logging
@@ -21,8 +26,8 @@ import tensorflow as tf
 
 from estimator_mnist import train
 from mnist_common import flags as common_flags
-from mnist_common import process
 from mnist_common.errors import KitError
+# pylint: enable=g-import-not-at-top,wrong-import-position
 
 common_flags.define_common_flags()
 flags.DEFINE_integer('iterations', 50,

@@ -81,8 +81,9 @@ def train(model: tf.keras.Model, optimizer, dataset, total_steps: int,
   for steps, per_execution in executions(max(remaining, 0),
                                          steps_per_execution):
     compile_model(model, optimizer, per_execution)
+    # shuffle=False: a dataset shuffles itself; Keras 3 warns of the default.
     model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=callbacks,
-              verbose=verbose)
+              verbose=verbose, shuffle=False)
 
 
 def evaluate(model: tf.keras.Model, optimizer, dataset, steps: int,

@@ -16,6 +16,11 @@ On several machines: set TF_CONFIG on each and pass --strategy=multi_worker.
 """
 import sys
 
+from mnist_common import process
+
+process.quiet_tensorflow_startup()  # Before TensorFlow loads.
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
 from absl import logging
@@ -26,8 +31,8 @@ from migrate import strategy as strategy_lib
 from migrate import train
 from mnist_common import devices
 from mnist_common import flags as common_flags
-from mnist_common import process
 from mnist_common.errors import KitError
+# pylint: enable=g-import-not-at-top,wrong-import-position
 
 common_flags.define_common_flags()
 flags.DEFINE_enum(

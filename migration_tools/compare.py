@@ -27,6 +27,10 @@ import os
 # so set here, in the command's own module, before anything imports it.
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
 
+from mnist_common import process  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+process.quiet_tensorflow_startup()  # Before TensorFlow loads.
+
 import dataclasses  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tempfile  # pylint: disable=g-import-not-at-top,wrong-import-position
 

@@ -31,11 +31,17 @@ import os
 import shutil
 import tempfile
 
+from mnist_common import process
+
+process.quiet_tensorflow_startup()  # Before TensorFlow loads.
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
 from absl import logging
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
+# pylint: enable=g-import-not-at-top,wrong-import-position
 
 from migration_tools import checks
 from migration_tools import cli

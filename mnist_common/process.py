@@ -22,10 +22,60 @@ options), so an option on a dataset cannot prevent it in general. Hence:
 import logging
 import os
 import sys
+import tempfile
 import traceback
 from typing import Callable, NoReturn
 
 _LIVE = []
+
+
+def quiet_tensorflow_startup(argv: list[str] | None = None) -> None:
+  """Loads TensorFlow without its C++ start-up logs (CUDA factory
+  registration, TensorRT, CPU features: up to ten lines, three of them 'E' on
+  TF 2.15, before any output of ours).
+
+  Call before TensorFlow is imported. TF 2.15 obeys TF_CPP_MIN_LOG_LEVEL;
+  TF 2.21 logs through absl before that is read, so the import's own stderr
+  is held back too, and shown if the import fails. The logs stay when asked
+  for: a --verbosity (or -v) of 1 or more, or TF_CPP_MIN_LOG_LEVEL set by the
+  user. Errors still reach the user as the kit's one-line messages.
+  """
+  argv = sys.argv if argv is None else argv
+  if ('TF_CPP_MIN_LOG_LEVEL' in os.environ or _verbosity(argv) > 0 or
+      'tensorflow' in sys.modules):
+    return
+  os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with tempfile.TemporaryFile() as held:
+    os.dup2(held.fileno(), 2)
+    try:
+      import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+    except BaseException:
+      os.dup2(saved, 2)
+      held.seek(0)
+      sys.stderr.write(held.read().decode(errors='replace'))
+      raise
+    finally:
+      os.dup2(saved, 2)
+      os.close(saved)
+
+
+def _verbosity(argv: list[str]) -> int:
+  """absl's --verbosity / -v from argv, before absl has parsed it."""
+  for i, arg in enumerate(argv[1:], 1):
+    for name in ('--verbosity', '-v'):
+      value = None
+      if arg.startswith(name + '='):
+        value = arg.split('=', 1)[1]
+      elif arg == name and i + 1 < len(argv):
+        value = argv[i + 1]
+      if value is not None:
+        try:
+          return int(value)
+        except ValueError:
+          return 0  # absl will refuse it in one line.
+  return 0
 
 
 def keep_alive(iterator):

@@ -17,12 +17,19 @@ os.environ['GCE_METADATA_IP'] = '127.0.0.1:9'
 os.environ['GCE_METADATA_HOST'] = '127.0.0.1:9'
 for _name in ('TPU_NAME', 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS', 'TPU_CONFIG'):
   os.environ.pop(_name, None)
+# Quieter TensorFlow in this process only: the commands the tests run must
+# meet the environment a user's shell gives them, where the kit keeps
+# TensorFlow's start-up logs out of the way itself.
+_QUIET_HERE = 'TF_CPP_MIN_LOG_LEVEL' not in os.environ
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
 
 # Multi-replica tests run in this process on logical CPU devices, which must
 # exist before TensorFlow runs its first op: split the CPU here, at import.
 NUM_CPU_DEVICES = 4
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+if _QUIET_HERE:
+  del os.environ['TF_CPP_MIN_LOG_LEVEL']
 
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices('CPU')[0],

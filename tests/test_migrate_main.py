@@ -73,9 +73,16 @@ def test_helpfull_documents_every_flag():
     assert block and block.group(2).strip(), f'--{name} is not documented'
 
 
+# A line of TensorFlow's C++ logging, as TF 2.15 and TF 2.21 print them
+# (absl's Python log lines name a .py file instead).
+TF_CPP_LOG = re.compile(r'^(\d{4}-\d\d-\d\d \S+: [IWEF] |'
+                        r'[IWEF]\d{4} \S+ +\d+ \S+\.(cc|h):\d+\])', re.M)
+
+
 def _assert_clean_failure(result, message, model_dir=None):
   assert result.returncode != 0
   assert re.search(message, last_line(result.stderr)), result.stderr[-2000:]
+  assert not TF_CPP_LOG.search(result.stderr), result.stderr[:2000]
   if model_dir:
     assert not os.path.exists(model_dir)
 
@@ -100,6 +107,15 @@ def test_bad_input_fails_cleanly(tmp_path, fake_data_dir, args, message):
                       timeout=120)
   assert time.monotonic() - start < 60
   _assert_clean_failure(result, message, model_dir)
+
+
+def test_tensorflow_start_up_logs_only_when_asked(tmp_path):
+  quiet = run_module('migrate', '--train_steps=0')
+  loud = run_module('migrate', '--train_steps=0', '-v', '1')
+  assert quiet.returncode != 0 and loud.returncode != 0
+  assert quiet.stderr.startswith('FATAL Flags parsing error: flag '
+                                 '--train_steps=0'), quiet.stderr[:1000]
+  assert TF_CPP_LOG.search(loud.stderr), loud.stderr[:1000]
 
 
 @pytest.mark.parametrize('value', ['nan', 'inf'])
