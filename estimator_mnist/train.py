@@ -15,8 +15,10 @@ from mnist_common import paths
 from mnist_common import prepare
 from mnist_common import report
 from mnist_common import sources
+from mnist_common import stale
 from mnist_common import tfrecords
 from mnist_common import tpu as tpu_lib
+from mnist_common.errors import KitError
 from mnist_common.errors import NonFiniteLossError
 
 
@@ -60,6 +62,47 @@ def make_estimator(flags_obj, model_dir: str, data_dir: str, eval_batch: int,
       # Off a TPU, the extra 'serve,tpu' MetaGraph would make a plain
       # tf.saved_model.load(path) fail (it then needs explicit tags).
       export_to_tpu=flags_obj.export_to_tpu)
+
+
+def _unreadable(path: str) -> str | None:
+  """Why the checkpoint at path cannot be read in full, or None."""
+  try:
+    reader = tf.train.load_checkpoint(path)
+    for name in reader.get_variable_to_shape_map():
+      reader.get_tensor(name)  # Checks each tensor's CRC.
+  # The reader raises IndexError for data cut short ('Read less bytes
+  # than requested').
+  except (tf.errors.OpError, OSError, IndexError) as e:
+    return f'{type(e).__name__}: {str(e).strip().splitlines()[0][:150]}'
+  return None
+
+
+def fall_back_to_a_readable_checkpoint(model_dir: str) -> None:
+  """Makes the newest checkpoint that can be read the one the Estimator
+  restores: a truncated or corrupt latest one is skipped with a line naming
+  it (the Estimator keeps several).
+
+  Raises:
+    KitError: checkpoints are listed and none can be read.
+  """
+  state = tf.train.get_checkpoint_state(model_dir)
+  if state is None:
+    return
+  listed = list(state.all_model_checkpoint_paths) or [
+      state.model_checkpoint_path]
+  for kept in range(len(listed), 0, -1):
+    path = listed[kept - 1]
+    reason = _unreadable(path)
+    if reason is None:
+      if kept < len(listed):
+        tf.train.update_checkpoint_state(
+            model_dir, path, all_model_checkpoint_paths=listed[:kept])
+      return
+    logging.warning('Skipped %s: it cannot be read (%s); trying an older '
+                    'checkpoint', path, reason)
+  raise KitError(f'no checkpoint in --model_dir {model_dir} can be read '
+                 f'({", ".join(os.path.basename(p) for p in listed)}); move '
+                 'them away to start afresh, or use another --model_dir')
 
 
 def _predict(estimator, info: prepare.DatasetInfo, count: int) -> list:
@@ -109,6 +152,9 @@ def run(flags_obj, data_override: prepare.DatasetInfo | None = None) -> dict:
                f'{flags_obj.iterations} steps per loop)' if flags_obj.use_tpu
                else ' (iterations_per_loop has no effect off a TPU)')
 
+  stale.remove(model_dir, stale.checkpoint_temp('model.ckpt'),
+               'unfinished checkpoint folders')
+  fall_back_to_a_readable_checkpoint(model_dir)
   # tf.compat.v1.layers draw initializer seeds from Python's random module,
   # not the graph seed: seed everything for repeatable runs.
   tf.compat.v2.keras.utils.set_random_seed(flags_obj.seed)

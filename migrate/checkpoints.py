@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from migrate import strategy as strategy_lib
 from mnist_common import keras_compat
+from mnist_common import stale
 from mnist_common.errors import KitError
 from mnist_common.errors import NonFiniteLossError
 
@@ -23,15 +24,57 @@ from mnist_common.errors import NonFiniteLossError
 _OBJECT_GRAPH_KEY = '_CHECKPOINTABLE_OBJECT_GRAPH'
 
 
-def restore(checkpoint: tf.train.Checkpoint, model_dir: str) -> bool:
-  """Restores the latest checkpoint in model_dir, if any; True if it did.
+PREFIX = 'ckpt'  # CheckpointManager's default: ckpt-N.
 
-  Raises KitError when model_dir holds a checkpoint of something else: a
-  name-based Estimator/TF1 checkpoint, or another model's.
+
+def _candidates(model_dir: str) -> list[str]:
+  """The checkpoints model_dir's state file lists, newest first."""
+  state = tf.train.get_checkpoint_state(model_dir)
+  if state is None:
+    return []
+  paths = list(state.all_model_checkpoint_paths) or [
+      state.model_checkpoint_path]
+  if state.model_checkpoint_path not in paths:
+    paths.append(state.model_checkpoint_path)
+  return [p if os.path.isabs(p) else os.path.join(model_dir, p)
+          for p in reversed(paths)]
+
+
+def restore(checkpoint: tf.train.Checkpoint, model_dir: str) -> bool:
+  """Restores the newest checkpoint in model_dir that can be read; True if
+  it restored one.
+
+  A checkpoint that cannot be read (truncated, corrupt, files missing) is
+  skipped with a line naming it, for the next older one, as the manager
+  keeps several.
+
+  Raises:
+    KitError: model_dir holds a checkpoint of something else (a name-based
+      Estimator/TF1 checkpoint, another model's, Keras 2's on Keras 3), or
+      none of its checkpoints can be read.
   """
-  path = tf.train.latest_checkpoint(model_dir)
-  if path is None:
-    return False
+  candidates = _candidates(model_dir)
+  unreadable = []
+  for path in candidates:
+    try:
+      _restore_one(checkpoint, model_dir, path)
+      return True
+    # The reader raises IndexError for data cut short ('Read less bytes
+    # than requested').
+    except (tf.errors.OpError, OSError, IndexError) as e:
+      reason = f'{type(e).__name__}: {str(e).strip().splitlines()[0][:150]}'
+      unreadable.append(os.path.basename(path))
+      logging.warning('Skipped %s: it cannot be read (%s); trying an older '
+                      'checkpoint', path, reason)
+  if unreadable:
+    raise KitError(f'no checkpoint in --model_dir {model_dir} can be read '
+                   f'({", ".join(unreadable)}); move them away to start '
+                   'afresh, or use another --model_dir')
+  return False
+
+
+def _restore_one(checkpoint: tf.train.Checkpoint, model_dir: str,
+                 path: str) -> None:
   keys = tf.train.load_checkpoint(path).get_variable_to_shape_map()
   if _OBJECT_GRAPH_KEY not in keys:
     raise KitError(f'--model_dir {model_dir} holds a name-based (Estimator or '
@@ -51,7 +94,6 @@ def restore(checkpoint: tf.train.Checkpoint, model_dir: str) -> bool:
                    f'model ({os.path.basename(path)}: {reason}); use another '
                    '--model_dir') from e
   logging.info('Restored %s', path)
-  return True
 
 
 def make_manager(checkpoint: tf.train.Checkpoint, model_dir: str,
@@ -64,10 +106,14 @@ def make_manager(checkpoint: tf.train.Checkpoint, model_dir: str,
   temporary directory, removed at exit.
   """
   directory = model_dir
-  if not strategy_lib.is_chief(strategy):
+  if strategy_lib.is_chief(strategy):
+    stale.remove(model_dir, stale.checkpoint_temp(PREFIX),
+                 'unfinished checkpoint folders')
+  else:
     directory = tempfile.mkdtemp(prefix='migrate_worker_ckpt_')
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
-  return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=3)
+  return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=3,
+                                    checkpoint_name=PREFIX)
 
 
 def check_finite(loss: float, step: int,

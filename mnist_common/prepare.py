@@ -5,7 +5,9 @@ Keras' ``mnist.npz``, and ready ``train.tfrecords``/``test.tfrecords``. When the
 directory is the kit's default one and holds none of them, it uses the
 handwritten digits that scikit-learn ships, so that everything runs offline.
 """
+import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 
@@ -15,6 +17,7 @@ from mnist_common import download
 from mnist_common import idx
 from mnist_common import paths
 from mnist_common import sources
+from mnist_common import stale
 from mnist_common import tfrecords
 from mnist_common.errors import DataError
 
@@ -121,16 +124,43 @@ def prepare(data_dir: str | None = None, source: str = 'auto',
   data_dir = os.path.abspath(os.path.expanduser(data_dir or DEFAULT_DATA_DIR))
   if source == 'auto':
     source = _choose_source(data_dir, is_default_dir)
+  if source != 'tfrecords':
+    try:
+      os.makedirs(data_dir, exist_ok=True)
+    except OSError as e:
+      raise DataError(f'cannot create --data_dir {data_dir}: {e.strerror}') from e
 
+  with _exclusive(data_dir):
+    info = _prepare_locked(data_dir, source, url, seed)
+  logging.info('Data: %s in %s (%d train, %d test examples)', info.description,
+               data_dir, info.train_examples, info.test_examples)
+  return info
+
+
+@contextlib.contextmanager
+def _exclusive(data_dir: str):
+  """Holds data_dir's lock: one process at a time checks, cleans and writes
+  it (workers of one job may share it). Under the lock, a temporary file of
+  ours can only be an interrupted run's, so it is removed. A directory that
+  cannot be written is only read, without the lock."""
+  try:
+    lock = open(os.path.join(data_dir, '.prepare.lock'), 'a')  # pylint: disable=consider-using-with
+  except OSError:
+    yield
+    return
+  with lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    stale.remove(data_dir, stale.DATA_TEMP, 'temporary data files')
+    yield
+
+
+def _prepare_locked(data_dir: str, source: str, url: str,
+                    seed: int) -> DatasetInfo:
   recorded = _read_info(data_dir).get('source')
   if source == 'tfrecords' or (recorded == source and _records_exist(data_dir)):
     counts = {s: tfrecords.count_records(tfrecords.split_path(data_dir, s))
               for s in SPLITS}
   else:
-    try:
-      os.makedirs(data_dir, exist_ok=True)
-    except OSError as e:
-      raise DataError(f'cannot create --data_dir {data_dir}: {e.strerror}') from e
     splits = _load(source, data_dir, url, seed)
     logging.info('Writing TFRecords to %s from %s', data_dir,
                  _DESCRIPTIONS[source])
@@ -140,7 +170,4 @@ def prepare(data_dir: str | None = None, source: str = 'auto',
     counts = {split: len(labels) for split, (_, labels) in splits.items()}
     _write_info(data_dir, {'source': source, 'train_examples': counts['train'],
                            'test_examples': counts['test']})
-  info = DatasetInfo(data_dir, source, counts['train'], counts['test'])
-  logging.info('Data: %s in %s (%d train, %d test examples)', info.description,
-               data_dir, info.train_examples, info.test_examples)
-  return info
+  return DatasetInfo(data_dir, source, counts['train'], counts['test'])

@@ -171,6 +171,27 @@ def test_divergence_stops_at_the_last_good_checkpoint(tmp_path,
   assert len(exports) == 1  # The good run's only.
 
 
+def test_an_unreadable_latest_checkpoint_falls_back(tmp_path, fake_data_dir):
+  model_dir = tmp_path / 'model'
+  common = (f'--data_dir={fake_data_dir.data_dir}', f'--model_dir={model_dir}',
+            '--batch_size=64', '--save_checkpoints_steps=5', '--eval_steps=0',
+            '--noenable_predict', '--learning_rate=0.1')
+  first = run_module('estimator_mnist', *common, '--train_steps=10')
+  assert first.returncode == 0, first.stderr[-2000:]
+  latest = tf.train.latest_checkpoint(str(model_dir))
+  assert latest.endswith('model.ckpt-10')
+  data_file = latest + '.data-00000-of-00001'
+  with open(data_file, 'r+b') as f:
+    f.truncate(os.path.getsize(data_file) // 2)
+  (model_dir / 'model.ckpt-12_temp').mkdir()  # A kill during a save.
+  again = run_module('estimator_mnist', *common, '--train_steps=15')
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert re.search(r'Skipped \S+model.ckpt-10: it cannot be read', again.stderr)
+  assert 'unfinished checkpoint folders' in again.stderr
+  assert not (model_dir / 'model.ckpt-12_temp').exists()
+  assert tf.train.latest_checkpoint(str(model_dir)).endswith('model.ckpt-15')
+
+
 def test_unwritable_model_dir(tmp_path, fake_data_dir):
   blocker = tmp_path / 'a_file'
   blocker.write_text('not a directory')

@@ -67,6 +67,32 @@ def test_prepared_records_are_reused_not_rewritten(tmp_path):
   assert os.path.getmtime(first.path('train')) == mtime
 
 
+def test_an_interrupted_runs_temporary_files_are_removed(tmp_path):
+  _write_idx_dir(str(tmp_path))
+  prepare.prepare(str(tmp_path))
+  # What a kill while writing leaves (mkstemp's names), and look-alikes.
+  for name in ('.tmp-ab12_xyz.tfrecords', '.tmp-0123abcd.gz'):
+    (tmp_path / name).write_bytes(b'half written')
+  for name in ('.tmp-mine.tfrecords', 'tmp-ab12_xyz.tfrecords',
+               '.tmp-ab12_xyz.tfrecords.bak'):
+    (tmp_path / name).write_bytes(b'not ours')
+  prepare.prepare(str(tmp_path))
+  left = sorted(n for n in os.listdir(tmp_path) if 'tmp' in n)
+  assert left == ['.tmp-ab12_xyz.tfrecords.bak', '.tmp-mine.tfrecords',
+                  'tmp-ab12_xyz.tfrecords']
+
+
+def test_data_that_cannot_be_locked_is_still_read(tmp_path):
+  """A data dir the kit cannot write its lock into (read-only, or, as here
+  where the tests may run as root, a folder in the lock's place) is read
+  without the lock."""
+  _write_idx_dir(str(tmp_path))
+  first = prepare.prepare(str(tmp_path))
+  os.remove(tmp_path / '.prepare.lock')
+  (tmp_path / '.prepare.lock').mkdir()
+  assert prepare.prepare(str(tmp_path)) == first
+
+
 def test_wrong_magic_number_is_named(tmp_path):
   _write_idx_dir(str(tmp_path))
   # A labels file where the images file should be: magic 2049, not 2051.

@@ -1,5 +1,6 @@
 """migrate.train.run in-process, with injected strategies and data."""
 import os
+import re
 import types
 
 import numpy as np
@@ -231,3 +232,51 @@ def test_estimator_checkpoint_is_refused_with_a_pointer_to_the_converter(
                      r'checkpoint, model\.ckpt-100; convert it with '
                      r'migration-convert-checkpoint'):
     train.run(make_flags(tmp_path), cpu_strategy(1), fake_data_dir)
+
+
+def _truncate(path, keep=0.5):
+  size = os.path.getsize(path)
+  with open(path, 'r+b') as f:
+    f.truncate(int(size * keep))
+
+
+@pytest.mark.parametrize('loop', ['fit', 'custom'])
+def test_an_unreadable_latest_checkpoint_falls_back_to_an_older_one(
+    tmp_path, fake_data_dir, loop, caplog):
+  model_dir = tmp_path / 'model'
+  train.run(make_flags(model_dir, loop=loop, train_steps=15,
+                       checkpoint_steps=5, enable_predict=False, eval_steps=0),
+            cpu_strategy(1), fake_data_dir)
+  assert _checkpoint_steps(model_dir) == [5, 10, 15]
+  _truncate(model_dir / 'ckpt-15.data-00000-of-00001')
+  # What a kill during a save leaves, and names that only look like it.
+  (model_dir / 'ckpt-17_temp').mkdir()
+  (model_dir / 'ckpt-17_temp' / 'part-00000-of-00001.data').write_bytes(b'x')
+  (model_dir / 'ckpt-17_temp_mine').mkdir()
+  (model_dir / 'notes_temp').write_text('mine')
+  with caplog.at_level('INFO', logger='absl'):
+    result = train.run(make_flags(model_dir, loop=loop, train_steps=20,
+                                  checkpoint_steps=5, enable_predict=False,
+                                  eval_steps=0),
+                       cpu_strategy(1), fake_data_dir)
+  assert result['global_step'] == 20
+  assert re.search(r'Skipped \S+ckpt-15: it cannot be read \(\w+Error',
+                   caplog.text), caplog.text[-2000:]
+  assert 'Restored ' + str(model_dir / 'ckpt-10') in caplog.text
+  assert not (model_dir / 'ckpt-17_temp').exists()
+  assert (model_dir / 'ckpt-17_temp_mine').exists()
+  assert (model_dir / 'notes_temp').exists()
+
+
+def test_no_readable_checkpoint_is_one_line(tmp_path, fake_data_dir):
+  model_dir = tmp_path / 'model'
+  train.run(make_flags(model_dir, loop='custom', train_steps=10,
+                       checkpoint_steps=5, enable_predict=False, eval_steps=0),
+            cpu_strategy(1), fake_data_dir)
+  for step in (5, 10):
+    _truncate(model_dir / f'ckpt-{step}.data-00000-of-00001', keep=0)
+  with pytest.raises(KitError, match=r'no checkpoint in --model_dir \S+ can '
+                     r'be read \(ckpt-10, ckpt-5\); move them away'):
+    train.run(make_flags(model_dir, loop='custom', train_steps=20,
+                         enable_predict=False, eval_steps=0),
+              cpu_strategy(1), fake_data_dir)

@@ -1,0 +1,45 @@
+"""What an interrupted run leaves behind, found by exact name and removed.
+
+A process killed while TensorFlow writes a checkpoint leaves ``<prefix>-N_temp/``
+(TF writes the shards there, then renames them into place); one killed while
+the kit writes data leaves ``.tmp-XXXXXXXX.tfrecords`` or ``.gz`` (mkstemp's
+names). Only those exact names of the kit's own prefixes are touched.
+"""
+import os
+import re
+import shutil
+
+from absl import logging
+
+# mkstemp's random part: 8 characters of [a-z0-9_].
+DATA_TEMP = re.compile(r'\.tmp-[a-z0-9_]{8}\.(tfrecords|gz)')
+
+
+def checkpoint_temp(prefix: str) -> re.Pattern:
+  """The temporary folder TF writes a checkpoint `prefix`-N into."""
+  return re.compile(re.escape(prefix) + r'-\d+_temp')
+
+
+def remove(directory: str, pattern: re.Pattern, what: str) -> list[str]:
+  """Removes the entries of directory whose whole name matches pattern;
+  returns their names. Logs one line when it removed any."""
+  try:
+    names = sorted(n for n in os.listdir(directory) if pattern.fullmatch(n))
+  except OSError:
+    return []  # No such directory yet: nothing was left.
+  removed = []
+  for name in names:
+    path = os.path.join(directory, name)
+    try:
+      if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+      else:
+        os.remove(path)
+      removed.append(name)
+    except OSError as e:
+      logging.warning('Could not remove %s left by an interrupted run: %s',
+                      path, e.strerror)
+  if removed:
+    logging.info('Removed %s left by an interrupted run in %s: %s', what,
+                 directory, ', '.join(removed))
+  return removed
