@@ -54,8 +54,9 @@ def estimator(info, batch: int, window_steps: int, windows: int) -> dict:
   steps = window_steps * (windows + 1)
   flags_obj = types.SimpleNamespace(
       iterations=steps,  # Checkpoints only at the start and the end.
-      seed=0, use_tpu=False, num_shards=8, batch_size=batch,
-      num_predictions=10, learning_rate=0.05, export_to_tpu=False)
+      save_checkpoints_steps=None, seed=0, use_tpu=False, num_shards=8,
+      batch_size=batch, num_predictions=10, learning_rate=0.05,
+      export_to_tpu=False)
   hook = _WindowHook(window_steps)
   with tempfile.TemporaryDirectory() as model_dir:
     model = estimator_train.make_estimator(flags_obj, model_dir, info.data_dir,

@@ -56,6 +56,10 @@ flags.DEFINE_enum('precision', 'float32', model_lib.PRECISIONS,
                   'and checkpoints), as tf.tpu.bfloat16_scope was; faster on '
                   'TPUs and on CPUs with AVX512_BF16, not bit-comparable to '
                   'the legacy model.')
+flags.DEFINE_integer(
+    'worker_wait_seconds', 300,
+    'With --strategy=multi_worker: how long to wait for the other workers of '
+    'TF_CONFIG before giving up with a message.', lower_bound=1)
 flags.DEFINE_integer('checkpoint_steps', 100,
                      'Save a checkpoint (and log the loss) every this many '
                      'steps. With --loop=fit, a multiple of '

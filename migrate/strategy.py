@@ -9,6 +9,7 @@ import os
 
 import tensorflow as tf
 
+from mnist_common import rendezvous
 from mnist_common import tpu as tpu_lib
 from mnist_common.errors import KitError
 
@@ -61,8 +62,13 @@ def check_tf_config() -> dict:
 
 
 def make_strategy(name: str, tpu: str | None = None, zone: str | None = None,
-                  project: str | None = None) -> tf.distribute.Strategy:
-  """Returns the strategy --strategy names (see the module docstring)."""
+                  project: str | None = None,
+                  worker_wait_seconds: float = 300) -> tf.distribute.Strategy:
+  """Returns the strategy --strategy names (see the module docstring).
+
+  With multi_worker, first waits up to worker_wait_seconds for the other
+  workers (mnist_common/rendezvous.py says why).
+  """
   if name not in STRATEGIES:
     raise KitError(f'unknown --strategy={name}; use one of {STRATEGIES}')
   if name == 'auto':
@@ -73,7 +79,10 @@ def make_strategy(name: str, tpu: str | None = None, zone: str | None = None,
   if name == 'tpu':
     return _tpu_strategy(tpu, zone, project)
   if name == 'multi_worker':
-    check_tf_config()
+    config = check_tf_config()
+    if config['task']['type'] == 'worker':
+      rendezvous.wait_for_workers(config['cluster']['worker'],
+                                  config['task']['index'], worker_wait_seconds)
     return tf.distribute.MultiWorkerMirroredStrategy()
   if name == 'mirrored':
     return tf.distribute.MirroredStrategy(_local_devices())

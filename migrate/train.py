@@ -119,7 +119,8 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
   """
   strategy = strategy_override or strategy_lib.make_strategy(
       flags_obj.strategy, flags_obj.tpu, flags_obj.tpu_zone,
-      flags_obj.gcp_project)
+      flags_obj.gcp_project,
+      flags_obj.worker_wait_seconds)
   if flags_obj.loop == 'fit':
     reason = keras_compat.fit_unsupported_reason(strategy)
     if reason:

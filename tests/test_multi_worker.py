@@ -70,3 +70,46 @@ def test_two_workers_train_in_step(tmp_path, fake_data_dir, loop):
   exports = os.listdir(tmp_path / 'model' / 'export')
   assert len(exports) == 1 and not exports[0].startswith('.tmp')
   assert 'SavedModel: ' in logs[0] and 'SavedModel: ' not in logs[1]
+
+
+def _lone_worker(tmp_path, fake_data_dir, workers, *extra):
+  """Worker 0 of `workers`, started alone."""
+  tf_config = {'cluster': {'worker': workers},
+               'task': {'type': 'worker', 'index': 0}}
+  env = dict(os.environ, PYTHONPATH=REPO, TF_CONFIG=json.dumps(tf_config))
+  return subprocess.run(
+      [sys.executable, '-m', 'migrate', '--strategy=multi_worker',
+       '--loop=custom', f'--data_dir={fake_data_dir.data_dir}',
+       f'--model_dir={tmp_path / "model"}', '--batch_size=64',
+       '--train_steps=4', '--steps_per_execution=2', '--checkpoint_steps=2',
+       *extra],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+      check=False)
+
+
+def test_a_worker_that_never_comes_ends_the_wait_in_one_line(tmp_path,
+                                                             fake_data_dir):
+  workers = [f'127.0.0.1:{port}' for port in _free_ports(2)]
+  result = _lone_worker(tmp_path, fake_data_dir, workers,
+                        '--worker_wait_seconds=3')
+  assert result.returncode == 1
+  assert last_line(result.stderr) == (
+      f'error: worker(s) 1 ({workers[1]}) did not come within 3 s '
+      '(--worker_wait_seconds); start every worker of TF_CONFIG, or check '
+      'the addresses'), result.stderr[-2000:]
+  assert not (tmp_path / 'model').exists()
+
+
+def test_a_port_in_use_is_one_line(tmp_path, fake_data_dir):
+  with socket.socket() as taken:
+    taken.bind(('127.0.0.1', 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    workers = [f'127.0.0.1:{port}', f'127.0.0.1:{_free_ports(1)[0]}']
+    result = _lone_worker(tmp_path, fake_data_dir, workers)
+  assert result.returncode == 1
+  assert last_line(result.stderr).startswith(
+      f'error: this worker (index 0 in TF_CONFIG) cannot listen on '
+      f'127.0.0.1:{port}: Address already in use; free the port'), (
+          result.stderr[-2000:])
+  assert not (tmp_path / 'model').exists()

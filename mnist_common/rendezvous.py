@@ -1,0 +1,111 @@
+"""Workers of a multi-worker job meet before TensorFlow connects them.
+
+MultiWorkerMirroredStrategy() blocks, holding Python's interpreter lock, until
+every worker of TF_CONFIG has joined; a worker that never comes leaves the
+others waiting for good, and TensorFlow's own SIGTERM handler (its preemption
+notifier) keeps even a polite kill from ending them. So the workers first
+meet on their own ports in plain Python, where a deadline and signals work:
+each listens on its TF_CONFIG address, tells every peer its index, and waits
+until it has reached all of them and heard from all of them. Then each lets
+its port go to TensorFlow's server. A port another process holds is found
+here too.
+"""
+import select
+import socket
+import time
+
+from absl import logging
+
+from mnist_common.errors import KitError
+
+_POLL_SECONDS = 0.2
+
+
+def _address(worker: str) -> tuple[str, int]:
+  host, _, port = worker.rpartition(':')
+  return host.strip('[]'), int(port)
+
+
+def _listen(worker: str, index: int, count: int) -> socket.socket:
+  _, port = _address(worker)
+  listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+  # TensorFlow's server takes the port as soon as this lets it go.
+  listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+  try:
+    listener.bind(('', port))
+  except OSError as e:
+    listener.close()
+    raise KitError(f'this worker (index {index} in TF_CONFIG) cannot listen '
+                   f'on {worker}: {e.strerror}; free the port, or give this '
+                   'worker another one in TF_CONFIG on every worker') from e
+  listener.listen(count)
+  listener.setblocking(False)
+  return listener
+
+
+def _greet(worker: str, index: int) -> bool:
+  """Tells the worker at `worker` our index; False if it is not listening."""
+  try:
+    with socket.create_connection(_address(worker), timeout=1) as connection:
+      connection.sendall(f'migrate-worker {index}\n'.encode())
+    return True
+  except OSError:
+    return False
+
+
+def _heard(listener: socket.socket, count: int) -> set[int]:
+  """The indexes of the peers that greeted us since the last call."""
+  heard = set()
+  while select.select([listener], [], [], 0)[0]:
+    try:
+      connection, _ = listener.accept()
+    except BlockingIOError:
+      break
+    with connection:
+      connection.settimeout(1)
+      try:
+        words = connection.recv(64).decode(errors='replace').split()
+      except OSError:
+        continue
+      if (len(words) == 2 and words[0] == 'migrate-worker' and
+          words[1].isdigit() and int(words[1]) < count):
+        heard.add(int(words[1]))
+  return heard
+
+
+def wait_for_workers(workers: list[str], index: int, timeout: float) -> None:
+  """Returns once every worker of the cluster is up and has heard from us.
+
+  Args:
+    workers: TF_CONFIG's cluster.worker, "host:port" each.
+    index: this worker's place in it.
+    timeout: seconds to wait for the others.
+
+  Raises:
+    KitError: this worker's port is taken, or a worker did not come in time.
+  """
+  peers = {i for i in range(len(workers)) if i != index}
+  if not peers:
+    return
+  listener = _listen(workers[index], index, len(workers))
+  reached, heard = set(), set()
+  deadline = time.monotonic() + timeout
+  logging.info('Waiting up to %.0f s (--worker_wait_seconds) for worker(s) '
+               '%s of TF_CONFIG', timeout, sorted(peers))
+  try:
+    while True:
+      heard |= _heard(listener, len(workers))
+      reached |= {i for i in peers - reached if _greet(workers[i], index)}
+      heard |= _heard(listener, len(workers))
+      if reached >= peers and heard >= peers:
+        break
+      if time.monotonic() > deadline:
+        missing = sorted(peers - (reached & heard))
+        raise KitError(
+            f'worker(s) {", ".join(f"{i} ({workers[i]})" for i in missing)} '
+            f'did not come within {timeout:.0f} s (--worker_wait_seconds); '
+            'start every worker of TF_CONFIG, or check the addresses')
+      time.sleep(_POLL_SECONDS)
+  finally:
+    listener.close()
+  logging.info('All %d workers are up', len(workers))
