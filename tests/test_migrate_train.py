@@ -133,6 +133,7 @@ def test_fit_trains_exactly_the_steps_asked(tmp_path, fake_data_dir,
   """Keras 3 runs whole executions; the fit trainer must not."""
   flags_obj = make_flags(tmp_path / 'model', train_steps=train_steps,
                          steps_per_execution=per_execution,
+                         checkpoint_steps=max(10, per_execution),
                          enable_predict=False, eval_steps=3)
   result = train.run(flags_obj, cpu_strategy(replicas), fake_data_dir)
   assert result['global_step'] == train_steps

@@ -291,7 +291,9 @@ def test_estimator_mnist_lists_every_legacy_construct():
       'eval-metrics', 'session-hook', 'training-hooks', 'serving-receiver',
       'placeholder', 'tpu-estimator', 'run-config', 'tpu-config',
       'iterations-per-loop', 'estimator-call', 'export-saved-model',
-      'estimator'}
+      'estimator',
+      # tf.train.update_checkpoint_state, NanLossDuringTrainingError: TF 1.
+      'tf1-removed'}
   assert not result.unchecked and not result.skipped
 
 
