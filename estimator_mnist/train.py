@@ -20,6 +20,7 @@ from mnist_common import tfrecords
 from mnist_common import tpu as tpu_lib
 from mnist_common.errors import KitError
 from mnist_common.errors import NonFiniteLossError
+from mnist_common.errors import one_line
 
 
 def serving_input_receiver_fn(
@@ -73,7 +74,7 @@ def _unreadable(path: str) -> str | None:
   # The reader raises IndexError for data cut short ('Read less bytes
   # than requested').
   except (tf.errors.OpError, OSError, IndexError) as e:
-    return f'{type(e).__name__}: {str(e).strip().splitlines()[0][:150]}'
+    return one_line(e)
   return None
 
 

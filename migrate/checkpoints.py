@@ -19,6 +19,7 @@ from mnist_common import keras_compat
 from mnist_common import stale
 from mnist_common.errors import KitError
 from mnist_common.errors import NonFiniteLossError
+from mnist_common.errors import one_line
 
 # Present in every object-based (TF2) checkpoint, absent from name-based ones.
 _OBJECT_GRAPH_KEY = '_CHECKPOINTABLE_OBJECT_GRAPH'
@@ -62,7 +63,7 @@ def restore(checkpoint: tf.train.Checkpoint, model_dir: str) -> bool:
     # The reader raises IndexError for data cut short ('Read less bytes
     # than requested').
     except (tf.errors.OpError, OSError, IndexError) as e:
-      reason = f'{type(e).__name__}: {str(e).strip().splitlines()[0][:150]}'
+      reason = one_line(e)
       unreadable.append(os.path.basename(path))
       logging.warning('Skipped %s: it cannot be read (%s); trying an older '
                       'checkpoint', path, reason)
