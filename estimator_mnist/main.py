@@ -26,7 +26,10 @@ import tensorflow as tf
 
 from estimator_mnist import train
 from mnist_common import flags as common_flags
+from mnist_common import stale
 from mnist_common.errors import KitError
+from mnist_common.errors import exit_message
+from mnist_common.errors import storage_error
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 common_flags.define_common_flags()
@@ -65,7 +68,15 @@ def main(argv: list[str]) -> None:
   try:
     train.run(FLAGS)
   except KitError as e:
-    sys.exit(f'error: {e}')
+    message, code = exit_message(e)
+    print(message, file=sys.stderr)
+    sys.exit(code)
+  except (OSError, tf.errors.OpError) as e:
+    refused = storage_error(e)
+    if refused is None:
+      raise
+    stale.remove_unfinished(refused.path)
+    sys.exit(f'error: {refused}')
 
 
 def run() -> None:

@@ -4,6 +4,7 @@
 ``data_override`` instead of patching anything.
 """
 import os
+import signal
 
 from absl import logging
 import tensorflow.compat.v1 as tf
@@ -20,6 +21,7 @@ from mnist_common import tfrecords
 from mnist_common import tpu as tpu_lib
 from mnist_common.errors import KitError
 from mnist_common.errors import NonFiniteLossError
+from mnist_common.errors import Preempted
 from mnist_common.errors import one_line
 
 
@@ -63,6 +65,43 @@ def make_estimator(flags_obj, model_dir: str, data_dir: str, eval_batch: int,
       # Off a TPU, the extra 'serve,tpu' MetaGraph would make a plain
       # tf.saved_model.load(path) fail (it then needs explicit tags).
       export_to_tpu=flags_obj.export_to_tpu)
+
+
+class StopOnSigterm(tf.estimator.SessionRunHook):
+  """Stops training after the session run in progress once SIGTERM came.
+
+  The Estimator has no preemption handling of its own; stopping its loop
+  cleanly lets its CheckpointSaverHook save the step reached, as it does at
+  the end of every train() call.
+  """
+
+  def __init__(self):
+    self.received = False
+
+  def on_sigterm(self, signum, frame):  # pylint: disable=unused-argument
+    self.received = True
+
+  def after_run(self, run_context, run_values):
+    if self.received:
+      run_context.request_stop()
+
+
+def _train(estimator, max_steps: int) -> None:
+  """estimator.train up to max_steps; SIGTERM saves and raises Preempted."""
+  sigterm = StopOnSigterm()
+  before = signal.signal(signal.SIGTERM, sigterm.on_sigterm)
+  try:
+    estimator.train(data.train_input_fn, max_steps=max_steps, hooks=[sigterm])
+  finally:
+    signal.signal(signal.SIGTERM, before)
+  if sigterm.received:
+    latest = estimator.latest_checkpoint()
+    raise Preempted(_step_of(latest), latest)
+
+
+def _step_of(checkpoint: str | None) -> int:
+  return int(tf.train.load_variable(checkpoint, 'global_step')) if (
+      checkpoint) else 0
 
 
 def _unreadable(path: str) -> str | None:
@@ -162,12 +201,10 @@ def run(flags_obj, data_override: prepare.DatasetInfo | None = None) -> dict:
   try:
     # The Estimator's own NanTensorHook stops training on a NaN loss, before
     # its checkpoint hook saves the step.
-    estimator.train(data.train_input_fn, max_steps=flags_obj.train_steps)
+    _train(estimator, flags_obj.train_steps)
   except tf.train.NanLossDuringTrainingError as e:
     latest = estimator.latest_checkpoint()
-    step = (int(tf.train.load_variable(latest, 'global_step')) if latest
-            else 0)
-    raise NonFiniteLossError(float('nan'), f'after step {step}',
+    raise NonFiniteLossError(float('nan'), f'after step {_step_of(latest)}',
                              latest and os.path.basename(latest)) from e
   result = {'model_dir': model_dir,
             'global_step': int(estimator.get_variable_value('global_step')),

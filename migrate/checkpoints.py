@@ -1,14 +1,13 @@
 """Checkpoints that resume: the TF2 form of the Estimator's model_dir.
 
-Both trainers save ``tf.train.Checkpoint(model=..., optimizer=...)`` with a
-``CheckpointManager`` in --model_dir; the optimizer's ``iterations`` is the
-global step. A restarted run restores the latest checkpoint and trains only the
+Both trainers save ``tf.train.Checkpoint(model=..., optimizer=...,
+random=...)`` with a ``CheckpointManager`` in --model_dir; the optimizer's
+``iterations`` is the global step, and ``random`` the state of dropout's random
+numbers. A restarted run restores the latest checkpoint and trains only the
 remaining steps, as ``TPUEstimator.train(max_steps=...)`` did.
 """
-import atexit
 import math
 import os
-import shutil
 import tempfile
 
 from absl import logging
@@ -16,6 +15,7 @@ import tensorflow as tf
 
 from migrate import strategy as strategy_lib
 from mnist_common import keras_compat
+from mnist_common import process
 from mnist_common import stale
 from mnist_common.errors import KitError
 from mnist_common.errors import NonFiniteLossError
@@ -26,6 +26,26 @@ _OBJECT_GRAPH_KEY = '_CHECKPOINTABLE_OBJECT_GRAPH'
 
 
 PREFIX = 'ckpt'  # CheckpointManager's default: ckpt-N.
+
+
+def make_checkpoint(model: tf.keras.Model, optimizer,
+                    strategy: tf.distribute.Strategy) -> tf.train.Checkpoint:
+  """What a checkpoint holds: weights, optimizer (with the step) and the
+  state of the model's random ops."""
+  return tf.train.Checkpoint(
+      model=model, optimizer=optimizer,
+      random=keras_compat.random_state(model, strategy))
+
+
+def _without_random(checkpoint: tf.train.Checkpoint,
+                    keys) -> tf.train.Checkpoint:
+  """checkpoint, or a view of it without its random state when the one on
+  disk has none (converted from an Estimator's, or written by the harness)."""
+  if not getattr(checkpoint, 'random', None) or any(
+      k.startswith('random/') for k in keys):
+    return checkpoint
+  return tf.train.Checkpoint(model=checkpoint.model,
+                             optimizer=checkpoint.optimizer)
 
 
 def _candidates(model_dir: str) -> list[str]:
@@ -87,8 +107,12 @@ def _restore_one(checkpoint: tf.train.Checkpoint, model_dir: str,
                    f'Keras 2 (TF 2.15), {os.path.basename(path)}; carry it '
                    'over with migration-convert-checkpoint --keras2_dir='
                    f'{model_dir} --output=NEW_DIR and train in NEW_DIR')
+  view = _without_random(checkpoint, keys)
+  if view is not checkpoint:
+    logging.warning('%s holds no random state: dropout draws from its first '
+                    'state again', os.path.basename(path))
   try:
-    checkpoint.restore(path).assert_consumed()
+    view.restore(path).assert_consumed()
   except (AssertionError, ValueError) as e:
     reason = str(e).splitlines()[0][:200]
     raise KitError(f'--model_dir {model_dir} holds a checkpoint of another '
@@ -111,8 +135,8 @@ def make_manager(checkpoint: tf.train.Checkpoint, model_dir: str,
     stale.remove(model_dir, stale.checkpoint_temp(PREFIX),
                  'unfinished checkpoint folders')
   else:
-    directory = tempfile.mkdtemp(prefix='migrate_worker_ckpt_')
-    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    directory = process.remove_at_exit(
+        tempfile.mkdtemp(prefix='migrate_worker_ckpt_'))
   return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=3,
                                     checkpoint_name=PREFIX)
 

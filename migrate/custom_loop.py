@@ -87,11 +87,13 @@ class Trainer:
 
 
 def train(trainer: Trainer, dataset, total_steps: int, steps_per_execution: int,
-          manager: tf.train.CheckpointManager, writer, log_every: int) -> None:
+          manager: tf.train.CheckpointManager, writer, log_every: int,
+          sigterm=None) -> None:
   """Trains from the optimizer's step up to total_steps.
 
   Logs, writes summaries and saves a checkpoint at every multiple of
-  log_every, and at the end.
+  log_every, and at the end. sigterm: migrate/preemption.py's handler, asked
+  after each execution (None: SIGTERM is not watched).
   """
   # Kept: dropping a distributed iterator can block for a minute on TF 2.15
   # (mnist_common/process.py).
@@ -104,6 +106,8 @@ def train(trainer: Trainer, dataset, total_steps: int, steps_per_execution: int,
     step = int(trainer.train_steps(iterator, tf.constant(steps)))
     # Before any save: a diverged model must not become the latest checkpoint.
     checkpoints.check_finite(float(trainer.loss.result()), step, manager)
+    if sigterm:
+      sigterm.save_checkpoint_if_preempted()
     if step % log_every == 0 or step == total_steps:
       metrics = trainer.reset()
       manager.save(checkpoint_number=step)

@@ -16,13 +16,14 @@ class SaveAndLog(tf.keras.callbacks.Callback):
   of every_steps, and at the end.
 
   Keras calls on_train_batch_end once per execution (steps_per_execution
-  steps), so that is how often this looks.
+  steps), so that is how often this looks, and asks sigterm
+  (migrate/preemption.py's handler) whether to save and stop.
   """
 
   def __init__(self, manager: tf.train.CheckpointManager, step: tf.Variable,
-               every_steps: int, total_steps: int):
+               every_steps: int, total_steps: int, sigterm):
     super().__init__()
-    self._manager, self._step = manager, step
+    self._manager, self._step, self._sigterm = manager, step, sigterm
     self._every, self._total = every_steps, total_steps
     self._last = int(step.numpy())
 
@@ -35,6 +36,7 @@ class SaveAndLog(tf.keras.callbacks.Callback):
       self._last = step
       logging.info('step %d/%d: loss %.4f, accuracy %.4f (checkpoint saved)',
                    step, self._total, logs['loss'], logs['accuracy'])
+    self._sigterm.save_checkpoint_if_preempted()
 
   def on_train_end(self, logs=None):
     checkpoints.save_final(self._manager, int(self._step.numpy()))
@@ -65,7 +67,7 @@ def executions(steps: int, steps_per_execution: int) -> list[tuple[int, int]]:
 
 def train(model: tf.keras.Model, optimizer, dataset, total_steps: int,
           steps_per_execution: int, manager: tf.train.CheckpointManager,
-          model_dir: str, every_steps: int, verbose: int) -> None:
+          model_dir: str, every_steps: int, sigterm, verbose: int) -> None:
   """Trains from the optimizer's step up to exactly total_steps.
 
   Each block of ``executions`` is one Keras epoch of its own; a remainder
@@ -76,7 +78,7 @@ def train(model: tf.keras.Model, optimizer, dataset, total_steps: int,
   remaining = total_steps - int(step.numpy())
   callbacks = [
       tf.keras.callbacks.TensorBoard(model_dir, update_freq=every_steps),
-      SaveAndLog(manager, step, every_steps, total_steps),
+      SaveAndLog(manager, step, every_steps, total_steps, sigterm),
   ]
   for steps, per_execution in executions(max(remaining, 0),
                                          steps_per_execution):

@@ -20,7 +20,8 @@ PRECISIONS = ('float32', 'mixed_bfloat16')
 
 
 def build_model(dropout_rate: float = DROPOUT_RATE,
-                precision: str = 'float32') -> tf.keras.Model:
+                precision: str = 'float32',
+                checkpointed_random: bool = False) -> tf.keras.Model:
   """Scaled images [batch, 28, 28, 1] -> logits [batch, 10].
 
   Build it inside ``strategy.scope()`` so that its variables are mirrored
@@ -29,6 +30,9 @@ def build_model(dropout_rate: float = DROPOUT_RATE,
   variables, so checkpoints are the same): what ``tf.tpu.bfloat16_scope``
   was to TPUEstimator code, faster where the hardware has bfloat16 (TPUs;
   CPUs with AVX512_BF16), but no longer the legacy model's rounding.
+  checkpointed_random: dropout draws from a state a checkpoint can hold
+  (keras_compat.dropout_kwargs), for an exact resume; off, on Keras 2 it
+  draws TF 1's random numbers, as the legacy model did.
   """
   if precision not in PRECISIONS:
     raise ValueError(f'precision {precision!r}: one of {PRECISIONS}')
@@ -43,7 +47,8 @@ def build_model(dropout_rate: float = DROPOUT_RATE,
   y = layers.MaxPooling2D(2, 2, padding='same', name='pool2', dtype=policy)(y)
   y = layers.Flatten(name='flatten', dtype=policy)(y)
   y = layers.Dense(128, activation='relu', name='dense', dtype=policy)(y)
-  y = layers.Dropout(dropout_rate, name='dropout', dtype=policy)(y)
+  y = layers.Dropout(dropout_rate, name='dropout', dtype=policy,
+                     **keras_compat.dropout_kwargs(checkpointed_random))(y)
   # float32 logits whatever the precision: the softmax and the loss stay
   # float32, as Keras's mixed-precision guide has it; this layer is tiny.
   logits = layers.Dense(NUM_CLASSES, name='logits', dtype='float32')(y)

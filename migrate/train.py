@@ -7,6 +7,7 @@ strategy and data instead of patching anything.
 import hashlib
 import os
 import shutil
+import signal
 import tempfile
 import time
 
@@ -19,6 +20,7 @@ from migrate import custom_loop
 from migrate import data
 from migrate import fit_loop
 from migrate import model as model_lib
+from migrate import preemption
 from migrate import strategy as strategy_lib
 from mnist_common import batching
 from mnist_common import keras_compat
@@ -95,6 +97,15 @@ def predict(model: tf.keras.Model, info: prepare.DatasetInfo,
           for probs, label in zip(probabilities, labels.numpy())]
 
 
+def _save_at_step(manager: tf.train.CheckpointManager, optimizer,
+                  strategy: tf.distribute.Strategy) -> tuple[int, str | None]:
+  """Saves at the optimizer's step; returns it and the chief's checkpoint."""
+  step = int(optimizer.iterations.numpy())
+  checkpoints.save_final(manager, step)
+  return step, (manager.latest_checkpoint if strategy_lib.is_chief(strategy)
+                else None)
+
+
 def _summary_writer(model_dir: str, strategy):
   if strategy_lib.is_chief(strategy):
     return tf.summary.create_file_writer(os.path.join(model_dir, 'train'))
@@ -146,12 +157,13 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
 
   tf.keras.utils.set_random_seed(flags_obj.seed)
   with strategy.scope():
-    model = model_lib.build_model(precision=flags_obj.precision)
+    model = model_lib.build_model(precision=flags_obj.precision,
+                                  checkpointed_random=True)
     optimizer = model_lib.make_optimizer(flags_obj.learning_rate)
     # Creates the slot variables now, so that a restore can check that the
     # checkpoint matches the model and optimizer in full.
     optimizer.build(model.trainable_variables)
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    checkpoint = checkpoints.make_checkpoint(model, optimizer, strategy)
   restored = checkpoints.restore(checkpoint, model_dir)
   manager = checkpoints.make_manager(checkpoint, model_dir, strategy)
   start = int(optimizer.iterations.numpy())
@@ -160,8 +172,11 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
                'resuming' if restored else 'starting', start,
                flags_obj.train_steps)
 
-  train_data = data.distribute(strategy, info.data_dir, 'train',
-                               flags_obj.batch_size, True, flags_obj.seed)
+  # The custom loop resumes exactly: its input pipeline starts where the
+  # checkpoint's step left it. fit starts a new pass (README: "Resuming").
+  train_data = data.distribute(
+      strategy, info.data_dir, 'train', flags_obj.batch_size, True,
+      flags_obj.seed, start_step=start if flags_obj.loop == 'custom' else 0)
   eval_batch = batching.eval_batch_size(flags_obj.batch_size,
                                         info.test_examples, replicas)
   eval_data = data.distribute(strategy, info.data_dir, 'test', eval_batch,
@@ -170,22 +185,29 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
   if eval_steps is None:
     eval_steps = info.test_examples // eval_batch
 
-  if flags_obj.loop == 'fit':
-    fit_loop.train(model, optimizer, train_data, flags_obj.train_steps,
-                   flags_obj.steps_per_execution, manager, model_dir,
-                   flags_obj.checkpoint_steps,
-                   verbose=1 if strategy_lib.is_chief(strategy) else 0)
-    evaluate = lambda: fit_loop.evaluate(model, optimizer, eval_data,
-                                         eval_steps,
-                                         flags_obj.steps_per_execution)
-  else:
-    trainer = custom_loop.Trainer(model, optimizer, strategy,
-                                  flags_obj.batch_size)
-    custom_loop.train(trainer, train_data, flags_obj.train_steps,
-                      flags_obj.steps_per_execution, manager,
-                      _summary_writer(model_dir, strategy),
-                      log_every=flags_obj.checkpoint_steps)
-    evaluate = lambda: custom_loop.evaluate(trainer, eval_data, eval_steps)
+  before = signal.getsignal(signal.SIGTERM)
+  sigterm = preemption.watch(
+      strategy, lambda: _save_at_step(manager, optimizer, strategy))
+  try:
+    if flags_obj.loop == 'fit':
+      fit_loop.train(model, optimizer, train_data, flags_obj.train_steps,
+                     flags_obj.steps_per_execution, manager, model_dir,
+                     flags_obj.checkpoint_steps, sigterm,
+                     verbose=1 if strategy_lib.is_chief(strategy) else 0)
+      evaluate = lambda: fit_loop.evaluate(model, optimizer, eval_data,
+                                           eval_steps,
+                                           flags_obj.steps_per_execution)
+    else:
+      trainer = custom_loop.Trainer(model, optimizer, strategy,
+                                    flags_obj.batch_size)
+      custom_loop.train(trainer, train_data, flags_obj.train_steps,
+                        flags_obj.steps_per_execution, manager,
+                        _summary_writer(model_dir, strategy),
+                        flags_obj.checkpoint_steps, sigterm)
+      evaluate = lambda: custom_loop.evaluate(trainer, eval_data, eval_steps)
+  finally:
+    # Training is saved: from here SIGTERM does what it did before.
+    signal.signal(signal.SIGTERM, before)
 
   result = {'model_dir': model_dir,
             'replicas': replicas,

@@ -1,4 +1,6 @@
 """The one error type the kit shows to users as a single line."""
+import errno
+import re
 
 
 class KitError(Exception):
@@ -27,6 +29,70 @@ class NonFiniteLossError(KitError):
     super().__init__(
         f'the training loss became {loss} {when}: training stopped, {kept}, '
         'nothing was exported; lower --learning_rate or check the data')
+
+
+class Preempted(KitError):
+  """Training was stopped by SIGTERM after saving a checkpoint to resume from.
+
+  Not a failure of the run's input: the command prints ``stopped: <message>``
+  and exits with EXIT_CODE (128 + SIGTERM, what a shell reports for a
+  process SIGTERM ended), so that a scheduler sees an unfinished job.
+  """
+  EXIT_CODE = 143
+
+  def __init__(self, step: int, checkpoint: str | None):
+    saved = (f'checkpoint {checkpoint} saved at step {step}' if checkpoint
+             else f'no checkpoint could be saved (step {step})')
+    super().__init__(f'SIGTERM received: {saved}; run the same command again '
+                     'to resume from it')
+
+
+def exit_message(error: KitError) -> tuple[str, int]:
+  """The line a command prints for error, and its exit code."""
+  if isinstance(error, Preempted):
+    return f'stopped: {error}', Preempted.EXIT_CODE
+  return f'error: {error}', 1
+
+
+# What the OS says, by errno and as TensorFlow's C++ quotes it.
+_STORAGE = ((errno.ENOSPC, 'No space left on device'),
+            (errno.EROFS, 'Read-only file system'),
+            (errno.EDQUOT, 'Disk quota exceeded'),
+            (errno.EACCES, 'Permission denied'))
+
+
+class StorageError(KitError):
+  """The disk refused a write; path is the file or folder, when known."""
+
+  def __init__(self, message: str, path: str | None):
+    super().__init__(message)
+    self.path = path
+
+
+def storage_error(error: BaseException) -> StorageError | None:
+  """A KitError for a write the disk refused (full, read-only, no
+  permission), from Python (OSError) or TensorFlow (an OpError quoting the
+  OS); None for any other error."""
+  text = str(error)
+  for number, reason in _STORAGE:
+    if isinstance(error, OSError) and error.errno == number:
+      path = error.filename
+      break
+    if reason in text:
+      # The first absolute path that starts a word ('device_/job:...' does
+      # not).
+      found = re.search(r'(?:^|\s)(/[^\s;\'"]+)', text)
+      path = found.group(1) if found else None
+      break
+  else:
+    return None
+  where = f' {path}' if path else ''
+  flags = '--model_dir (or --data_dir, --output)'
+  advice = (f'free space there, or point {flags} elsewhere'
+            if number in (errno.ENOSPC, errno.EDQUOT) else
+            f'point {flags} at a folder you can write')
+  return StorageError(f'cannot write{where}: {reason.lower()}; {advice}',
+                      path)
 
 
 def one_line(error: BaseException) -> str:

@@ -40,6 +40,45 @@ def variable_path(variable) -> str:
 _RNG_STATE = 'seed_generator_state'
 
 
+def dropout_kwargs(checkpointed_random: bool) -> dict:
+  """Keyword arguments of tf.keras.layers.Dropout for its random state.
+
+  checkpointed_random: draw from a tf.random.Generator whose state
+  ``random_state`` can save, so that a resumed run draws what the
+  uninterrupted one would have. Keras 3 always draws so (from its seed
+  generator). Keras 2's default, TF 1's stateful random ops, matches a legacy
+  model's draws but keeps its state inside the op, where no checkpoint
+  reaches.
+  """
+  if checkpointed_random and not is_keras3():
+    return {'rng_type': 'stateful'}
+  return {}
+
+
+def random_state(model: tf.keras.Model,
+                 strategy: tf.distribute.Strategy) -> list:
+  """The variables that hold the state of the model's random ops (dropout),
+  for a checkpoint: neither Keras saves them with the model.
+
+  Keras 2 creates a layer's generator at its first call in training, so this
+  makes one call on zeros first. Empty for Keras 2 layers built without
+  ``dropout_kwargs(True)``.
+  """
+  if not is_keras3():
+    zeros = tf.zeros([1, *model.input_shape[1:]], model.inputs[0].dtype)
+    strategy.run(lambda: model(zeros, training=True))
+  state = []
+  for layer in model.layers:
+    if is_keras3():
+      generator = getattr(layer, 'seed_generator', None)
+    else:
+      generator = getattr(getattr(layer, '_random_generator', None),
+                          '_generator', None)
+    if generator is not None:
+      state.append(generator.state)
+  return state
+
+
 def model_state(model: tf.keras.Model) -> dict:
   """The model's variables (weights and e.g. moving statistics) by
   ``variable_path``, in creation order, without Keras 3's random-op state."""

@@ -19,14 +19,17 @@ options), so an option on a dataset cannot prevent it in general. Hence:
   (graph-mode Estimator input_fns, a legacy input_fn read by the tools), no
   autotuning thread at all; element values and order are unchanged.
 """
+import atexit
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import traceback
 from typing import Callable, NoReturn
 
 _LIVE = []
+_REMOVE_AT_EXIT = []
 
 
 def quiet_tensorflow_startup(argv: list[str] | None = None) -> None:
@@ -84,6 +87,14 @@ def keep_alive(iterator):
   return iterator
 
 
+def remove_at_exit(directory: str) -> str:
+  """Returns directory, removed with its contents when the command ends
+  (``flush_and_exit`` skips Python's atexit handlers)."""
+  _REMOVE_AT_EXIT.append(directory)
+  atexit.register(shutil.rmtree, directory, ignore_errors=True)
+  return directory
+
+
 def without_autotune_thread(dataset):
   """dataset with tf.data's autotuning (and its thread) off."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -121,6 +132,8 @@ def run_command(main: Callable[[], None]) -> NoReturn:
 def flush_and_exit(code: int) -> NoReturn:
   """Flushes stdout, stderr and every logging handler, then os._exit(code)."""
   logging.shutdown()
+  for directory in _REMOVE_AT_EXIT:
+    shutil.rmtree(directory, ignore_errors=True)
   for stream in (sys.stdout, sys.stderr):
     try:
       stream.flush()

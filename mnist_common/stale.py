@@ -15,6 +15,9 @@ from absl import logging
 DATA_TEMP = re.compile(r'\.tmp-[a-z0-9_]{8}\.(tfrecords|gz)')
 
 
+_ANY_CHECKPOINT_TEMP = re.compile(r'[\w.]+-\d+_temp')
+
+
 def checkpoint_temp(prefix: str) -> re.Pattern:
   """The temporary folder TF writes a checkpoint `prefix`-N into."""
   return re.compile(re.escape(prefix) + r'-\d+_temp')
@@ -43,3 +46,17 @@ def remove(directory: str, pattern: re.Pattern, what: str) -> list[str]:
     logging.info('Removed %s left by an interrupted run in %s: %s', what,
                  directory, ', '.join(removed))
   return removed
+
+
+def remove_unfinished(path: str | None) -> None:
+  """Removes the unfinished checkpoint folder or temporary data file that
+  path lies in (a write that failed, e.g. on a full disk), if it is one."""
+  if not path:
+    return
+  parts = os.path.abspath(path).split(os.sep)
+  for depth in range(len(parts), 1, -1):
+    name = parts[depth - 1]
+    if _ANY_CHECKPOINT_TEMP.fullmatch(name) or DATA_TEMP.fullmatch(name):
+      remove(os.sep.join(parts[:depth - 1]) or os.sep, re.compile(
+          re.escape(name)), 'an unfinished write')
+      return

@@ -4,9 +4,11 @@ the custom loop; its fit refuses in one line, keras-team/keras#20585)."""
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -24,31 +26,42 @@ def _free_ports(count):
   return ports
 
 
-@pytest.mark.parametrize('loop', ['custom', 'fit'])
-def test_two_workers_train_in_step(tmp_path, fake_data_dir, loop):
+def _start_workers(tmp_path, fake_data_dir, loop, train_steps, name='worker'):
+  """Two workers on free ports of 127.0.0.1; returns [(Popen, log path)]."""
   workers = [f'127.0.0.1:{port}' for port in _free_ports(2)]
   processes = []
   for index in range(2):
     tf_config = {'cluster': {'worker': workers},
                  'task': {'type': 'worker', 'index': index}}
     env = dict(os.environ, PYTHONPATH=REPO, TF_CONFIG=json.dumps(tf_config))
-    log = open(tmp_path / f'worker{index}.log', 'w')  # pylint: disable=consider-using-with
-    processes.append((subprocess.Popen(
-        [sys.executable, '-m', 'migrate', '--strategy=multi_worker',
-         f'--loop={loop}', f'--data_dir={fake_data_dir.data_dir}',
-         f'--model_dir={tmp_path / "model"}', '--batch_size=64',
-         '--train_steps=12', '--steps_per_execution=4',
-         '--checkpoint_steps=4', '--learning_rate=0.1', '--noenable_predict'],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+    path = tmp_path / f'{name}{index}.log'
+    with open(path, 'w') as log:
+      processes.append((subprocess.Popen(
+          [sys.executable, '-m', 'migrate', '--strategy=multi_worker',
+           f'--loop={loop}', f'--data_dir={fake_data_dir.data_dir}',
+           f'--model_dir={tmp_path / "model"}', '--batch_size=64',
+           f'--train_steps={train_steps}', '--steps_per_execution=4',
+           '--checkpoint_steps=4', '--learning_rate=0.1',
+           '--noenable_predict'],
+          cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT), path))
+  return processes
+
+
+def _wait(processes, timeout=400):
+  """Exit codes and logs of the workers; kills any still running."""
   try:
-    codes = [p.wait(timeout=400) for p, _ in processes]
+    codes = [p.wait(timeout=timeout) for p, _ in processes]
   finally:
-    for process, log in processes:
+    for process, _ in processes:
       if process.poll() is None:
         process.kill()
         process.wait()
-      log.close()
-  logs = [(tmp_path / f'worker{i}.log').read_text() for i in range(2)]
+  return codes, [path.read_text() for _, path in processes]
+
+
+@pytest.mark.parametrize('loop', ['custom', 'fit'])
+def test_two_workers_train_in_step(tmp_path, fake_data_dir, loop):
+  codes, logs = _wait(_start_workers(tmp_path, fake_data_dir, loop, 12))
   if loop == 'fit' and keras_compat.is_keras3():
     # keras-team/keras#20585: one line before training, nothing written.
     assert codes == [1, 1], logs[0][-3000:]
@@ -113,3 +126,36 @@ def test_a_port_in_use_is_one_line(tmp_path, fake_data_dir):
       f'127.0.0.1:{port}: Address already in use; free the port'), (
           result.stderr[-2000:])
   assert not (tmp_path / 'model').exists()
+
+
+def test_sigterm_to_one_worker_saves_both_at_one_step_and_both_resume(
+    tmp_path, fake_data_dir):
+  processes = _start_workers(tmp_path, fake_data_dir, 'custom', 100000)
+  deadline = time.monotonic() + 300
+  chief_log = processes[0][1]
+  while 'step 8/100000' not in chief_log.read_text():
+    assert time.monotonic() < deadline and processes[0][0].poll() is None, (
+        chief_log.read_text()[-3000:])
+    time.sleep(0.5)
+  # A preempted machine: only worker 1 is told.
+  processes[1][0].send_signal(signal.SIGTERM)
+  codes, logs = _wait(processes, timeout=300)
+  assert codes == [143, 143], logs[0][-3000:] + logs[1][-3000:]
+  stopped = re.search(r'stopped: SIGTERM received: checkpoint (\S+)/ckpt-(\d+) '
+                      r'saved at step (\d+); run the same command again',
+                      last_line(logs[0]))
+  assert stopped, logs[0][-3000:]
+  step = int(stopped.group(3))
+  assert stopped.group(2) == str(step) and step > 8
+  # The worker keeps no checkpoint of its own, but saved at the same step.
+  assert last_line(logs[1]) == (f'stopped: SIGTERM received: no checkpoint '
+                                f'could be saved (step {step}); run the same '
+                                'command again to resume from it')
+  codes, logs = _wait(_start_workers(tmp_path, fake_data_dir, 'custom',
+                                     step + 8, name='resumed'))
+  assert codes == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+  for log in logs:
+    assert f'resuming at step {step} of {step + 8}' in log
+  prints = [re.findall(r'Weights fingerprint at step (\d+): (\w+)', log)
+            for log in logs]
+  assert prints[0] == prints[1] == [(str(step + 8), prints[0][0][1])]

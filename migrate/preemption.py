@@ -1,0 +1,54 @@
+"""SIGTERM: save a checkpoint at the step reached, then stop.
+
+A preempted TPU VM or a cluster scheduler sends SIGTERM and allows a grace
+period. TensorFlow's ``PreemptionCheckpointHandler`` catches it and, with
+several workers, agrees with them on the step at which all save, so that their
+checkpoints match. The kit hands it its own saving (``save``) and ending
+(``Preempted``) and checks after each execution of steps.
+
+The handler does nothing on Google Cloud CPU and TPU VMs, where TensorFlow
+leaves preemption to the platform (its own warning says so); a TPUEstimator
+job there was no better off.
+"""
+import os
+import tempfile
+from typing import Callable
+
+import tensorflow as tf
+
+from mnist_common import process
+from mnist_common.errors import Preempted
+
+
+def watch(strategy: tf.distribute.Strategy,
+          save: Callable[[], tuple[int, str | None]]
+          ) -> tf.distribute.experimental.PreemptionCheckpointHandler:
+  """Starts watching for SIGTERM; returns the handler.
+
+  Call ``handler.save_checkpoint_if_preempted()`` after each execution of
+  steps, on every worker. After a SIGTERM it calls save() at an execution
+  that all workers reach, then raises Preempted.
+
+  Args:
+    strategy: the training's strategy (its cluster, if any).
+    save: saves a checkpoint; returns (step, the checkpoint's file name or
+      None where this worker keeps none).
+  """
+  saved = {}
+
+  def save_fn():
+    saved['step'], saved['path'] = save()
+
+  def exit_fn():
+    raise Preempted(saved.get('step', -1), saved.get('path'))
+
+  # The handler also restores, and keeps a run counter, in a checkpoint of
+  # its own: an empty one in a private folder, so that the kit's checkpoints
+  # stay as they are.
+  private = os.path.join(process.remove_at_exit(
+      tempfile.mkdtemp(prefix='migrate_preemption_')), 'handler')
+  return tf.distribute.experimental.PreemptionCheckpointHandler(
+      getattr(strategy, 'cluster_resolver', None), tf.train.Checkpoint(),
+      checkpoint_dir=private,
+      termination_config=tf.distribute.experimental.TerminationConfig(
+          exit_fn=exit_fn, save_fn=save_fn))
