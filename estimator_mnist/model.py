@@ -5,6 +5,8 @@ dense 128 relu -> dropout 0.4 (training only) -> dense 10.
 """
 import tensorflow.compat.v1 as tf
 
+from mnist_common import resources
+
 NUM_CLASSES = 10
 DROPOUT_RATE = 0.4
 DECAY_STEPS = 100000
@@ -28,6 +30,13 @@ def build_network(images: tf.Tensor, training: bool) -> tf.Tensor:
   y = layers.Dense(128, activation=tf.nn.relu, name='dense')(y)
   y = layers.Dropout(DROPOUT_RATE)(y, training=training)
   return layers.Dense(NUM_CLASSES, name='logits')(y)
+
+
+def forward_bytes() -> int:
+  """resources.forward_bytes of build_network."""
+  with tf.Graph().as_default() as graph:
+    build_network(tf.placeholder(tf.float32, [1, 28, 28, 1]), training=True)
+  return resources.forward_bytes(graph)
 
 
 def metric_fn(labels: tf.Tensor, logits: tf.Tensor) -> dict:

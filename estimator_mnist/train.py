@@ -15,6 +15,7 @@ from mnist_common import batching
 from mnist_common import paths
 from mnist_common import prepare
 from mnist_common import report
+from mnist_common import resources
 from mnist_common import sources
 from mnist_common import stale
 from mnist_common import tfrecords
@@ -117,6 +118,17 @@ def _unreadable(path: str) -> str | None:
   return None
 
 
+def _check_written_by_an_estimator(model_dir: str, path: str) -> None:
+  keys = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+  if 'global_step' not in keys:
+    written_by = ('tf.train.Checkpoint (migrate, Keras)'
+                  if '_CHECKPOINTABLE_OBJECT_GRAPH' in keys else
+                  'something else')
+    raise KitError(f'--model_dir {model_dir} holds a checkpoint written by '
+                   f'{written_by}, {os.path.basename(path)}, not by an '
+                   'Estimator; use another --model_dir')
+
+
 def fall_back_to_a_readable_checkpoint(model_dir: str) -> None:
   """Makes the newest checkpoint that can be read the one the Estimator
   restores: a truncated or corrupt latest one is skipped with a line naming
@@ -134,6 +146,7 @@ def fall_back_to_a_readable_checkpoint(model_dir: str) -> None:
     path = listed[kept - 1]
     reason = _unreadable(path)
     if reason is None:
+      _check_written_by_an_estimator(model_dir, path)
       if kept < len(listed):
         tf.train.update_checkpoint_state(
             model_dir, path, all_model_checkpoint_paths=listed[:kept])
@@ -180,10 +193,17 @@ def run(flags_obj, data_override: prepare.DatasetInfo | None = None) -> dict:
   info = data_override or prepare.prepare(
       flags_obj.data_dir, flags_obj.data_source, flags_obj.data_url,
       flags_obj.seed)
-  model_dir = paths.ensure_writable_dir(flags_obj.model_dir, 'estimator_mnist_')
+  batching.check_batch_fits_split(flags_obj.batch_size, info.train_examples)
   shards = flags_obj.num_shards if flags_obj.use_tpu else 1
   eval_batch = batching.eval_batch_size(flags_obj.batch_size,
                                         info.test_examples, shards)
+  eval_steps = flags_obj.eval_steps
+  if eval_steps is None:
+    eval_steps = info.test_examples // eval_batch
+  batching.check_eval_steps(eval_steps, eval_batch, info.test_examples)
+  if not (flags_obj.use_tpu or flags_obj.skip_resource_checks):
+    resources.check_memory(model.forward_bytes(), flags_obj.batch_size)
+  model_dir = paths.ensure_writable_dir(flags_obj.model_dir, 'estimator_mnist_')
   estimator = make_estimator(flags_obj, model_dir, info.data_dir, eval_batch,
                              cluster)
   logging.info('TPUEstimator: model_dir=%s use_tpu=%s global batch=%d%s',
@@ -210,9 +230,6 @@ def run(flags_obj, data_override: prepare.DatasetInfo | None = None) -> dict:
             'global_step': int(estimator.get_variable_value('global_step')),
             'eval': None, 'predictions': [], 'export_dir': None}
 
-  eval_steps = flags_obj.eval_steps
-  if eval_steps is None:
-    eval_steps = info.test_examples // eval_batch
   if eval_steps:
     metrics = estimator.evaluate(data.eval_input_fn, steps=eval_steps)
     result['eval'] = {k: float(v) for k, v in metrics.items()}

@@ -31,6 +31,7 @@ from migrate import strategy as strategy_lib
 from migrate import train
 from mnist_common import devices
 from mnist_common import flags as common_flags
+from mnist_common import resources
 from mnist_common import stale
 from mnist_common.errors import KitError
 from mnist_common.errors import exit_message
@@ -80,6 +81,8 @@ def main(argv: list[str]) -> None:
   tf.get_logger().handlers.clear()
   try:
     # Before anything else: devices are fixed once TensorFlow starts.
+    if not FLAGS.skip_resource_checks:
+      resources.check_cpu_devices(FLAGS.num_cpu_devices)
     devices.split_cpu(FLAGS.num_cpu_devices)
     if FLAGS.use_tpu:
       if FLAGS.strategy not in ('auto', 'tpu'):

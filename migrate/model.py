@@ -10,6 +10,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from mnist_common import keras_compat
+from mnist_common import resources
 
 NUM_CLASSES = 10
 DROPOUT_RATE = 0.4
@@ -53,6 +54,15 @@ def build_model(dropout_rate: float = DROPOUT_RATE,
   # float32, as Keras's mixed-precision guide has it; this layer is tiny.
   logits = layers.Dense(NUM_CLASSES, name='logits', dtype='float32')(y)
   return Classifier(inputs, logits, name='mnist_cnn')
+
+
+def forward_bytes(precision: str = 'float32') -> int:
+  """resources.forward_bytes of a training step's forward pass, from a
+  model of its own, outside any strategy."""
+  model = build_model(precision=precision)
+  forward = tf.function(lambda image: model(image, training=True))
+  return resources.forward_bytes(forward.get_concrete_function(
+      tf.TensorSpec([1, *IMAGE_SHAPE], tf.float32)).graph)
 
 
 def per_example_loss(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:

@@ -27,6 +27,7 @@ from mnist_common import keras_compat
 from mnist_common import paths
 from mnist_common import prepare
 from mnist_common import report
+from mnist_common import resources
 from mnist_common import tfrecords
 from mnist_common.errors import KitError
 
@@ -97,6 +98,17 @@ def predict(model: tf.keras.Model, info: prepare.DatasetInfo,
           for probs, label in zip(probabilities, labels.numpy())]
 
 
+def _check_memory(strategy: tf.distribute.Strategy, per_replica: int,
+                  precision: str) -> None:
+  """resources.check_memory for this machine's replicas (a TPU's memory is
+  its own: not checked here)."""
+  if isinstance(strategy, tf.distribute.TPUStrategy):
+    return
+  local_replicas = len(getattr(strategy.extended, 'worker_devices', [None]))
+  resources.check_memory(model_lib.forward_bytes(precision),
+                         per_replica * local_replicas)
+
+
 def _save_at_step(manager: tf.train.CheckpointManager, optimizer,
                   strategy: tf.distribute.Strategy) -> tuple[int, str | None]:
   """Saves at the optimizer's step; returns it and the chief's checkpoint."""
@@ -153,6 +165,15 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
   info = data_override or prepare.prepare(
       flags_obj.data_dir, flags_obj.data_source, flags_obj.data_url,
       flags_obj.seed)
+  batching.check_batch_fits_split(flags_obj.batch_size, info.train_examples)
+  eval_batch = batching.eval_batch_size(flags_obj.batch_size,
+                                        info.test_examples, replicas)
+  eval_steps = flags_obj.eval_steps
+  if eval_steps is None:
+    eval_steps = info.test_examples // eval_batch
+  batching.check_eval_steps(eval_steps, eval_batch, info.test_examples)
+  if not flags_obj.skip_resource_checks:
+    _check_memory(strategy, per_replica, flags_obj.precision)
   model_dir = paths.ensure_writable_dir(flags_obj.model_dir, 'migrate_')
 
   tf.keras.utils.set_random_seed(flags_obj.seed)
@@ -177,13 +198,8 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
   train_data = data.distribute(
       strategy, info.data_dir, 'train', flags_obj.batch_size, True,
       flags_obj.seed, start_step=start if flags_obj.loop == 'custom' else 0)
-  eval_batch = batching.eval_batch_size(flags_obj.batch_size,
-                                        info.test_examples, replicas)
   eval_data = data.distribute(strategy, info.data_dir, 'test', eval_batch,
                               False)
-  eval_steps = flags_obj.eval_steps
-  if eval_steps is None:
-    eval_steps = info.test_examples // eval_batch
 
   before = signal.getsignal(signal.SIGTERM)
   sigterm = preemption.watch(

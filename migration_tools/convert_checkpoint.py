@@ -74,6 +74,29 @@ class LegacyCheckpoint:
   step: int
 
 
+class _CheckedReader:
+  """A checkpoint reader whose every tensor has been read once: a truncated
+  or corrupt checkpoint fails here, in one line, not halfway through."""
+
+  def __init__(self, path: str):
+    try:
+      reader = tf.train.load_checkpoint(path)
+      self._shapes = reader.get_variable_to_shape_map()
+      self._values = {name: reader.get_tensor(name) for name in self._shapes}
+    # The reader raises IndexError for data cut short ('Read less bytes
+    # than requested').
+    except (tf.errors.OpError, OSError, IndexError) as e:
+      raise KitError(f'checkpoint {path} cannot be read ({one_line(e)}); '
+                     'point at a complete checkpoint') from e
+
+  def get_variable_to_shape_map(self) -> dict:
+    return self._shapes
+
+  def get_tensor(self, name: str):
+    return self._values[name]
+
+
+
 def read_checkpoint(estimator_dir: str) -> LegacyCheckpoint:
   """The latest checkpoint in estimator_dir, split into model, slots, step.
 
@@ -83,7 +106,7 @@ def read_checkpoint(estimator_dir: str) -> LegacyCheckpoint:
   path = tf.train.latest_checkpoint(estimator_dir)
   if path is None:
     raise KitError(f'no checkpoint in --estimator_dir {estimator_dir}')
-  reader = tf.train.load_checkpoint(path)
+  reader = _CheckedReader(path)
   names = reader.get_variable_to_shape_map()
   if OBJECT_GRAPH_KEY in names:
     raise KitError(f'{path} is already a TF 2 (object-based) checkpoint: '
@@ -218,7 +241,7 @@ def read_keras2_checkpoint(model_dir: str) -> Keras2Checkpoint:
   path = tf.train.latest_checkpoint(model_dir)
   if path is None:
     raise KitError(f'no checkpoint in --keras2_dir {model_dir}')
-  reader = tf.train.load_checkpoint(path)
+  reader = _CheckedReader(path)
   keys = reader.get_variable_to_shape_map()
   if OBJECT_GRAPH_KEY not in keys:
     raise KitError(f'{path} is a name-based (Estimator or TF 1) checkpoint: '
@@ -228,9 +251,12 @@ def read_keras2_checkpoint(model_dir: str) -> Keras2Checkpoint:
                    'keys); a Keras 3 checkpoint restores as it is')
   graph = trackable_object_graph_pb2.TrackableObjectGraph()
   graph.ParseFromString(reader.get_tensor(OBJECT_GRAPH_KEY))
+  # Dropout's random state (migrate saves it as 'random') is Keras 2's own
+  # generator's; Keras 3 draws from another kind, which starts afresh.
   values = {attribute.full_name: reader.get_tensor(attribute.checkpoint_key)
             for node in graph.nodes for attribute in node.attributes
-            if attribute.name == 'VARIABLE_VALUE'}
+            if attribute.name == 'VARIABLE_VALUE' and
+            not attribute.checkpoint_key.startswith('random/')}
   tokens = {token for _, token in optimizers.PORT_SLOTS[2]}
   model, slots, step = {}, {}, 0
   for name, value in values.items():
@@ -320,6 +346,8 @@ def _build(port: port_lib.Port, params: dict | None):
 
 def _check_output(output: str) -> str:
   output = os.path.abspath(output)
+  if os.path.exists(output) and not os.path.isdir(output):
+    raise KitError(f'--output {output} is a file; name a new folder')
   if os.path.exists(output) and os.listdir(output):
     raise KitError(f'--output {output} exists and is not empty; choose a new '
                    'directory')

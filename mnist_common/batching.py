@@ -23,3 +23,23 @@ def eval_batch_size(batch_size: int, test_examples: int, replicas: int) -> int:
   """
   size = min(batch_size, test_examples)
   return max(replicas, size - size % replicas)
+
+
+def check_eval_steps(eval_steps: int, eval_batch: int,
+                     test_examples: int) -> None:
+  """Raises KitError when eval_steps batches need more than the test split."""
+  if eval_steps * eval_batch > test_examples:
+    raise KitError(
+        f'--eval_steps={eval_steps} needs {eval_steps * eval_batch} test '
+        f'examples at {eval_batch} per batch, but the test split has '
+        f'{test_examples}; use --eval_steps={test_examples // eval_batch} or '
+        'less, or leave it unset for one pass')
+
+
+def check_batch_fits_split(batch_size: int, train_examples: int) -> None:
+  """Raises KitError when one batch is larger than the train split (every
+  batch would repeat examples)."""
+  if batch_size > train_examples:
+    raise KitError(f'--batch_size={batch_size} is larger than the train split '
+                   f'({train_examples} examples): each batch would repeat '
+                   f'examples; use --batch_size={train_examples} or less')

@@ -65,6 +65,11 @@ def define_common_flags() -> None:
   flags.DEFINE_integer('num_predictions', 10,
                        'How many test images --enable_predict prints.',
                        lower_bound=1)
+  flags.DEFINE_bool(
+      'skip_resource_checks', False,
+      'Train even where the kit estimates, from the model\'s shapes, that the '
+      'batch needs more memory than is available, or where more logical CPU '
+      'devices are asked for than it allows.')
   flags.DEFINE_integer(
       'seed', 0, 'Random seed: weights, dropout and shuffling. Two runs with '
       'the same seed on the same machine are bit-identical.')

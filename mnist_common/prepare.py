@@ -154,12 +154,26 @@ def _exclusive(data_dir: str):
     yield
 
 
+def _check_counts(data_dir: str, counts: dict, info: dict) -> None:
+  """A file cut exactly between two records passes every CRC: the counts
+  recorded when it was written catch it."""
+  for split in SPLITS:
+    expected = info.get(f'{split}_examples')
+    if expected is not None and counts[split] != expected:
+      raise DataError(
+          f'{tfrecords.split_path(data_dir, split)} holds {counts[split]} '
+          f'records but {INFO_NAME} says {expected} were written: it is '
+          'truncated or was replaced; delete it and prepare the data again')
+
+
 def _prepare_locked(data_dir: str, source: str, url: str,
                     seed: int) -> DatasetInfo:
-  recorded = _read_info(data_dir).get('source')
-  if source == 'tfrecords' or (recorded == source and _records_exist(data_dir)):
+  info = _read_info(data_dir)
+  if source == 'tfrecords' or (info.get('source') == source and
+                               _records_exist(data_dir)):
     counts = {s: tfrecords.count_records(tfrecords.split_path(data_dir, s))
               for s in SPLITS}
+    _check_counts(data_dir, counts, info)
   else:
     splits = _load(source, data_dir, url, seed)
     logging.info('Writing TFRecords to %s from %s', data_dir,

@@ -2,6 +2,7 @@
 ``image_raw`` (784 bytes, uint8, row-major) and ``label`` (int64).
 """
 import os
+import struct
 import tempfile
 
 import numpy as np
@@ -50,6 +51,33 @@ def parse_example(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
   return image, tf.cast(example['label'], tf.int32)
 
 
+# A record: length (8 bytes), its CRC (4), the data, the data's CRC (4).
+_HEADER, _FOOTER = 12, 4
+
+
+def _check_framing(path: str) -> None:
+  """Raises DataError unless the file ends exactly where a record does.
+
+  TensorFlow's reader takes a file cut inside a record's 12-byte header for
+  its end, and so trains on fewer records without a word; walking the
+  headers finds the cut (the CRCs are TensorFlow's to check).
+  """
+  size = os.path.getsize(path)
+  position, count = 0, 0
+  with open(path, 'rb') as f:
+    while position < size:
+      f.seek(position)
+      header = f.read(_HEADER)
+      length = (struct.unpack('<Q', header[:8])[0] if len(header) == _HEADER
+                else None)
+      if length is None or position + _HEADER + length + _FOOTER > size:
+        raise DataError(f'{path} is truncated: record {count} (at byte '
+                        f'{position}) is cut short at byte {size}; delete it '
+                        'and prepare the data again')
+      position += _HEADER + length + _FOOTER
+      count += 1
+
+
 def count_records(path: str) -> int:
   """Reads every record of a file and returns how many there are.
 
@@ -61,6 +89,7 @@ def count_records(path: str) -> int:
     raise DataError(f'{path} does not exist')
   if os.path.getsize(path) == 0:
     raise DataError(f'{path} is empty; delete it and prepare the data again')
+  _check_framing(path)
   dataset = tf.data.TFRecordDataset(path).batch(4096).map(
       lambda r: tf.io.parse_example(r, FEATURES))
   count = 0

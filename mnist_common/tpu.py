@@ -28,14 +28,36 @@ def has_local_tpu() -> bool:
   return any(glob.glob(pattern) for pattern in _LOCAL_TPU_DEVICES)
 
 
+# An HTTP/2 client's first bytes: its preface and an empty SETTINGS frame.
+_HTTP2_HELLO = b'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' + bytes(
+    [0, 0, 0, 4, 0, 0, 0, 0, 0])
+_SETTINGS_FRAME = 4
+
+
 def _check_reachable(master: str, timeout: float) -> None:
+  """Raises TPUNotFoundError unless a gRPC server (a TPU worker speaks gRPC,
+  which is HTTP/2) answers at master. Anything else there would make
+  TensorFlow's C++ abort the process when it connects."""
   address = urllib.parse.urlparse(master)
   try:
     with socket.create_connection((address.hostname, address.port or 8470),
-                                  timeout=timeout):
-      pass
+                                  timeout=timeout) as connection:
+      connection.sendall(_HTTP2_HELLO)
+      # An HTTP/2 server's first frame is its SETTINGS: 9 header bytes,
+      # the fourth the frame type.
+      reply = b''
+      while len(reply) < 9:
+        chunk = connection.recv(9 - len(reply))
+        if not chunk:
+          break
+        reply += chunk
   except OSError as e:
     raise TPUNotFoundError(f'no TPU answers at {master} ({e}); {_HINT}') from e
+  if len(reply) < 9 or reply[3] != _SETTINGS_FRAME:
+    raise TPUNotFoundError(
+        f'something answers at {master}, but not a TPU: it does not speak '
+        f'gRPC (it replied {reply[:20]!r}); check the address and port; '
+        f'{_HINT}')
 
 
 def _resolve(tpu, zone, project, timeout):

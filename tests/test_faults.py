@@ -1,0 +1,368 @@
+"""Fault injection: bad input, kill -9, SIGTERM, full and read-only disks, cut
+files. Each case ends with one line and a non-zero exit, nothing half-written,
+or, for the interruptions, with the right result.
+
+Bad inputs are a table; kills land at seeded random moments; disks that fill
+up or refuse writes are small tmpfs mounts (root only: skipped, with the
+reason, elsewhere).
+"""
+import contextlib
+import http.server
+import os
+import random
+import re
+import signal
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO, TOOLS_PYTHONPATH, last_line, run_module
+from mnist_common import prepare
+from mnist_common import resources
+from mnist_common import tfrecords
+from mnist_common.errors import DataError
+from mnist_common.errors import KitError
+
+# TensorFlow's C++ log lines: a user's shell must not see them on bad input.
+TF_CPP_LOG = re.compile(r'^(\d{4}-\d\d-\d\d \S+: [IWEF] |'
+                        r'[IWEF]\d{4} \S+ +\d+ \S+\.(cc|h):\d+\])', re.M)
+QUICK = ('--train_steps=2', '--batch_size=8', '--noenable_predict')
+
+
+@pytest.fixture(scope='module')
+def http_port():
+  """A plain HTTP/1 server on 127.0.0.1: something that answers, but no TPU.
+  Stopped with the module."""
+  server = socketserver.TCPServer(('127.0.0.1', 0),
+                                  http.server.BaseHTTPRequestHandler)
+  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread.start()
+  yield server.server_address[1]
+  server.shutdown()
+  server.server_close()
+
+
+def _object_based_checkpoint(directory):
+  """What migrate writes: a tf.train.Checkpoint, no global_step."""
+  tf.train.Checkpoint(v=tf.Variable(1.0)).save(os.path.join(directory, 'ckpt'))
+  return directory
+
+
+def _name_based_checkpoint(directory, truncate=False):
+  """A small Estimator-style checkpoint; truncate: cut its data file."""
+  with tf.Graph().as_default():
+    tf.compat.v1.train.get_or_create_global_step()
+    tf.compat.v1.get_variable('conv1/kernel', [5, 5, 1, 32])
+    saver = tf.compat.v1.train.Saver()
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      path = saver.save(session, os.path.join(directory, 'model.ckpt'),
+                        global_step=1)
+  if truncate:
+    data = f'{path}.data-00000-of-00001'
+    with open(data, 'r+b') as f:
+      f.truncate(os.path.getsize(data) // 2)
+  return directory
+
+
+# (id, module, args, the last line, needs tf.estimator). In args: {data},
+# {model} (must stay unwritten), {tmp}, {http} (a port), {migrate_ckpt},
+# {estimator_ckpt}, {corrupt_ckpt}, {a_file}.
+BAD_INPUTS = [
+    ('custom eval_steps beyond the test split', 'migrate',
+     ('--loop=custom', '--eval_steps=1000'),
+     r'^error: --eval_steps=1000 needs 8000 test examples at 8 per batch, but '
+     r'the test split has \d+; use --eval_steps=\d+ or less', False),
+    ('fit eval_steps beyond the test split', 'migrate',
+     ('--loop=fit', '--steps_per_execution=1', '--checkpoint_steps=1',
+      '--eval_steps=1000'), r'^error: --eval_steps=1000 needs 8000', False),
+    ('estimator eval_steps beyond the test split', 'estimator_mnist',
+     ('--eval_steps=1000',), r'^error: --eval_steps=1000 needs 8000', True),
+    ('migrate batch larger than the split', 'migrate',
+     ('--batch_size=100000',), r'^error: --batch_size=100000 is larger than '
+     r'the train split \(\d+ examples\)', False),
+    ('estimator batch larger than the split', 'estimator_mnist',
+     ('--batch_size=100000',), r'^error: --batch_size=100000 is larger than '
+     r'the train split', True),
+    ('a thousand CPU devices', 'migrate', ('--num_cpu_devices=1000',),
+     r'^error: --num_cpu_devices=1000: more than 64 logical CPU devices', False),
+    ('migrate at a grpc address that is no TPU', 'migrate',
+     ('--strategy=tpu', '--tpu=grpc://127.0.0.1:{http}'),
+     r"^error: something answers at grpc://127.0.0.1:\d+, but not a TPU: it "
+     r"does not speak gRPC \(it replied b'", False),
+    ('estimator at a grpc address that is no TPU', 'estimator_mnist',
+     ('--use_tpu', '--tpu=grpc://127.0.0.1:{http}'),
+     r'^error: something answers at grpc://127.0.0.1:\d+, but not a TPU', True),
+    ('estimator on a migrate model_dir', 'estimator_mnist',
+     ('--model_dir={migrate_ckpt}',), r'^error: --model_dir \S+ holds a '
+     r'checkpoint written by tf.train.Checkpoint \(migrate, Keras\), ckpt-1, '
+     'not by an Estimator; use another --model_dir', True),
+    ('converter output is a file', 'migration_tools.convert_checkpoint',
+     ('--estimator_dir={estimator_ckpt}', '--output={a_file}'),
+     r'^error: --output \S+ is a file; name a new folder', True),
+    ('converter source cut short', 'migration_tools.convert_checkpoint',
+     ('--estimator_dir={corrupt_ckpt}', '--output={model}'),
+     r'^error: checkpoint \S+model.ckpt-1 cannot be read \(', True),
+    ('converter verifying with a non-callable model_fn',
+     'migration_tools.convert_checkpoint',
+     ('--estimator_dir={estimator_ckpt}', '--output={model}', '--verify',
+      '--legacy_model_fn=estimator_mnist.model:LOG_EVERY_STEPS'),
+     r'^error: --legacy_model_fn: estimator_mnist.model:LOG_EVERY_STEPS is a '
+     'int, not a function', True),
+    ('compare with a non-callable model_fn', 'migration_tools.compare',
+     ('--legacy_model_fn=estimator_mnist.model:LOG_EVERY_STEPS',
+      '--report={tmp}/report.json'), r'^error: --legacy_model_fn: '
+     'estimator_mnist.model:LOG_EVERY_STEPS is a int, not a function', True),
+    ('compare report in a missing folder', 'migration_tools.compare',
+     ('--report={tmp}/missing/report.json',), r'^error: --report \S+: its '
+     'folder does not exist; create it or choose another path', True),
+]
+
+
+@pytest.mark.parametrize('module, args, message', [
+    pytest.param(module, args, message, id=name,
+                 marks=[pytest.mark.estimator] if estimator else [])
+    for name, module, args, message, estimator in BAD_INPUTS])
+def test_bad_input_is_one_line(tmp_path, fake_data_dir, http_port, module,
+                               args, message):
+  model = tmp_path / 'model'
+  values = {'data': fake_data_dir.data_dir, 'model': model, 'tmp': tmp_path,
+            'http': http_port, 'a_file': tmp_path / 'a_file'}
+  (tmp_path / 'a_file').write_text('not a folder')
+  if any('{migrate_ckpt}' in a for a in args):
+    values['migrate_ckpt'] = _object_based_checkpoint(tmp_path / 'migrate')
+  if any('{estimator_ckpt}' in a for a in args):
+    values['estimator_ckpt'] = _name_based_checkpoint(tmp_path / 'estimator')
+  if any('{corrupt_ckpt}' in a for a in args):
+    values['corrupt_ckpt'] = _name_based_checkpoint(tmp_path / 'corrupt',
+                                                    truncate=True)
+  args = [a.format(**values) for a in args]
+  if not module.startswith('migration_tools'):
+    args = [f'--data_dir={fake_data_dir.data_dir}', f'--model_dir={model}',
+            *QUICK, *args]
+  result = run_module(module, *args, timeout=300,
+                      env={'PYTHONPATH': TOOLS_PYTHONPATH})
+  assert result.returncode == 1, result.stderr[-3000:]
+  assert re.search(message, last_line(result.stderr)), result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+  assert not TF_CPP_LOG.search(result.stderr), result.stderr[:2000]
+  assert not model.exists()
+
+
+@contextlib.contextmanager
+def _tmpfs(path, size, read_only=False):
+  """A tmpfs of `size` at path (made read-only after the caller's setup
+  when read_only), unmounted after; skips the test where mounting is not
+  allowed."""
+  if os.geteuid() != 0:
+    pytest.skip('a full or read-only disk is a tmpfs mount: needs root')
+  path.mkdir()
+  mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={size}',
+                            'tmpfs', str(path)], capture_output=True,
+                           text=True, check=False)
+  if mounted.returncode:
+    pytest.skip(f'cannot mount a tmpfs here: {mounted.stderr.strip()}')
+  try:
+    yield path
+  finally:
+    subprocess.run(['umount', '-l', str(path)], check=False)
+
+
+@pytest.mark.parametrize('module, args', [
+    pytest.param('migrate', ('--loop=custom',), id='migrate custom'),
+    pytest.param('migrate', ('--loop=fit', '--steps_per_execution=1',
+                             '--checkpoint_steps=1'), id='migrate fit'),
+    pytest.param('estimator_mnist', (), id='estimator',
+                 marks=pytest.mark.estimator),
+])
+def test_full_disk_is_one_line_and_leaves_no_temporary_folder(
+    tmp_path, fake_data_dir, module, args):
+  with _tmpfs(tmp_path / 'disk', '1m') as disk:
+    model = disk / 'model'
+    result = run_module(module, f'--data_dir={fake_data_dir.data_dir}',
+                        f'--model_dir={model}', *QUICK, '--eval_steps=0',
+                        *args, timeout=300)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert re.search(r'^error: cannot write /\S+: no space left on device; '
+                     r'free space there, or point --model_dir',
+                     last_line(result.stderr)), result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr
+    left = os.listdir(model) if model.exists() else []
+    assert not [name for name in left if name.endswith('_temp')], left
+
+
+def test_read_only_data_dir_is_one_line(tmp_path):
+  with _tmpfs(tmp_path / 'data', '20m') as data:
+    subprocess.run(['mount', '-o', 'remount,ro', str(data)], check=True)
+    result = run_module('migrate', f'--data_dir={data}', '--data_source=fake',
+                        f'--model_dir={tmp_path / "model"}', *QUICK,
+                        timeout=300)
+  assert result.returncode == 1, result.stderr[-3000:]
+  assert re.search(r'^error: cannot write /\S+: read-only file system; point '
+                   r'--model_dir \(or --data_dir, --output\) at a folder you '
+                   'can write', last_line(result.stderr)), result.stderr[-3000:]
+  assert not (tmp_path / 'model').exists()
+
+
+def _start(module, log, *args):
+  with open(log, 'w') as f:
+    return subprocess.Popen(
+        [sys.executable, '-m', module, *args], cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=REPO), stdout=subprocess.DEVNULL,
+        stderr=f)
+
+
+def _wait_for(process, log, pattern, timeout=300):
+  deadline = time.monotonic() + timeout
+  while not re.search(pattern, log.read_text()):
+    assert process.poll() is None and time.monotonic() < deadline, (
+        log.read_text()[-3000:])
+    time.sleep(0.2)
+
+
+@pytest.mark.parametrize('module, args, first_save', [
+    pytest.param('migrate', ('--loop=custom',), r'step 10/', id='custom'),
+    pytest.param('migrate', ('--loop=custom', '--num_cpu_devices=2'),
+                 r'step 10/', id='custom, 2 replicas'),
+    pytest.param('migrate', ('--loop=fit',), r'step 10/', id='fit'),
+    pytest.param('estimator_mnist', ('--save_checkpoints_steps=10',),
+                 r'Saving checkpoints for 10 ', id='estimator',
+                 marks=pytest.mark.estimator),
+])
+def test_sigterm_saves_the_step_reached_and_a_rerun_resumes_there(
+    tmp_path, fake_data_dir, module, args, first_save):
+  model = tmp_path / 'model'
+  common = [f'--data_dir={fake_data_dir.data_dir}', f'--model_dir={model}',
+            '--batch_size=8', '--noenable_predict', '--eval_steps=0', *args]
+  if module == 'migrate':
+    common += ['--checkpoint_steps=10', '--steps_per_execution=5']
+  log = tmp_path / 'first.log'
+  process = _start(module, log, *common, '--train_steps=1000000')
+  try:
+    _wait_for(process, log, first_save)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=120) == 143, log.read_text()[-3000:]
+  finally:
+    process.kill()
+  stopped = re.fullmatch(
+      r'stopped: SIGTERM received: checkpoint (\S+) saved at step (\d+); run '
+      r'the same command again to resume from it',
+      last_line(log.read_text()))
+  assert stopped, log.read_text()[-3000:]
+  step = int(stopped.group(2))
+  assert step > 10 and stopped.group(1).endswith(f'-{step}')
+  assert tf.train.latest_checkpoint(str(model)) == stopped.group(1)
+  result = run_module(module, *common, f'--train_steps={step + 5}',
+                      timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  resumed = (f'resuming at step {step} of {step + 5}' if module == 'migrate'
+             else f'Restoring parameters from {stopped.group(1)}')
+  assert resumed in result.stderr
+
+
+def _fingerprint(text):
+  found = re.findall(r'Weights fingerprint at step (\d+): (\w+)', text)
+  assert found, text[-3000:]
+  return found[-1]
+
+
+def test_ten_seeded_kill9_cycles_end_bit_identical_to_an_uninterrupted_run(
+    tmp_path, fake_data_dir):
+  """The custom loop on 2 replicas, killed at ten seeded moments (twice the
+  kill is made to look as if it came during a checkpoint write: the latest
+  checkpoint cut short, an unfinished folder beside it)."""
+  args = [f'--data_dir={fake_data_dir.data_dir}', '--loop=custom',
+          '--num_cpu_devices=2', '--batch_size=16', '--train_steps=300',
+          '--checkpoint_steps=10', '--steps_per_execution=5',
+          '--noenable_predict', '--eval_steps=0']
+  whole = run_module('migrate', *args, f'--model_dir={tmp_path / "whole"}',
+                     timeout=300)
+  assert whole.returncode == 0, whole.stderr[-3000:]
+  model = tmp_path / 'interrupted'
+  rng = random.Random(16)
+  starts = []
+  for cycle in range(10):
+    log = tmp_path / f'cycle{cycle}.log'
+    process = _start('migrate', log, *args, f'--model_dir={model}')
+    try:
+      _wait_for(process, log, r'(starting|resuming) at step')
+      time.sleep(rng.uniform(1.0, 4.0))
+    finally:
+      process.send_signal(signal.SIGKILL)
+      process.wait(timeout=60)
+    starts.append(int(re.search(r'(?:starting|resuming) at step (\d+)',
+                                log.read_text()).group(1)))
+    latest = tf.train.latest_checkpoint(str(model))
+    if cycle in (3, 7) and latest:
+      data = f'{latest}.data-00000-of-00001'
+      with open(data, 'r+b') as f:
+        f.truncate(os.path.getsize(data) // 2)
+      os.makedirs(f'{latest}0_temp', exist_ok=True)
+  last = run_module('migrate', *args, f'--model_dir={model}', timeout=300)
+  assert last.returncode == 0, last.stderr[-3000:]
+  assert _fingerprint(last.stderr) == _fingerprint(whole.stderr)
+  # The kills landed at different steps, mid-run: a real test of resuming.
+  assert len({s for s in starts if s > 0}) >= 3, starts
+  assert not [n for n in os.listdir(model) if n.endswith('_temp')]
+
+
+def test_fit_resumes_with_a_new_pass_over_the_data(tmp_path, fake_data_dir):
+  """What the README says of fit: a resumed run starts a new pass, so it is
+  repeatable but not the uninterrupted run (the check above can tell)."""
+  args = [f'--data_dir={fake_data_dir.data_dir}', '--loop=fit',
+          '--batch_size=16', '--checkpoint_steps=10',
+          '--steps_per_execution=5', '--noenable_predict', '--eval_steps=0']
+  whole = run_module('migrate', *args, '--train_steps=40',
+                     f'--model_dir={tmp_path / "whole"}')
+  run_module('migrate', *args, '--train_steps=20',
+             f'--model_dir={tmp_path / "halves"}')
+  halves = run_module('migrate', *args, '--train_steps=40',
+                      f'--model_dir={tmp_path / "halves"}')
+  assert 'resuming at step 20 of 40' in halves.stderr
+  assert _fingerprint(halves.stderr) != _fingerprint(whole.stderr)
+
+
+def test_a_tfrecord_cut_at_any_byte_is_refused(tmp_path):
+  images = np.arange(3 * 784, dtype=np.uint8).reshape(3, 28, 28, 1)
+  whole = tmp_path / 'whole.tfrecords'
+  tfrecords.write_records(str(whole), images, np.arange(3))
+  data = whole.read_bytes()
+  cut = tmp_path / 'cut.tfrecords'
+  boundaries = []
+  for size in range(1, len(data)):
+    cut.write_bytes(data[:size])
+    try:
+      boundaries.append((size, tfrecords.count_records(str(cut))))
+    except DataError:
+      pass
+  # Only a cut between two records reads as a shorter file...
+  record = len(data) // 3
+  assert boundaries == [(record, 1), (2 * record, 2)]
+  # ... which the counts written with the data catch.
+  prepare.prepare(str(tmp_path / 'data'), 'fake')
+  train = tmp_path / 'data' / 'train.tfrecords'
+  train.write_bytes(train.read_bytes()[:record * 5])
+  with pytest.raises(DataError, match=r'train.tfrecords holds 5 records but '
+                     r'dataset_info.json says \d+ were written'):
+    prepare.prepare(str(tmp_path / 'data'))
+
+
+@pytest.mark.parametrize('batch, fits', [(1024, True), (100000, False)])
+def test_memory_estimate_from_the_model_shapes(batch, fits):
+  from migrate import model  # pylint: disable=g-import-not-at-top
+  check = lambda: resources.check_memory(model.forward_bytes(), batch,
+                                         available=24 * 2**30)
+  if fits:
+    check()
+  else:
+    with pytest.raises(KitError, match=r'^--batch_size=100000 needs about '
+                       r'\d+\.\d GiB of memory by the model\'s shapes, and '
+                       r'24.0 GiB is available; use --batch_size=\d+ or less, '
+                       'or pass --skip_resource_checks'):
+      check()
