@@ -26,10 +26,7 @@ import tensorflow as tf
 
 from estimator_mnist import train
 from mnist_common import flags as common_flags
-from mnist_common import stale
-from mnist_common.errors import KitError
-from mnist_common.errors import exit_message
-from mnist_common.errors import storage_error
+from mnist_common.errors import exit_with_one_line
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 common_flags.define_common_flags()
@@ -65,18 +62,7 @@ def main(argv: list[str]) -> None:
   logging.set_verbosity(logging.INFO)
   # TF's logger has a handler of its own; absl's already prints its records.
   tf.get_logger().handlers.clear()
-  try:
-    train.run(FLAGS)
-  except KitError as e:
-    message, code = exit_message(e)
-    print(message, file=sys.stderr)
-    sys.exit(code)
-  except (OSError, tf.errors.OpError) as e:
-    refused = storage_error(e)
-    if refused is None:
-      raise
-    stale.remove_unfinished(refused.path)
-    sys.exit(f'error: {refused}')
+  exit_with_one_line(lambda: train.run(FLAGS))
 
 
 def run() -> None:

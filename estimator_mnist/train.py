@@ -193,14 +193,10 @@ def run(flags_obj, data_override: prepare.DatasetInfo | None = None) -> dict:
   info = data_override or prepare.prepare(
       flags_obj.data_dir, flags_obj.data_source, flags_obj.data_url,
       flags_obj.seed)
-  batching.check_batch_fits_split(flags_obj.batch_size, info.train_examples)
   shards = flags_obj.num_shards if flags_obj.use_tpu else 1
-  eval_batch = batching.eval_batch_size(flags_obj.batch_size,
-                                        info.test_examples, shards)
-  eval_steps = flags_obj.eval_steps
-  if eval_steps is None:
-    eval_steps = info.test_examples // eval_batch
-  batching.check_eval_steps(eval_steps, eval_batch, info.test_examples)
+  evaluation = batching.plan(flags_obj.batch_size, flags_obj.eval_steps,
+                             info.train_examples, info.test_examples, shards)
+  eval_batch, eval_steps = evaluation.batch, evaluation.steps
   if not (flags_obj.use_tpu or flags_obj.skip_resource_checks):
     resources.check_memory(model.forward_bytes(), flags_obj.batch_size)
   model_dir = paths.ensure_writable_dir(flags_obj.model_dir, 'estimator_mnist_')

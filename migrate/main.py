@@ -32,10 +32,8 @@ from migrate import train
 from mnist_common import devices
 from mnist_common import flags as common_flags
 from mnist_common import resources
-from mnist_common import stale
 from mnist_common.errors import KitError
-from mnist_common.errors import exit_message
-from mnist_common.errors import storage_error
+from mnist_common.errors import exit_with_one_line
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 common_flags.define_common_flags()
@@ -79,27 +77,20 @@ def main(argv: list[str]) -> None:
   logging.set_verbosity(logging.INFO)
   # TF's logger has a handler of its own; absl's already prints its records.
   tf.get_logger().handlers.clear()
-  try:
-    # Before anything else: devices are fixed once TensorFlow starts.
-    if not FLAGS.skip_resource_checks:
-      resources.check_cpu_devices(FLAGS.num_cpu_devices)
-    devices.split_cpu(FLAGS.num_cpu_devices)
-    if FLAGS.use_tpu:
-      if FLAGS.strategy not in ('auto', 'tpu'):
-        raise KitError(f'--use_tpu contradicts --strategy={FLAGS.strategy}; '
-                       'drop one of them')
-      FLAGS.strategy = 'tpu'
-    train.run(FLAGS)
-  except KitError as e:
-    message, code = exit_message(e)
-    print(message, file=sys.stderr)
-    sys.exit(code)
-  except (OSError, tf.errors.OpError) as e:
-    refused = storage_error(e)
-    if refused is None:
-      raise
-    stale.remove_unfinished(refused.path)
-    sys.exit(f'error: {refused}')
+  exit_with_one_line(_train)
+
+
+def _train() -> None:
+  # Before anything else: devices are fixed once TensorFlow starts.
+  if not FLAGS.skip_resource_checks:
+    resources.check_cpu_devices(FLAGS.num_cpu_devices)
+  devices.split_cpu(FLAGS.num_cpu_devices)
+  if FLAGS.use_tpu:
+    if FLAGS.strategy not in ('auto', 'tpu'):
+      raise KitError(f'--use_tpu contradicts --strategy={FLAGS.strategy}; '
+                     'drop one of them')
+    FLAGS.strategy = 'tpu'
+  train.run(FLAGS)
 
 
 def run() -> None:

@@ -1,4 +1,6 @@
 """Batch-size arithmetic that both halves must get the same."""
+import dataclasses
+
 from mnist_common.errors import KitError
 
 
@@ -23,6 +25,29 @@ def eval_batch_size(batch_size: int, test_examples: int, replicas: int) -> int:
   """
   size = min(batch_size, test_examples)
   return max(replicas, size - size % replicas)
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+  """How the test split is read after training."""
+  batch: int
+  steps: int
+
+
+def plan(batch_size: int, eval_steps: int | None, train_examples: int,
+         test_examples: int, replicas: int) -> Evaluation:
+  """Checks the batch against the splits; returns the evaluation's batch and
+  steps (eval_steps None: one pass over the test split).
+
+  Raises:
+    KitError: a batch larger than the train split, or eval_steps batches
+      more than the test split holds.
+  """
+  check_batch_fits_split(batch_size, train_examples)
+  batch = eval_batch_size(batch_size, test_examples, replicas)
+  steps = test_examples // batch if eval_steps is None else eval_steps
+  check_eval_steps(steps, batch, test_examples)
+  return Evaluation(batch, steps)
 
 
 def check_eval_steps(eval_steps: int, eval_batch: int,

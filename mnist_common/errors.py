@@ -1,6 +1,10 @@
 """The one error type the kit shows to users as a single line."""
 import errno
 import re
+import sys
+from typing import Callable
+
+from mnist_common import stale
 
 
 class KitError(Exception):
@@ -47,6 +51,26 @@ class Preempted(KitError):
                      'to resume from it')
 
 
+def exit_with_one_line(run: Callable[[], None]) -> None:
+  """Runs run(), a command's work. A KitError, or a write the disk refused,
+  ends the command with its one line on stderr and its exit code (the
+  unfinished checkpoint or data file of a refused write removed); other
+  errors pass."""
+  try:
+    run()
+    return
+  except KitError as e:
+    message, code = exit_message(e)
+  except Exception as e:  # pylint: disable=broad-except
+    refused = storage_error(e)
+    if refused is None:
+      raise
+    stale.remove_unfinished(refused.path)
+    message, code = exit_message(refused)
+  print(message, file=sys.stderr)
+  sys.exit(code)
+
+
 def exit_message(error: KitError) -> tuple[str, int]:
   """The line a command prints for error, and its exit code."""
   if isinstance(error, Preempted):
@@ -73,6 +97,9 @@ def storage_error(error: BaseException) -> StorageError | None:
   """A KitError for a write the disk refused (full, read-only, no
   permission), from Python (OSError) or TensorFlow (an OpError quoting the
   OS); None for any other error."""
+  # OSError, or TensorFlow's OpError (which carries an error_code).
+  if not isinstance(error, OSError) and not hasattr(error, 'error_code'):
+    return None
   text = str(error)
   for number, reason in _STORAGE:
     if isinstance(error, OSError) and error.errno == number:
