@@ -25,7 +25,7 @@ def make_flags(model_dir, **overrides):
       batch_size=64, train_steps=20, eval_steps=None, learning_rate=0.1,
       enable_predict=True, num_predictions=5, seed=0, steps_per_execution=5,
       loop='fit', checkpoint_steps=10, precision='float32',
-      worker_wait_seconds=300)
+      worker_wait_seconds=300, skip_resource_checks=False)
   values.update(overrides)
   return types.SimpleNamespace(**values)
 
