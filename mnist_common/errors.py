@@ -45,8 +45,10 @@ class Preempted(KitError):
   EXIT_CODE = 143
 
   def __init__(self, step: int, checkpoint: str | None):
+    """checkpoint: the one saved, None on a worker that keeps none (the
+    chief saved it)."""
     saved = (f'checkpoint {checkpoint} saved at step {step}' if checkpoint
-             else f'no checkpoint could be saved (step {step})')
+             else f'the chief worker saved the checkpoint at step {step}')
     super().__init__(f'SIGTERM received: {saved}; run the same command again '
                      'to resume from it')
 

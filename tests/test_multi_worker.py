@@ -148,9 +148,9 @@ def test_sigterm_to_one_worker_saves_both_at_one_step_and_both_resume(
   step = int(stopped.group(3))
   assert stopped.group(2) == str(step) and step > 8
   # The worker keeps no checkpoint of its own, but saved at the same step.
-  assert last_line(logs[1]) == (f'stopped: SIGTERM received: no checkpoint '
-                                f'could be saved (step {step}); run the same '
-                                'command again to resume from it')
+  assert last_line(logs[1]) == (f'stopped: SIGTERM received: the chief '
+                                f'worker saved the checkpoint at step {step}; '
+                                'run the same command again to resume from it')
   codes, logs = _wait(_start_workers(tmp_path, fake_data_dir, 'custom',
                                      step + 8, name='resumed'))
   assert codes == [0, 0], logs[0][-3000:] + logs[1][-3000:]
