@@ -12,6 +12,7 @@ import tensorflow.compat.v1 as tf
 from estimator_mnist import data
 from estimator_mnist import model
 from mnist_common import batching
+from mnist_common import checkpoint_files
 from mnist_common import paths
 from mnist_common import prepare
 from mnist_common import report
@@ -23,7 +24,6 @@ from mnist_common import tpu as tpu_lib
 from mnist_common.errors import KitError
 from mnist_common.errors import NonFiniteLossError
 from mnist_common.errors import Preempted
-from mnist_common.errors import one_line
 
 
 def serving_input_receiver_fn(
@@ -108,13 +108,9 @@ def _step_of(checkpoint: str | None) -> int:
 def _unreadable(path: str) -> str | None:
   """Why the checkpoint at path cannot be read in full, or None."""
   try:
-    reader = tf.train.load_checkpoint(path)
-    for name in reader.get_variable_to_shape_map():
-      reader.get_tensor(name)  # Checks each tensor's CRC.
-  # The reader raises IndexError for data cut short ('Read less bytes
-  # than requested').
-  except (tf.errors.OpError, OSError, IndexError) as e:
-    return one_line(e)
+    checkpoint_files.read_all(path)
+  except checkpoint_files.UnreadableCheckpoint as e:
+    return e.reason
   return None
 
 

@@ -14,6 +14,7 @@ from absl import logging
 import tensorflow as tf
 
 from migrate import strategy as strategy_lib
+from mnist_common import checkpoint_files
 from mnist_common import keras_compat
 from mnist_common import process
 from mnist_common import stale
@@ -80,9 +81,7 @@ def restore(checkpoint: tf.train.Checkpoint, model_dir: str) -> bool:
     try:
       _restore_one(checkpoint, model_dir, path)
       return True
-    # The reader raises IndexError for data cut short ('Read less bytes
-    # than requested').
-    except (tf.errors.OpError, OSError, IndexError) as e:
+    except checkpoint_files.READ_ERRORS as e:
       reason = one_line(e)
       unreadable.append(os.path.basename(path))
       logging.warning('Skipped %s: it cannot be read (%s); trying an older '

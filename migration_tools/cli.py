@@ -20,7 +20,7 @@ from absl import logging
 
 from mnist_common import process
 from mnist_common.errors import KitError
-from mnist_common.errors import storage_error
+from mnist_common.errors import exit_with_one_line
 from mnist_common.errors import one_line
 
 _HELP = ('-h', '-help', '--help', '--helpshort', '--helpfull', '-?')
@@ -135,17 +135,6 @@ def run(main: Callable[[flags.FlagValues, list[str]], None],
 
   def guarded_main(argv: list[str]) -> None:
     logging.set_verbosity(logging.WARNING)
-    try:
-      main(tool_flags, argv[1:])
-    except KitError as e:
-      print(f'error: {e}', file=sys.stderr)
-      sys.exit(bad_input_exit)
-    except OSError as e:
-      # A disk that refuses the output: the one error an OSError may be.
-      refused = storage_error(e)
-      if refused is None:
-        raise
-      print(f'error: {refused}', file=sys.stderr)
-      sys.exit(bad_input_exit)
+    exit_with_one_line(lambda: main(tool_flags, argv[1:]), bad_input_exit)
 
   process.run_command(lambda: app.run(guarded_main, flags_parser=parse))

@@ -51,6 +51,7 @@ from migration_tools import optimizers
 from migration_tools import port as port_lib
 from migration_tools import tolerances
 from migration_tools import variable_map as variable_map_lib
+from mnist_common import checkpoint_files
 from mnist_common import keras_compat
 from mnist_common.errors import KitError
 from mnist_common.errors import one_line
@@ -75,26 +76,17 @@ class LegacyCheckpoint:
 
 
 class _CheckedReader:
-  """A checkpoint reader whose every tensor has been read once: a truncated
-  or corrupt checkpoint fails here, in one line, not halfway through."""
+  """A checkpoint reader over checkpoint_files.read_all: a truncated or
+  corrupt checkpoint fails here, in one line, not halfway through."""
 
   def __init__(self, path: str):
-    try:
-      reader = tf.train.load_checkpoint(path)
-      self._shapes = reader.get_variable_to_shape_map()
-      self._values = {name: reader.get_tensor(name) for name in self._shapes}
-    # The reader raises IndexError for data cut short ('Read less bytes
-    # than requested').
-    except (tf.errors.OpError, OSError, IndexError) as e:
-      raise KitError(f'checkpoint {path} cannot be read ({one_line(e)}); '
-                     'point at a complete checkpoint') from e
+    self._values = checkpoint_files.read_all(path)
 
   def get_variable_to_shape_map(self) -> dict:
-    return self._shapes
+    return {name: np.shape(value) for name, value in self._values.items()}
 
   def get_tensor(self, name: str):
     return self._values[name]
-
 
 
 def read_checkpoint(estimator_dir: str) -> LegacyCheckpoint:

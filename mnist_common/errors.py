@@ -53,31 +53,31 @@ class Preempted(KitError):
                      'to resume from it')
 
 
-def exit_with_one_line(run: Callable[[], None]) -> None:
+def exit_with_one_line(run: Callable[[], None], error_exit: int = 1) -> None:
   """Runs run(), a command's work. A KitError, or a write the disk refused,
-  ends the command with its one line on stderr and its exit code (the
-  unfinished checkpoint or data file of a refused write removed); other
-  errors pass."""
+  ends the command with its one line on stderr and its exit code
+  (error_exit for errors; the unfinished checkpoint or data file of a
+  refused write removed); other errors pass."""
   try:
     run()
     return
   except KitError as e:
-    message, code = exit_message(e)
+    message, code = exit_message(e, error_exit)
   except Exception as e:  # pylint: disable=broad-except
     refused = storage_error(e)
     if refused is None:
       raise
     stale.remove_unfinished(refused.path)
-    message, code = exit_message(refused)
+    message, code = exit_message(refused, error_exit)
   print(message, file=sys.stderr)
   sys.exit(code)
 
 
-def exit_message(error: KitError) -> tuple[str, int]:
+def exit_message(error: KitError, error_exit: int = 1) -> tuple[str, int]:
   """The line a command prints for error, and its exit code."""
   if isinstance(error, Preempted):
     return f'stopped: {error}', Preempted.EXIT_CODE
-  return f'error: {error}', 1
+  return f'error: {error}', error_exit
 
 
 # What the OS says, by errno and as TensorFlow's C++ quotes it.
