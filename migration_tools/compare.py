@@ -46,6 +46,7 @@ from migration_tools import port as port_lib  # pylint: disable=wrong-import-pos
 from migration_tools import variable_map  # pylint: disable=wrong-import-position
 from mnist_common import batching  # pylint: disable=wrong-import-position
 from mnist_common import devices  # pylint: disable=wrong-import-position
+from mnist_common import paths  # pylint: disable=wrong-import-position
 from mnist_common.errors import KitError  # pylint: disable=wrong-import-position
 
 
@@ -169,13 +170,10 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
     raise KitError('--bundle checks against a recorded bundle and '
                    '--record_bundle records one: give one of them')
   report = os.path.abspath(tool_flags.report)
-  if not os.path.isdir(os.path.dirname(report)):
-    raise KitError(f'--report {report}: its folder does not exist; create it '
-                   'or choose another path')
-  if tool_flags.record_bundle and not os.path.isdir(
-      os.path.dirname(os.path.abspath(tool_flags.record_bundle))):
-    raise KitError(f'--record_bundle {tool_flags.record_bundle}: its folder '
-                   'does not exist; create it or choose another path')
+  paths.check_folder_exists(report, f'--report {report}')
+  if tool_flags.record_bundle:
+    paths.check_folder_exists(tool_flags.record_bundle,
+                              f'--record_bundle {tool_flags.record_bundle}')
   with tempfile.TemporaryDirectory() as workdir:
     results, figures = (_replayed if tool_flags.bundle else _live)(
         tool_flags, workdir)

@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from migration_tools import optimizers
+from mnist_common import paths
 from mnist_common.errors import KitError
 
 FORMAT = 1
@@ -147,10 +148,8 @@ def save(path: str, bundle: Bundle) -> str:
       'answers': {k: _encode(v, arrays) for k, v in
                   bundle.tape.answers.items()}}
   arrays[_MANIFEST] = np.array(json.dumps(manifest))
+  paths.check_folder_exists(path, path)
   folder = os.path.dirname(os.path.abspath(path))
-  if not os.path.isdir(folder):
-    raise KitError(f'{path}: its folder does not exist; create it or choose '
-                   'another path')
   handle, tmp = tempfile.mkstemp(dir=folder, prefix='.tmp-bundle-',
                                  suffix='.npz')
   try:

@@ -25,6 +25,19 @@ def ensure_writable_dir(path: str | None, prefix: str) -> str:
   return path
 
 
+def check_folder_exists(path: str, name: str) -> None:
+  """KitError unless the folder path would be written in exists; name says
+  which input it is ("--report out.json"). Checked before any work."""
+  if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+    raise KitError(f'{name}: its folder does not exist; create it or choose '
+                   'another path')
+
+
+def read_json(path: str):
+  with open(path) as f:
+    return json.load(f)
+
+
 def write_json(path: str, value, indent: int = 1, default=None) -> None:
   """Writes value as JSON to a temporary name, then renames it into place, so
   a reader never sees half a file."""
