@@ -56,8 +56,9 @@ flags.DEFINE_enum('precision', 'float32', model_lib.PRECISIONS,
                   'float32: the legacy model\'s numerics. mixed_bfloat16: '
                   'Keras mixed precision (bfloat16 math, float32 variables '
                   'and checkpoints), as tf.tpu.bfloat16_scope was; faster on '
-                  'TPUs and on CPUs with AVX512_BF16, not bit-comparable to '
-                  'the legacy model.')
+                  'TPUs and on CPUs with AVX512_BF16 or AMX, slower on CPUs '
+                  'without (emulated), not bit-comparable to the legacy '
+                  'model.')
 flags.DEFINE_integer(
     'worker_wait_seconds', 300,
     'With --strategy=multi_worker: how long to wait for the other workers of '

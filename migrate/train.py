@@ -23,6 +23,7 @@ from migrate import model as model_lib
 from migrate import preemption
 from migrate import strategy as strategy_lib
 from mnist_common import batching
+from mnist_common import cpu
 from mnist_common import keras_compat
 from mnist_common import paths
 from mnist_common import prepare
@@ -109,6 +110,21 @@ def _check_memory(strategy: tf.distribute.Strategy, per_replica: int,
                          per_replica * local_replicas)
 
 
+def _warn_if_bfloat16_is_emulated(strategy: tf.distribute.Strategy,
+                                  precision: str) -> None:
+  """mixed_bfloat16 on a CPU without bfloat16 arithmetic is converted to and
+  from float32 around every op: it can train slower than float32."""
+  if (precision == 'mixed_bfloat16' and
+      not isinstance(strategy, tf.distribute.TPUStrategy) and
+      not tf.config.list_physical_devices('GPU') and
+      cpu.has_bfloat16_arithmetic() is False):
+    logging.warning(
+        '--precision=mixed_bfloat16 on a CPU without bfloat16 arithmetic '
+        '(AVX512_BF16 or AMX): TensorFlow emulates it, which can train '
+        'several times slower than float32 (benchmarks/README.md); float32 '
+        'is the faster choice on this CPU')
+
+
 def _save_at_step(manager: tf.train.CheckpointManager, optimizer,
                   strategy: tf.distribute.Strategy) -> tuple[int, str | None]:
   """Saves at the optimizer's step; returns it and the chief's checkpoint."""
@@ -170,6 +186,7 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
   eval_batch, eval_steps = evaluation.batch, evaluation.steps
   if not flags_obj.skip_resource_checks:
     _check_memory(strategy, per_replica, flags_obj.precision)
+  _warn_if_bfloat16_is_emulated(strategy, flags_obj.precision)
   model_dir = paths.ensure_writable_dir(flags_obj.model_dir, 'migrate_')
 
   tf.keras.utils.set_random_seed(flags_obj.seed)

@@ -14,6 +14,7 @@ from migrate import data
 from migrate import fit_loop
 from migrate import model as model_lib
 from migrate import train
+from mnist_common import cpu
 from mnist_common.errors import KitError
 from mnist_common.errors import NonFiniteLossError
 
@@ -61,12 +62,15 @@ def test_trains_evaluates_predicts_and_exports(tmp_path, fake_data_dir, loop,
 
 @pytest.mark.parametrize('loop, replicas', [('fit', 1), ('custom', 2)])
 def test_mixed_bfloat16_trains_exports_float32_and_resumes_in_float32(
-    tmp_path, fake_data_dir, loop, replicas):
+    tmp_path, fake_data_dir, loop, replicas, caplog):
   model_dir = tmp_path / 'model'
   mixed = train.run(make_flags(model_dir, loop=loop,
                                precision='mixed_bfloat16'),
                     cpu_strategy(replicas), fake_data_dir)
   assert mixed['eval']['accuracy'] > 0.5  # The fake data is easy.
+  # Said where this CPU would emulate bfloat16, and only there.
+  warned = 'on a CPU without bfloat16 arithmetic' in caplog.text
+  assert warned is (cpu.has_bfloat16_arithmetic() is False)
   images = np.zeros([3, 28, 28, 1], np.uint8)
   served = _serve(mixed['export_dir'], images)
   assert served['probabilities'].dtype == tf.float32
