@@ -118,10 +118,10 @@ def main(argv: list[str]) -> None:
     info = prepare.prepare(FLAGS.data_dir)
     report = {}
     for key in selected:
-      label, train = by_id[key]
-      logging.info('profiling %s', label)
-      report[key] = profile(train, info, FLAGS.batch_size, FLAGS.steps)
-      print(table(label, report[key], FLAGS.top) + '\n', flush=True)
+      trainer = by_id[key]
+      logging.info('profiling %s', trainer.label)
+      report[key] = profile(trainer.run, info, FLAGS.batch_size, FLAGS.steps)
+      print(table(trainer.label, report[key], FLAGS.top) + '\n', flush=True)
   except KitError as e:
     sys.exit(f'error: {e}')
   paths.write_json(FLAGS.report, report)

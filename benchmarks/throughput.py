@@ -6,9 +6,16 @@ Trains the kit's CNN on the same TFRecords at the same global batch with each
 trainer in turn, in this one process, and reports training examples per second
 (the median of --windows timed windows of --window_steps steps, after one
 warm-up window), each trainer's ratio to the TPUEstimator baseline, and its
-fraction of this machine's ceiling: the float32 matmul rate times nothing
-else, divided into the FLOPs a training example costs (counted from the layer
-shapes). Also timed: the input pipelines alone. Prints a table, writes JSON.
+fraction of this machine's ceiling for its precision: the rate of a large
+float32 matmul for the float32 trainers, of a bfloat16 one for the
+mixed_bfloat16 trainers, against the FLOPs a training example costs (counted
+from the layer shapes). Also timed: the input pipelines alone. The JSON names
+the CPU and the instruction-set flags that decide those ceilings (AVX-512,
+AVX512_BF16, AMX). Prints a table, writes JSON.
+
+On a TensorFlow without tf.estimator (2.16 and later) every trainer but the
+TPUEstimator baseline runs; benchmarks/across_versions.py runs this script in
+each install profile and puts the results side by side.
 
 Ratios are the headline: absolute rates move with the machine's load. Tests
 run it for a few steps only; nothing here is asserted on timing.
@@ -29,9 +36,9 @@ import tensorflow as tf
 import trainers  # pylint: disable=g-bad-import-order
 
 from estimator_mnist import data as estimator_data  # pylint: disable=g-import-not-at-top,wrong-import-position
-from estimator_mnist import versions  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import data as migrate_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import model as model_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mnist_common import cpu  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common import paths  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common import prepare  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -48,9 +55,12 @@ flags.DEFINE_integer('steps_per_execution', 50, 'Steps per host visit for the '
 flags.DEFINE_list('trainers', [], 'Run only these: estimator, fit_1, '
                   'fit_many, custom_1, custom_many, fit_2_replicas, '
                   'custom_2_replicas, fit_tape, custom_tape, fit_bf16, '
-                  'custom_bf16; empty: all.')
-flags.DEFINE_integer('matmul_size', 4096, 'Side of the square matmul that '
-                     'measures the ceiling.', lower_bound=64)
+                  'custom_bf16; empty: all this TensorFlow can run.')
+flags.DEFINE_bool('skip_unavailable', False, 'Leave out, with a line, the '
+                  'asked-for trainers this TensorFlow cannot run (estimator '
+                  'without tf.estimator) instead of failing.')
+flags.DEFINE_integer('matmul_size', 4096, 'Side of the square matmuls that '
+                     'measure the ceilings.', lower_bound=64)
 flags.DEFINE_string('data_dir', None, 'Prepared data (see python -m migrate '
                     '--helpfull); unset: the kit\'s default data.')
 flags.DEFINE_string('report', 'throughput.json', 'Where the JSON goes.')
@@ -59,10 +69,15 @@ FLAGS = flags.FLAGS
 
 # ------------------------------------------------------------ the ceiling --
 
-def matmul_flops_per_second(size: int, repeats: int = 10) -> float:
-  """float32 FLOP/s of a size x size matmul, the median of several."""
-  a = tf.random.normal([size, size])
-  b = tf.random.normal([size, size])
+# The ceiling each trainer is held to, by the precision of its math.
+CEILING_DTYPES = {'float32': tf.float32, 'mixed_bfloat16': tf.bfloat16}
+
+
+def matmul_flops_per_second(size: int, dtype: tf.DType = tf.float32,
+                            repeats: int = 10) -> float:
+  """FLOP/s of a size x size matmul in dtype, the median of several."""
+  a = tf.cast(tf.random.normal([size, size]), dtype)
+  b = tf.cast(tf.random.normal([size, size]), dtype)
   matmul = tf.function(lambda x, y: tf.reduce_sum(tf.matmul(x, y)))
   matmul(a, b).numpy()  # Traces and warms up.
   times = []
@@ -112,40 +127,51 @@ def input_pipeline(dataset, batch: int, window_steps: int,
 
 # ------------------------------------------------------------------- main --
 
-def _cpu_name() -> str:
-  try:
-    with open('/proc/cpuinfo') as f:
-      for line in f:
-        if line.startswith('model name'):
-          return line.split(':', 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or 'unknown'
+def _estimator_version() -> str | None:
+  if not trainers.HAS_ESTIMATOR:
+    return None
+  from estimator_mnist import versions  # pylint: disable=g-import-not-at-top
+  return versions.estimator_build()
+
+
+def _selected(by_id: dict, only: list, skip_unavailable: bool) -> list:
+  if skip_unavailable and 'estimator' in only and 'estimator' not in by_id:
+    logging.info('leaving out estimator: TensorFlow %s has no tf.estimator',
+                 tf.__version__)
+    only = [key for key in only if key != 'estimator']
+    if not only:
+      raise KitError('--trainers: none of them runs on TensorFlow '
+                     f'{tf.__version__}')
+  return trainers.select(by_id, only)
 
 
 def run(info, batch: int, window_steps: int, windows: int,
-        steps_per_execution: int, only: list, matmul_size: int) -> dict:
+        steps_per_execution: int, only: list, matmul_size: int,
+        skip_unavailable: bool = False) -> dict:
   """Every measurement; returns the report."""
   if window_steps % steps_per_execution:
     raise KitError(f'--window_steps={window_steps} must be a multiple of '
                    f'--steps_per_execution={steps_per_execution}')
-  flops = training_flops_per_example(model_lib.build_model())
-  ceiling = matmul_flops_per_second(matmul_size)
-  logging.info('matmul ceiling: %.1f GFLOP/s', ceiling / 1e9)
   by_id = trainers.by_id(steps_per_execution)
-  selected = trainers.select(by_id, only)
+  selected = _selected(by_id, only, skip_unavailable)
+  flops = training_flops_per_example(model_lib.build_model())
+  ceilings = {}
+  for precision, dtype in CEILING_DTYPES.items():
+    ceilings[precision] = matmul_flops_per_second(matmul_size, dtype)
+    logging.info('%s matmul ceiling: %.1f GFLOP/s', dtype.name,
+                 ceilings[precision] / 1e9)
   results = {}
-  for key, (label, train) in by_id.items():
-    if key not in selected:
-      continue
-    logging.info('timing %s', label)
-    results[key] = train(info, batch, window_steps, windows)
-    results[key]['label'] = label
+  for key in selected:
+    trainer = by_id[key]
+    logging.info('timing %s', trainer.label)
+    results[key] = trainer.run(info, batch, window_steps, windows)
+    results[key].update(label=trainer.label, precision=trainer.precision)
   baseline = results.get('estimator', {}).get('examples_per_second')
   for result in results.values():
     rate = result['examples_per_second']
     result['ratio_to_estimator'] = rate / baseline if baseline else None
-    result['fraction_of_ceiling'] = rate * flops['training'] / ceiling
+    result['fraction_of_ceiling'] = (
+        rate * flops['training'] / ceilings[result['precision']])
   pipelines = {
       'migrate.data (train)': input_pipeline(migrate_data.make_dataset(
           info.data_dir, 'train', batch, True), batch, window_steps, windows),
@@ -156,15 +182,18 @@ def run(info, batch: int, window_steps: int, windows: int,
   }
   return {
       'trainers': results, 'input_pipelines': pipelines,
-      'matmul_flops_per_second': ceiling, 'matmul_size': matmul_size,
+      'matmul_flops_per_second': {CEILING_DTYPES[p].name: rate
+                                  for p, rate in ceilings.items()},
+      'matmul_size': matmul_size,
       'flops_per_example': flops, 'batch_size': batch,
       'window_steps': window_steps, 'windows': windows,
       'steps_per_execution': steps_per_execution, 'data': info.description,
-      'machine': {'cpu': _cpu_name(), 'cores': os.cpu_count(),
+      'machine': {'cpu': cpu.name(), 'cpu_flags': cpu.matmul_flags(),
+                  'cores': os.cpu_count(),
                   'python': platform.python_version(),
                   'tensorflow': tf.__version__,
                   'keras': metadata.version('keras'),
-                  'estimator': versions.estimator_build(),
+                  'estimator': _estimator_version(),
                   'onednn': os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'default')},
   }
 
@@ -172,7 +201,7 @@ def run(info, batch: int, window_steps: int, windows: int,
 def table(report: dict) -> str:
   """The report as a Markdown table."""
   best = max(r['examples_per_second'] for r in report['trainers'].values())
-  lines = ['| trainer | examples/s | vs TPUEstimator | of matmul ceiling |',
+  lines = ['| trainer | examples/s | vs TPUEstimator | of its ceiling |',
            '| --- | ---: | ---: | ---: |']
   for r in report['trainers'].values():
     ratio = r['ratio_to_estimator']
@@ -183,15 +212,24 @@ def table(report: dict) -> str:
     lines.append(f'| input pipeline alone: {name} | '
                  f'{r["examples_per_second"]:,.0f} | | '
                  f'{r["examples_per_second"] / best:.0f}x the best trainer |')
-  flops = report['flops_per_example']
-  lines.append('')
-  lines.append(f'Ceiling: {report["matmul_flops_per_second"] / 1e9:.0f} '
-               f'GFLOP/s ({report["matmul_size"]}^2 float32 matmul); the '
-               f'model: {flops["training"] / 1e6:.1f} MFLOP per training '
-               f'example ({flops["forward"] / 1e6:.1f} forward). Global batch '
-               f'{report["batch_size"]}; {report["machine"]["cpu"]}, '
-               f'{report["machine"]["cores"]} cores.')
+  lines += ['', footer(report)]
   return '\n'.join(lines)
+
+
+def footer(report: dict) -> str:
+  """The ceilings, the model's cost and the machine, in a sentence."""
+  flops = report['flops_per_example']
+  ceilings = ', '.join(f'{rate / 1e9:.0f} GFLOP/s {dtype}' for dtype, rate
+                       in report['matmul_flops_per_second'].items())
+  machine = report['machine']
+  has = [flag for flag, present in machine['cpu_flags'].items() if present]
+  return (f'Ceilings ({report["matmul_size"]}^2 matmul; a trainer is held to '
+          f'the one of its precision): {ceilings}. The model: '
+          f'{flops["training"] / 1e6:.1f} MFLOP per training example '
+          f'({flops["forward"] / 1e6:.1f} forward). Global batch '
+          f'{report["batch_size"]}; {machine["cpu"]}, {machine["cores"]} '
+          f'cores ({" ".join(has) or "flags unknown"}); '
+          f'TensorFlow {machine["tensorflow"]}, Keras {machine["keras"]}.')
 
 
 def main(argv: list[str]) -> None:
@@ -201,7 +239,8 @@ def main(argv: list[str]) -> None:
   try:
     info = prepare.prepare(FLAGS.data_dir)
     report = run(info, FLAGS.batch_size, FLAGS.window_steps, FLAGS.windows,
-                 FLAGS.steps_per_execution, FLAGS.trainers, FLAGS.matmul_size)
+                 FLAGS.steps_per_execution, FLAGS.trainers, FLAGS.matmul_size,
+                 FLAGS.skip_unavailable)
   except KitError as e:
     sys.exit(f'error: {e}')
   print(table(report))

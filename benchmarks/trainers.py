@@ -3,15 +3,19 @@
 Each trainer function trains the kit's CNN on a prepared dataset at a global
 batch for (windows + 1) x window_steps steps and returns examples per second:
 the median over the timed windows, after one warm-up window. by_id() lists
-them by id for benchmarks/throughput.py and benchmarks/kernels.py. Importing
-this module splits the CPU into two logical devices (for the 2-replica
-trainers): import it before any TF op runs.
+them by id for benchmarks/throughput.py and benchmarks/kernels.py; without
+tf.estimator (TensorFlow 2.16 and later) the TPUEstimator baseline is not
+among them. Importing this module splits the CPU into two logical devices
+(for the 2-replica trainers): import it before any TF op runs.
 """
+import dataclasses
 from functools import partial
+import importlib.util
 import statistics
 import tempfile
 import time
 import types
+from typing import Callable
 
 import tensorflow as tf
 
@@ -19,14 +23,22 @@ import tensorflow as tf
 from mnist_common import devices  # pylint: disable=g-bad-import-order
 devices.split_cpu(2)
 
-from estimator_mnist import data as estimator_data  # pylint: disable=g-import-not-at-top,wrong-import-position
-from estimator_mnist import train as estimator_train  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import custom_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import data as migrate_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import fit_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import model as model_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common import process  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+HAS_ESTIMATOR = importlib.util.find_spec('tensorflow_estimator') is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class Trainer:
+  """One timed set-up: run(info, batch, window_steps, windows) -> rates."""
+  label: str
+  run: Callable[..., dict]
+  precision: str = 'float32'  # Its math: whose matmul ceiling it is held to.
 
 
 def median_rate(stamps: list, steps_per_window: int, batch: int) -> dict:
@@ -37,7 +49,7 @@ def median_rate(stamps: list, steps_per_window: int, batch: int) -> dict:
           'window_rates': rates}
 
 
-class _WindowHook(tf.estimator.SessionRunHook):
+class _WindowHook(tf.compat.v1.train.SessionRunHook):
   """Timestamps every window_steps session runs (one step each off a TPU)."""
 
   def __init__(self, window_steps: int):
@@ -51,6 +63,9 @@ class _WindowHook(tf.estimator.SessionRunHook):
 
 def estimator(info, batch: int, window_steps: int, windows: int) -> dict:
   """estimator_mnist's TPUEstimator, use_tpu=False, as its main.py builds it."""
+  # Imported here: the other trainers run on a TensorFlow without it.
+  from estimator_mnist import data as estimator_data  # pylint: disable=g-import-not-at-top
+  from estimator_mnist import train as estimator_train  # pylint: disable=g-import-not-at-top
   steps = window_steps * (windows + 1)
   flags_obj = types.SimpleNamespace(
       iterations=steps,  # Checkpoints only at the start and the end.
@@ -135,41 +150,51 @@ def custom(strategy, steps_per_call: int, info, batch: int,
   return median_rate(stamps, window_steps, batch)
 
 
-def by_id(steps_per_execution: int) -> dict:
-  """{id: (label, run)}, run(info, batch, window_steps, windows) -> rates;
-  the first is the baseline. Call it once per process: two
-  MirroredStrategies over the same devices clash."""
+def by_id(steps_per_execution: int) -> dict[str, Trainer]:
+  """The trainers this TensorFlow can run, by id; the first is the baseline
+  (TPUEstimator, where tf.estimator is installed). Call it once per process:
+  two MirroredStrategies over the same devices clash."""
   one = tf.distribute.OneDeviceStrategy('/cpu:0')
   two = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])
   many = steps_per_execution
-  return {
-      'estimator': ('estimator (TPUEstimator, CPU)', estimator),
-      'fit_1': ('fit, steps_per_execution=1', partial(fit, one, 1)),
-      'fit_many': (f'fit, steps_per_execution={many}', partial(fit, one, many)),
-      'custom_1': ('custom, 1 step per call', partial(custom, one, 1)),
-      'custom_many': (f'custom, {many} steps per call',
-                      partial(custom, one, many)),
-      'fit_2_replicas': (f'fit, 2 replicas, steps_per_execution={many}',
-                         partial(fit, two, many)),
-      'custom_2_replicas': (f'custom, 2 replicas, {many} steps per call',
-                            partial(custom, two, many)),
+  bf16 = 'mixed_bfloat16'
+  trainers = {
+      'estimator': Trainer('estimator (TPUEstimator, CPU)', estimator),
+      'fit_1': Trainer('fit, steps_per_execution=1', partial(fit, one, 1)),
+      'fit_many': Trainer(f'fit, steps_per_execution={many}',
+                          partial(fit, one, many)),
+      'custom_1': Trainer('custom, 1 step per call', partial(custom, one, 1)),
+      'custom_many': Trainer(f'custom, {many} steps per call',
+                             partial(custom, one, many)),
+      'fit_2_replicas': Trainer(f'fit, 2 replicas, steps_per_execution={many}',
+                                partial(fit, two, many)),
+      'custom_2_replicas': Trainer(f'custom, 2 replicas, {many} steps per call',
+                                   partial(custom, two, many)),
       # As the kit had them before model_lib.gradients: tape gradients.
-      'fit_tape': (f'fit, steps_per_execution={many}, GradientTape '
-                   '(Keras\'s own train_step)',
-                   partial(fit, one, many, keras_train_step=True)),
-      'custom_tape': (f'custom, {many} steps per call, GradientTape',
-                      partial(custom, one, many, trainer_class=TapeTrainer)),
+      'fit_tape': Trainer(f'fit, steps_per_execution={many}, GradientTape '
+                          '(Keras\'s own train_step)',
+                          partial(fit, one, many, keras_train_step=True)),
+      'custom_tape': Trainer(f'custom, {many} steps per call, GradientTape',
+                             partial(custom, one, many,
+                                     trainer_class=TapeTrainer)),
       # --precision=mixed_bfloat16: faster, but not the legacy numerics.
-      'fit_bf16': (f'fit, steps_per_execution={many}, mixed_bfloat16',
-                   partial(fit, one, many, precision='mixed_bfloat16')),
-      'custom_bf16': (f'custom, {many} steps per call, mixed_bfloat16',
-                      partial(custom, one, many, precision='mixed_bfloat16')),
+      'fit_bf16': Trainer(f'fit, steps_per_execution={many}, {bf16}',
+                          partial(fit, one, many, precision=bf16), bf16),
+      'custom_bf16': Trainer(f'custom, {many} steps per call, {bf16}',
+                             partial(custom, one, many, precision=bf16), bf16),
   }
+  if not HAS_ESTIMATOR:
+    del trainers['estimator']
+  return trainers
 
 
 def select(by_id: dict, ids: list[str]) -> list[str]:
   """The ids asked for (all of them if none), or KitError naming the
   unknown ones."""
+  if 'estimator' in ids and 'estimator' not in by_id:
+    raise KitError(f'--trainers: estimator needs tf.estimator, which '
+                   f'TensorFlow {tf.__version__} does not have; run it on '
+                   'TF 2.15 (the estimator profile)')
   unknown = sorted(set(ids) - set(by_id))
   if unknown:
     raise KitError(f'--trainers: unknown {unknown}; known: {sorted(by_id)}')

@@ -51,6 +51,9 @@ collect_ignore = [] if HAS_ESTIMATOR else list(ESTIMATOR_TEST_FILES)
 # What TF 2.15 made (tests/tf215_artifacts.py) for the tests marked
 # 'from_tf215' to take over: .ci/run sets it; unset, they are left out.
 TF215_DIR = os.environ.get('KIT_TF215_DIR')
+# The estimator profile's Python, for the tests marked 'tf215_python' that
+# run it beside this one: .ci/run sets it; unset, they are left out.
+TF215_PYTHON = os.environ.get('KIT_TF215_PYTHON')
 
 
 def pytest_report_header(config):
@@ -67,13 +70,17 @@ def pytest_report_header(config):
   lines.append(f'TF 2.15 artifacts: {TF215_DIR}' if TF215_DIR else
                'left out: the tests marked "from_tf215" (set KIT_TF215_DIR '
                'to the output of tests/tf215_artifacts.py)')
+  lines.append(f'TF 2.15 Python: {TF215_PYTHON}' if TF215_PYTHON else
+               'left out: the tests marked "tf215_python" (set '
+               'KIT_TF215_PYTHON to the estimator profile\'s Python)')
   return lines
 
 
 def pytest_collection_modifyitems(config, items):
   left_out = [item for item in items if (
       (not HAS_ESTIMATOR and item.get_closest_marker('estimator')) or
-      (not TF215_DIR and item.get_closest_marker('from_tf215')))]
+      (not TF215_DIR and item.get_closest_marker('from_tf215')) or
+      (not TF215_PYTHON and item.get_closest_marker('tf215_python')))]
   if left_out:
     config.hook.pytest_deselected(items=left_out)
     items[:] = [item for item in items if item not in left_out]

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, last_line
 
 BENCHMARKS = os.path.join(REPO, 'benchmarks')
@@ -38,11 +40,24 @@ def test_throughput_smoke_run_writes_table_and_json(tmp_path, fake_data_dir):
       'custom, 2 steps per call, GradientTape',
       'fit, steps_per_execution=2, mixed_bfloat16',
       'custom, 2 steps per call, mixed_bfloat16']
+  ceilings = figures['matmul_flops_per_second']
+  assert set(ceilings) == {'float32', 'bfloat16'}
+  per_example = figures['flops_per_example']['training']
   for name, trainer in trainers.items():
     assert len(trainer['window_rates']) == 2, name
     assert trainer['examples_per_second'] > 0, name
-    assert trainer['fraction_of_ceiling'] > 0, name
+    # Each trainer is held to the ceiling of its own precision.
+    dtype = 'bfloat16' if name.endswith('_bf16') else 'float32'
+    assert trainer['precision'] == (
+        'mixed_bfloat16' if dtype == 'bfloat16' else 'float32'), name
+    assert trainer['fraction_of_ceiling'] == pytest.approx(
+        trainer['examples_per_second'] * per_example / ceilings[dtype]), name
   assert trainers['estimator']['ratio_to_estimator'] == 1
+  cpu_flags = figures['machine']['cpu_flags']
+  assert {'avx512f', 'avx512_bf16', 'amx_bf16'} <= set(cpu_flags)
+  with open('/proc/cpuinfo') as f:
+    has_avx2 = ' avx2' in f.read()
+  assert cpu_flags['avx2'] is has_avx2
   assert len(figures['input_pipelines']) == 2
   # 2 x (28*28*32*25 + 14*14*64*25*32 + 3136*128 + 128*10) forward; training
   # three times that, less the first layer's input gradient.
@@ -50,7 +65,9 @@ def test_throughput_smoke_run_writes_table_and_json(tmp_path, fake_data_dir):
   assert figures['flops_per_example']['training'] == 3 * 22_130_176 - 1_254_400
   assert figures['machine']['tensorflow'] == '2.15.1'
   assert '| estimator (TPUEstimator, CPU) |' in result.stdout
-  assert 'of matmul ceiling' in result.stdout
+  assert 'of its ceiling' in result.stdout
+  assert 'GFLOP/s float32' in result.stdout
+  assert 'GFLOP/s bfloat16' in result.stdout
 
 
 def test_window_not_a_multiple_of_the_execution_fails_in_one_line(
