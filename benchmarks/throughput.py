@@ -127,7 +127,7 @@ def input_pipeline(dataset, batch: int, window_steps: int,
 
 # ------------------------------------------------------------------- main --
 
-def _estimator_version() -> str | None:
+def _estimator_version() -> dict | None:
   if not trainers.HAS_ESTIMATOR:
     return None
   from estimator_mnist import versions  # pylint: disable=g-import-not-at-top
