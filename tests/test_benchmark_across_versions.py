@@ -7,9 +7,10 @@ import sys
 
 import pytest
 
-from conftest import REPO, TF215_PYTHON, last_line
+from conftest import HAS_ESTIMATOR, REPO, TF215_PYTHON, last_line
 
 SCRIPT = os.path.join(REPO, 'benchmarks', 'across_versions.py')
+THROUGHPUT = os.path.join(REPO, 'benchmarks', 'throughput.py')
 
 
 def _run(*args):
@@ -79,4 +80,25 @@ def test_a_failing_run_is_one_line_and_writes_nothing(tmp_path):
   assert last_line(result.stderr) == (
       f'error: benchmarks/throughput.py under {sys.executable} exited with 1 '
       '(its output is above); nothing was written')
+  assert not report.exists()
+
+
+@pytest.mark.skipif(HAS_ESTIMATOR, reason='this TensorFlow has tf.estimator: '
+                    'its TPUEstimator baseline runs')
+@pytest.mark.parametrize('extra, message', [
+    ([], 'error: --trainers: estimator needs tf.estimator, which TensorFlow '
+         '{version} does not have; run it on TF 2.15 (the estimator profile)'),
+    (['--skip_unavailable'],
+     'error: --trainers: none of them runs on TensorFlow {version}'),
+])
+def test_the_baseline_without_tf_estimator_is_one_line(
+    tmp_path, fake_data_dir, extra, message):
+  report = tmp_path / 'throughput.json'
+  result = subprocess.run(
+      [sys.executable, THROUGHPUT, '--trainers=estimator', *extra,
+       f'--data_dir={fake_data_dir.data_dir}', f'--report={report}'], cwd=REPO, env={**os.environ, 'PYTHONPATH': REPO},
+      capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 1
+  version = __import__('tensorflow').__version__
+  assert last_line(result.stderr) == message.format(version=version)
   assert not report.exists()
