@@ -42,7 +42,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # are deselected; the header says so (pytest_report_header).
 HAS_ESTIMATOR = importlib.util.find_spec('tensorflow_estimator') is not None
 ESTIMATOR_TEST_FILES = (
-    'test_benchmarks.py', 'test_compare.py', 'test_convert_checkpoint.py',
+    'test_compare.py', 'test_convert_checkpoint.py',
     'test_estimator_main.py', 'test_estimator_model.py', 'test_user_pairs.py',
     'test_versions.py')
 collect_ignore = [] if HAS_ESTIMATOR else list(ESTIMATOR_TEST_FILES)
