@@ -134,17 +134,6 @@ def _estimator_version() -> dict | None:
   return versions.estimator_build()
 
 
-def _selected(by_id: dict, only: list, skip_unavailable: bool) -> list:
-  if skip_unavailable and 'estimator' in only and 'estimator' not in by_id:
-    logging.info('leaving out estimator: TensorFlow %s has no tf.estimator',
-                 tf.__version__)
-    only = [key for key in only if key != 'estimator']
-    if not only:
-      raise KitError('--trainers: none of them runs on TensorFlow '
-                     f'{tf.__version__}')
-  return trainers.select(by_id, only)
-
-
 def run(info, batch: int, window_steps: int, windows: int,
         steps_per_execution: int, only: list, matmul_size: int,
         skip_unavailable: bool = False) -> dict:
@@ -153,7 +142,7 @@ def run(info, batch: int, window_steps: int, windows: int,
     raise KitError(f'--window_steps={window_steps} must be a multiple of '
                    f'--steps_per_execution={steps_per_execution}')
   by_id = trainers.by_id(steps_per_execution)
-  selected = _selected(by_id, only, skip_unavailable)
+  selected = trainers.select(by_id, only, skip_unavailable)
   flops = training_flops_per_example(model_lib.build_model())
   ceilings = {}
   for precision, dtype in CEILING_DTYPES.items():

@@ -17,6 +17,7 @@ import time
 import types
 from typing import Callable
 
+from absl import logging
 import tensorflow as tf
 
 # Two logical CPUs for the 2-replica runs: must precede every TF op.
@@ -188,9 +189,18 @@ def by_id(steps_per_execution: int) -> dict[str, Trainer]:
   return trainers
 
 
-def select(by_id: dict, ids: list[str]) -> list[str]:
+def select(by_id: dict, ids: list[str], skip_unavailable: bool = False
+           ) -> list[str]:
   """The ids asked for (all of them if none), or KitError naming the
-  unknown ones."""
+  unknown ones. skip_unavailable: leave out, with a line, the TPUEstimator
+  baseline on a TensorFlow without tf.estimator instead of failing."""
+  if 'estimator' in ids and 'estimator' not in by_id and skip_unavailable:
+    logging.info('leaving out estimator: TensorFlow %s has no tf.estimator',
+                 tf.__version__)
+    ids = [key for key in ids if key != 'estimator']
+    if not ids:
+      raise KitError('--trainers: none of them runs on TensorFlow '
+                     f'{tf.__version__}')
   if 'estimator' in ids and 'estimator' not in by_id:
     raise KitError(f'--trainers: estimator needs tf.estimator, which '
                    f'TensorFlow {tf.__version__} does not have; run it on '

@@ -112,8 +112,9 @@ def _check_memory(strategy: tf.distribute.Strategy, per_replica: int,
 
 def _warn_if_bfloat16_is_emulated(strategy: tf.distribute.Strategy,
                                   precision: str) -> None:
-  """mixed_bfloat16 on a CPU without bfloat16 arithmetic is converted to and
-  from float32 around every op: it can train slower than float32."""
+  """mixed_bfloat16 on a CPU without bfloat16 arithmetic: TensorFlow runs
+  its bfloat16 convolution gradients on generic kernels there, several times
+  slower than float32 (measured: benchmarks/README.md)."""
   if (precision == 'mixed_bfloat16' and
       not isinstance(strategy, tf.distribute.TPUStrategy) and
       not tf.config.list_physical_devices('GPU') and

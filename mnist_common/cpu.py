@@ -40,8 +40,7 @@ def matmul_flags() -> dict[str, bool | None]:
 
 
 def has_bfloat16_arithmetic() -> bool | None:
-  """Whether the CPU computes in bfloat16 itself (None: unknown). Without
-  it, TensorFlow converts bfloat16 to float32 and back around the math."""
+  """Whether the CPU computes in bfloat16 itself (None: unknown)."""
   flags = matmul_flags()
   if any(flags[f] is None for f in BFLOAT16_FLAGS):
     return None

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import tensorflow as tf
 
 from conftest import HAS_ESTIMATOR, REPO, TF215_PYTHON, last_line
 
@@ -31,7 +32,7 @@ def test_two_tensorflows_in_one_table(tmp_path, fake_data_dir):
   figures = json.loads(report.read_text())
   legacy, this = figures['runs']
   assert legacy['machine']['tensorflow'] == '2.15.1'
-  assert this['machine']['tensorflow'] == __import__('tensorflow').__version__
+  assert this['machine']['tensorflow'] == tf.__version__
   # Each run in its own process, one after the other, progress on stderr.
   assert result.stderr.index('[1/2]') < result.stderr.index('[2/2]')
   rows = {row['trainer']: row for row in figures['rows']}
@@ -99,6 +100,5 @@ def test_the_baseline_without_tf_estimator_is_one_line(
        f'--data_dir={fake_data_dir.data_dir}', f'--report={report}'], cwd=REPO, env={**os.environ, 'PYTHONPATH': REPO},
       capture_output=True, text=True, timeout=300, check=False)
   assert result.returncode == 1
-  version = __import__('tensorflow').__version__
-  assert last_line(result.stderr) == message.format(version=version)
+  assert last_line(result.stderr) == message.format(version=tf.__version__)
   assert not report.exists()
