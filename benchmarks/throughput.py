@@ -52,10 +52,11 @@ flags.DEFINE_integer('windows', 3, 'Timed windows per trainer (after one '
 flags.DEFINE_integer('steps_per_execution', 50, 'Steps per host visit for the '
                      '"many steps" trainers (the kit\'s default).',
                      lower_bound=1)
-flags.DEFINE_list('trainers', [], 'Run only these: estimator, fit_1, '
-                  'fit_many, custom_1, custom_many, fit_2_replicas, '
-                  'custom_2_replicas, fit_tape, custom_tape, fit_bf16, '
-                  'custom_bf16; empty: all this TensorFlow can run.')
+flags.DEFINE_list('trainers', [], 'Run only these: estimator, '
+                  'estimator_guarded, fit_1, fit_many, custom_1, custom_many, '
+                  'fit_2_replicas, custom_2_replicas, fit_tape, custom_tape, '
+                  'custom_unguarded, fit_bf16, custom_bf16; empty: all this '
+                  'TensorFlow can run.')
 flags.DEFINE_bool('skip_unavailable', False, 'Leave out, with a line, the '
                   'asked-for trainers this TensorFlow cannot run (estimator '
                   'without tf.estimator) instead of failing.')

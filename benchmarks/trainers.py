@@ -62,10 +62,17 @@ class _WindowHook(tf.compat.v1.train.SessionRunHook):
       self.stamps.append(time.perf_counter())
 
 
-def estimator(info, batch: int, window_steps: int, windows: int) -> dict:
-  """estimator_mnist's TPUEstimator, use_tpu=False, as its main.py builds it."""
+def estimator(info, batch: int, window_steps: int, windows: int,
+              guarded: bool = False) -> dict:
+  """estimator_mnist's TPUEstimator, use_tpu=False, as its main.py builds it.
+
+  guarded: with the kit's divergence guard (a hook that checks the loss and
+  the weights after every step, a listener before every save), as
+  estimator_mnist trains; off, the Estimator as TPU-era code ran it.
+  """
   # Imported here: the other trainers run on a TensorFlow without it.
   from estimator_mnist import data as estimator_data  # pylint: disable=g-import-not-at-top
+  from estimator_mnist import divergence  # pylint: disable=g-import-not-at-top
   from estimator_mnist import train as estimator_train  # pylint: disable=g-import-not-at-top
   steps = window_steps * (windows + 1)
   flags_obj = types.SimpleNamespace(
@@ -77,7 +84,10 @@ def estimator(info, batch: int, window_steps: int, windows: int) -> dict:
   with tempfile.TemporaryDirectory() as model_dir:
     model = estimator_train.make_estimator(flags_obj, model_dir, info.data_dir,
                                            batch)
-    model.train(estimator_data.train_input_fn, max_steps=steps, hooks=[hook])
+    guard, listener = divergence.guards(model_dir, use_tpu=False)
+    model.train(estimator_data.train_input_fn, max_steps=steps,
+                hooks=[guard, hook] if guarded else [hook],
+                saving_listeners=[listener] if guarded else None)
   return median_rate(hook.stamps, window_steps, batch)
 
 
@@ -133,6 +143,25 @@ class TapeTrainer(custom_loop.Trainer):
         loss, self.model.trainable_variables)
 
 
+class _NotCounted:
+  """A NonFiniteSteps that records nothing."""
+
+  def record(self, gradients) -> None:
+    pass
+
+  def count(self) -> int:
+    return 0
+
+
+class UnguardedTrainer(custom_loop.Trainer):
+  """The kit's custom loop without the divergence guard's test of the
+  gradients in the step (migrate/divergence.py): what that test costs."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.non_finite = _NotCounted()
+
+
 def custom(strategy, steps_per_call: int, info, batch: int,
            window_steps: int, windows: int,
            trainer_class=custom_loop.Trainer, precision: str = 'float32'
@@ -161,6 +190,9 @@ def by_id(steps_per_execution: int) -> dict[str, Trainer]:
   bf16 = 'mixed_bfloat16'
   trainers = {
       'estimator': Trainer('estimator (TPUEstimator, CPU)', estimator),
+      'estimator_guarded': Trainer(
+          'estimator, with the kit\'s divergence guard (estimator_mnist)',
+          partial(estimator, guarded=True)),
       'fit_1': Trainer('fit, steps_per_execution=1', partial(fit, one, 1)),
       'fit_many': Trainer(f'fit, steps_per_execution={many}',
                           partial(fit, one, many)),
@@ -178,6 +210,10 @@ def by_id(steps_per_execution: int) -> dict[str, Trainer]:
       'custom_tape': Trainer(f'custom, {many} steps per call, GradientTape',
                              partial(custom, one, many,
                                      trainer_class=TapeTrainer)),
+      # Without the divergence guard's gradient test: what it costs.
+      'custom_unguarded': Trainer(
+          f'custom, {many} steps per call, no divergence guard',
+          partial(custom, one, many, trainer_class=UnguardedTrainer)),
       # --precision=mixed_bfloat16: faster, but not the legacy numerics.
       'fit_bf16': Trainer(f'fit, steps_per_execution={many}, {bf16}',
                           partial(fit, one, many, precision=bf16), bf16),
@@ -185,26 +221,32 @@ def by_id(steps_per_execution: int) -> dict[str, Trainer]:
                              partial(custom, one, many, precision=bf16), bf16),
   }
   if not HAS_ESTIMATOR:
-    del trainers['estimator']
+    for key in NEED_ESTIMATOR:
+      del trainers[key]
   return trainers
+
+
+# The trainers that run tf.estimator: only on TF 2.15.
+NEED_ESTIMATOR = ('estimator', 'estimator_guarded')
 
 
 def select(by_id: dict, ids: list[str], skip_unavailable: bool = False
            ) -> list[str]:
   """The ids asked for (all of them if none), or KitError naming the
   unknown ones. skip_unavailable: leave out, with a line, the TPUEstimator
-  baseline on a TensorFlow without tf.estimator instead of failing."""
-  if 'estimator' in ids and 'estimator' not in by_id and skip_unavailable:
-    logging.info('leaving out estimator: TensorFlow %s has no tf.estimator',
-                 tf.__version__)
-    ids = [key for key in ids if key != 'estimator']
+  trainers on a TensorFlow without tf.estimator instead of failing."""
+  missing = [key for key in ids if key in NEED_ESTIMATOR and key not in by_id]
+  if missing and skip_unavailable:
+    logging.info('leaving out %s: TensorFlow %s has no tf.estimator',
+                 ', '.join(missing), tf.__version__)
+    ids = [key for key in ids if key not in missing]
     if not ids:
       raise KitError('--trainers: none of them runs on TensorFlow '
                      f'{tf.__version__}')
-  if 'estimator' in ids and 'estimator' not in by_id:
-    raise KitError(f'--trainers: estimator needs tf.estimator, which '
-                   f'TensorFlow {tf.__version__} does not have; run it on '
-                   'TF 2.15 (the estimator profile)')
+  elif missing:
+    raise KitError(f'--trainers: {", ".join(missing)} needs tf.estimator, '
+                   f'which TensorFlow {tf.__version__} does not have; run it '
+                   'on TF 2.15 (the estimator profile)')
   unknown = sorted(set(ids) - set(by_id))
   if unknown:
     raise KitError(f'--trainers: unknown {unknown}; known: {sorted(by_id)}')

@@ -10,6 +10,7 @@ from absl import logging
 import tensorflow.compat.v1 as tf
 
 from estimator_mnist import data
+from estimator_mnist import divergence
 from estimator_mnist import model
 from mnist_common import batching
 from mnist_common import checkpoint_files
@@ -22,8 +23,8 @@ from mnist_common import stale
 from mnist_common import tfrecords
 from mnist_common import tpu as tpu_lib
 from mnist_common.errors import KitError
-from mnist_common.errors import NonFiniteLossError
 from mnist_common.errors import Preempted
+from mnist_common.errors import describe_names
 
 
 def serving_input_receiver_fn(
@@ -87,12 +88,20 @@ class StopOnSigterm(tf.estimator.SessionRunHook):
       run_context.request_stop()
 
 
-def _train(estimator, max_steps: int) -> None:
-  """estimator.train up to max_steps; SIGTERM saves and raises Preempted."""
+def _train(estimator, max_steps: int, use_tpu: bool) -> None:
+  """estimator.train up to max_steps, guarded against divergence.
+
+  Raises:
+    DivergedError: the loss or the weights stopped being finite; nothing was
+      saved from them.
+    Preempted: SIGTERM came; the step reached was saved.
+  """
   sigterm = StopOnSigterm()
+  hook, listener = divergence.guards(estimator.model_dir, use_tpu)
   before = signal.signal(signal.SIGTERM, sigterm.on_sigterm)
   try:
-    estimator.train(data.train_input_fn, max_steps=max_steps, hooks=[sigterm])
+    estimator.train(data.train_input_fn, max_steps=max_steps,
+                    hooks=[hook, sigterm], saving_listeners=[listener])
   finally:
     signal.signal(signal.SIGTERM, before)
   if sigterm.received:
@@ -105,12 +114,17 @@ def _step_of(checkpoint: str | None) -> int:
       checkpoint) else 0
 
 
-def _unreadable(path: str) -> str | None:
-  """Why the checkpoint at path cannot be read in full, or None."""
+def _unusable(path: str) -> str | None:
+  """Why the checkpoint at path cannot be trained or exported from, or None:
+  it cannot be read in full, or its weights are not finite (written by a
+  diverged run before the kit guarded its saves)."""
   try:
-    checkpoint_files.read_all(path)
+    tensors = checkpoint_files.read_all(path)
   except checkpoint_files.UnreadableCheckpoint as e:
-    return e.reason
+    return f'it cannot be read ({e.reason})'
+  names = divergence.non_finite_names(tensors)
+  if names:
+    return f'its weights are not finite ({describe_names(names)})'
   return None
 
 
@@ -125,13 +139,13 @@ def _check_written_by_an_estimator(model_dir: str, path: str) -> None:
                    'Estimator; use another --model_dir')
 
 
-def fall_back_to_a_readable_checkpoint(model_dir: str) -> None:
-  """Makes the newest checkpoint that can be read the one the Estimator
-  restores: a truncated or corrupt latest one is skipped with a line naming
+def fall_back_to_a_usable_checkpoint(model_dir: str) -> None:
+  """Makes the newest usable checkpoint the one the Estimator restores: a
+  truncated, corrupt or non-finite latest one is skipped with a line naming
   it (the Estimator keeps several).
 
   Raises:
-    KitError: checkpoints are listed and none can be read.
+    KitError: checkpoints are listed and none can be used.
   """
   state = tf.train.get_checkpoint_state(model_dir)
   if state is None:
@@ -140,16 +154,16 @@ def fall_back_to_a_readable_checkpoint(model_dir: str) -> None:
       state.model_checkpoint_path]
   for kept in range(len(listed), 0, -1):
     path = listed[kept - 1]
-    reason = _unreadable(path)
+    reason = _unusable(path)
     if reason is None:
       _check_written_by_an_estimator(model_dir, path)
       if kept < len(listed):
         tf.train.update_checkpoint_state(
             model_dir, path, all_model_checkpoint_paths=listed[:kept])
       return
-    logging.warning('Skipped %s: it cannot be read (%s); trying an older '
-                    'checkpoint', path, reason)
-  raise KitError(f'no checkpoint in --model_dir {model_dir} can be read '
+    logging.warning('Skipped %s: %s; trying an older checkpoint', path,
+                    reason)
+  raise KitError(f'no checkpoint in --model_dir {model_dir} can be used '
                  f'({", ".join(os.path.basename(p) for p in listed)}); move '
                  'them away to start afresh, or use another --model_dir')
 
@@ -206,18 +220,11 @@ def run(flags_obj, data_override: prepare.DatasetInfo | None = None) -> dict:
 
   stale.remove(model_dir, stale.checkpoint_temp('model.ckpt'),
                'unfinished checkpoint folders')
-  fall_back_to_a_readable_checkpoint(model_dir)
+  fall_back_to_a_usable_checkpoint(model_dir)
   # tf.compat.v1.layers draw initializer seeds from Python's random module,
   # not the graph seed: seed everything for repeatable runs.
   tf.compat.v2.keras.utils.set_random_seed(flags_obj.seed)
-  try:
-    # The Estimator's own NanTensorHook stops training on a NaN loss, before
-    # its checkpoint hook saves the step.
-    _train(estimator, flags_obj.train_steps)
-  except tf.train.NanLossDuringTrainingError as e:
-    latest = estimator.latest_checkpoint()
-    raise NonFiniteLossError(float('nan'), f'after step {_step_of(latest)}',
-                             latest and os.path.basename(latest)) from e
+  _train(estimator, flags_obj.train_steps, flags_obj.use_tpu)
   result = {'model_dir': model_dir,
             'global_step': int(estimator.get_variable_value('global_step')),
             'eval': None, 'predictions': [], 'export_dir': None}
@@ -231,8 +238,11 @@ def run(flags_obj, data_override: prepare.DatasetInfo | None = None) -> dict:
   if flags_obj.enable_predict:
     result['predictions'] = _predict(estimator, info, flags_obj.num_predictions)
 
+  latest = estimator.latest_checkpoint()
+  divergence.check_export(latest)
   export_dir = estimator.export_saved_model(
-      os.path.join(model_dir, 'export'), serving_input_receiver_fn)
+      os.path.join(model_dir, 'export'), serving_input_receiver_fn,
+      checkpoint_path=latest)
   result['export_dir'] = export_dir.decode()
   print(f'SavedModel: {result["export_dir"]}')
   return result

@@ -6,20 +6,20 @@ random=...)`` with a ``CheckpointManager`` in --model_dir; the optimizer's
 numbers. A restarted run restores the latest checkpoint and trains only the
 remaining steps, as ``TPUEstimator.train(max_steps=...)`` did.
 """
-import math
 import os
 import tempfile
 
 from absl import logging
 import tensorflow as tf
 
+from migrate import divergence
 from migrate import strategy as strategy_lib
 from mnist_common import checkpoint_files
 from mnist_common import keras_compat
 from mnist_common import process
 from mnist_common import stale
 from mnist_common.errors import KitError
-from mnist_common.errors import NonFiniteLossError
+from mnist_common.errors import describe_names
 from mnist_common.errors import one_line
 
 # Present in every object-based (TF2) checkpoint, absent from name-based ones.
@@ -63,32 +63,40 @@ def _candidates(model_dir: str) -> list[str]:
 
 
 def restore(checkpoint: tf.train.Checkpoint, model_dir: str) -> bool:
-  """Restores the newest checkpoint in model_dir that can be read; True if
-  it restored one.
+  """Restores the newest usable checkpoint in model_dir; True if it restored
+  one.
 
-  A checkpoint that cannot be read (truncated, corrupt, files missing) is
-  skipped with a line naming it, for the next older one, as the manager
-  keeps several.
+  A checkpoint that cannot be read (truncated, corrupt, files missing), or
+  whose weights are not finite (written by a diverged run before the kit
+  guarded its saves), is skipped with a line naming it, for the next older
+  one, as the manager keeps several.
 
   Raises:
     KitError: model_dir holds a checkpoint of something else (a name-based
       Estimator/TF1 checkpoint, another model's, Keras 2's on Keras 3), or
-      none of its checkpoints can be read.
+      none of its checkpoints can be used.
   """
   candidates = _candidates(model_dir)
-  unreadable = []
+  unusable = []
+  weights = divergence.WeightsCheck(
+      divergence.checkpointed_variables(checkpoint))
   for path in candidates:
     try:
       _restore_one(checkpoint, model_dir, path)
-      return True
     except checkpoint_files.READ_ERRORS as e:
-      reason = one_line(e)
-      unreadable.append(os.path.basename(path))
-      logging.warning('Skipped %s: it cannot be read (%s); trying an older '
-                      'checkpoint', path, reason)
-  if unreadable:
-    raise KitError(f'no checkpoint in --model_dir {model_dir} can be read '
-                   f'({", ".join(unreadable)}); move them away to start '
+      reason = f'it cannot be read ({one_line(e)})'
+    else:
+      names = weights.non_finite()
+      if not names:
+        logging.info('Restored %s', path)
+        return True
+      reason = f'its weights are not finite ({describe_names(names)})'
+    unusable.append(os.path.basename(path))
+    logging.warning('Skipped %s: %s; trying an older checkpoint', path,
+                    reason)
+  if unusable:
+    raise KitError(f'no checkpoint in --model_dir {model_dir} can be used '
+                   f'({", ".join(unusable)}); move them away to start '
                    'afresh, or use another --model_dir')
   return False
 
@@ -117,13 +125,13 @@ def _restore_one(checkpoint: tf.train.Checkpoint, model_dir: str,
     raise KitError(f'--model_dir {model_dir} holds a checkpoint of another '
                    f'model ({os.path.basename(path)}: {reason}); use another '
                    '--model_dir') from e
-  logging.info('Restored %s', path)
 
 
 def make_manager(checkpoint: tf.train.Checkpoint, model_dir: str,
                  strategy: tf.distribute.Strategy
                  ) -> tf.train.CheckpointManager:
-  """A manager that keeps the last 3 checkpoints.
+  """A manager that keeps the last 3 checkpoints and saves only finite
+  weights (divergence.FiniteCheckpointManager).
 
   With several workers all of them must save (saving may run collectives),
   but only the chief writes into model_dir; the others write into a
@@ -136,18 +144,9 @@ def make_manager(checkpoint: tf.train.Checkpoint, model_dir: str,
   else:
     directory = process.remove_at_exit(
         tempfile.mkdtemp(prefix='migrate_worker_ckpt_'))
-  return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=3,
-                                    checkpoint_name=PREFIX)
-
-
-def check_finite(loss: float, step: int,
-                 manager: tf.train.CheckpointManager) -> None:
-  """Raises NonFiniteLossError, naming the last good checkpoint, when the
-  loss is NaN or infinite."""
-  if not math.isfinite(loss):
-    latest = manager.latest_checkpoint
-    raise NonFiniteLossError(loss, f'by step {step}',
-                             latest and os.path.basename(latest))
+  return divergence.FiniteCheckpointManager(checkpoint, directory,
+                                           max_to_keep=3,
+                                           checkpoint_name=PREFIX)
 
 
 def save_final(manager: tf.train.CheckpointManager, step: int) -> None:

@@ -10,6 +10,7 @@ from absl import logging
 import tensorflow as tf
 
 from migrate import checkpoints
+from migrate import divergence
 from migrate import model as model_lib
 from mnist_common import process
 
@@ -25,6 +26,7 @@ class Trainer:
     with strategy.scope():
       self.loss = tf.keras.metrics.Mean('loss')
       self.accuracy = tf.keras.metrics.SparseCategoricalAccuracy('accuracy')
+      self.non_finite = divergence.NonFiniteSteps()
 
   def scaled_loss(self, per_example: tf.Tensor) -> tf.Tensor:
     """This replica's share of the global-batch mean: sum / global batch."""
@@ -47,6 +49,7 @@ class Trainer:
   def train_step(self, images: tf.Tensor, labels: tf.Tensor) -> None:
     """One step on one replica's share of the global batch."""
     per_example, logits, gradients = self.loss_and_gradients(images, labels)
+    self.non_finite.record(gradients)
     # Under a strategy, apply_gradients sums the replicas' gradients.
     self.optimizer.apply_gradients(
         zip(gradients, self.model.trainable_variables))
@@ -104,8 +107,9 @@ def train(trainer: Trainer, dataset, total_steps: int, steps_per_execution: int,
     to_boundary = log_every - step % log_every
     steps = min(steps_per_execution, total_steps - step, to_boundary)
     step = int(trainer.train_steps(iterator, tf.constant(steps)))
-    # Before any save: a diverged model must not become the latest checkpoint.
-    checkpoints.check_finite(float(trainer.loss.result()), step, manager)
+    # Before anything else: a diverged run stops here.
+    divergence.check_execution(float(trainer.loss.result()),
+                               trainer.non_finite.count(), step, manager)
     if sigterm:
       sigterm.save_checkpoint_if_preempted()
     if step % log_every == 0 or step == total_steps:

@@ -8,6 +8,7 @@ from absl import logging
 import tensorflow as tf
 
 from migrate import checkpoints
+from migrate import divergence
 from migrate import model as model_lib
 
 
@@ -21,16 +22,19 @@ class SaveAndLog(tf.keras.callbacks.Callback):
   """
 
   def __init__(self, manager: tf.train.CheckpointManager, step: tf.Variable,
-               every_steps: int, total_steps: int, sigterm):
+               every_steps: int, total_steps: int, sigterm,
+               non_finite: divergence.NonFiniteSteps):
     super().__init__()
     self._manager, self._step, self._sigterm = manager, step, sigterm
+    self._non_finite = non_finite
     self._every, self._total = every_steps, total_steps
     self._last = int(step.numpy())
 
   def on_train_batch_end(self, batch, logs=None):
     step = int(self._step.numpy())
-    # Before any save: a diverged model must not become the latest checkpoint.
-    checkpoints.check_finite(float(logs['loss']), step, self._manager)
+    # Before anything else: a diverged run stops here.
+    divergence.check_execution(float(logs['loss']), self._non_finite.count(),
+                               step, self._manager)
     if step // self._every > self._last // self._every:
       self._manager.save(checkpoint_number=step)
       self._last = step
@@ -78,7 +82,8 @@ def train(model: tf.keras.Model, optimizer, dataset, total_steps: int,
   remaining = total_steps - int(step.numpy())
   callbacks = [
       tf.keras.callbacks.TensorBoard(model_dir, update_freq=every_steps),
-      SaveAndLog(manager, step, every_steps, total_steps, sigterm),
+      SaveAndLog(manager, step, every_steps, total_steps, sigterm,
+                 model.non_finite_steps),
   ]
   for steps, per_execution in executions(max(remaining, 0),
                                          steps_per_execution):

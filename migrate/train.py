@@ -18,6 +18,7 @@ import tensorflow as tf
 from migrate import checkpoints
 from migrate import custom_loop
 from migrate import data
+from migrate import divergence
 from migrate import fit_loop
 from migrate import model as model_lib
 from migrate import preemption
@@ -57,7 +58,11 @@ def export(model: tf.keras.Model, model_dir: str,
   Written under a temporary name and renamed, so a reader never sees half of
   it. With several workers all save (it may run collectives); only the
   chief's copy is kept.
+
+  Raises:
+    NonFiniteExportError: a weight is not finite; nothing is written.
   """
+  divergence.check_export(model)
   module = ServingModule(model)
   chief = strategy_lib.is_chief(strategy)
   base = os.path.join(model_dir, 'export')

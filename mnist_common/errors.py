@@ -23,16 +23,38 @@ class TPUNotFoundError(KitError):
   """A TPU was asked for and none could be reached."""
 
 
-class NonFiniteLossError(KitError):
-  """Training diverged: the loss became NaN or infinite."""
+class DivergedError(KitError):
+  """Training diverged: its loss, gradients or weights stopped being finite.
 
-  def __init__(self, loss: float, when: str, last_checkpoint: str | None):
-    """when: 'by step 12', 'after step 100'."""
+  Raised before anything is saved or exported from such weights, so the
+  latest checkpoint stays the last good one.
+  """
+
+  def __init__(self, what: str, step: int, last_checkpoint: str | None):
+    """what: 'the training loss became nan', 'the weights became non-finite
+    (conv1/kernel)', ..."""
     kept = (f'the latest checkpoint, {last_checkpoint}, is the last good one'
             if last_checkpoint else 'no checkpoint was saved')
     super().__init__(
-        f'the training loss became {loss} {when}: training stopped, {kept}, '
-        'nothing was exported; lower --learning_rate or check the data')
+        f'{what} by step {step}: training stopped, {kept}, nothing was '
+        'exported; lower --learning_rate or check the data')
+
+
+class NonFiniteExportError(KitError):
+  """The weights about to be exported are not finite: nothing is written."""
+
+  def __init__(self, names: list[str]):
+    super().__init__(
+        f'the weights to export are not finite ({describe_names(names)}): '
+        'nothing was exported; train from a checkpoint whose weights are '
+        'finite, or lower --learning_rate')
+
+
+def describe_names(names: list[str], limit: int = 3) -> str:
+  """'a, b, c and 4 more': a list of variable names for a one-line message."""
+  shown = ', '.join(names[:limit])
+  return shown + (f' and {len(names) - limit} more' if len(names) > limit
+                  else '')
 
 
 class Preempted(KitError):

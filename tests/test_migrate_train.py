@@ -11,12 +11,14 @@ from conftest import cpu_strategy
 from migrate import checkpoints
 from migrate import custom_loop
 from migrate import data
+from migrate import divergence
 from migrate import fit_loop
 from migrate import model as model_lib
 from migrate import train
 from mnist_common import cpu
+from mnist_common.errors import DivergedError
 from mnist_common.errors import KitError
-from mnist_common.errors import NonFiniteLossError
+from mnist_common.errors import NonFiniteExportError
 
 
 def make_flags(model_dir, **overrides):
@@ -106,27 +108,162 @@ def test_fit_refuses_checkpoints_between_executions(tmp_path, fake_data_dir):
   assert _checkpoint_steps(tmp_path / 'model') == [3, 6, 9]
 
 
+def _assert_all_finite(checkpoint_prefix):
+  reader = tf.train.load_checkpoint(str(checkpoint_prefix))
+  for name in reader.get_variable_to_shape_map():
+    value = reader.get_tensor(name)
+    if np.issubdtype(np.asarray(value).dtype, np.floating):
+      assert np.isfinite(value).all(), name
+
+
 @pytest.mark.parametrize('loop', ['fit', 'custom'])
 def test_divergence_stops_at_the_last_good_checkpoint(tmp_path, fake_data_dir,
                                                       loop):
+  """A rate of 1e30: which of the loss, gradients and weights goes first
+  depends on the CPU's kernels (with oneDNN the loss stays finite); the run
+  stops on every CPU."""
   model_dir = tmp_path / 'model'
   train.run(make_flags(model_dir, loop=loop, train_steps=10,
                        enable_predict=False, eval_steps=0),
             cpu_strategy(1), fake_data_dir)
   diverging = make_flags(model_dir, loop=loop, train_steps=40,
                          learning_rate=1e30)
-  with pytest.raises(NonFiniteLossError, match=r'the training loss became '
-                     r'(nan|inf) by step \d+: training stopped, the latest '
-                     r'checkpoint, ckpt-10, is the last good one, nothing was '
-                     'exported'):
+  with pytest.raises(DivergedError, match=r'^the (gradients|training loss|'
+                     r'weights) became .* by step \d+: training stopped, the '
+                     r'latest checkpoint, ckpt-10, is the last good one, '
+                     'nothing was exported'):
     train.run(diverging, cpu_strategy(1), fake_data_dir)
   assert _checkpoint_steps(model_dir) == [10]
   assert len(os.listdir(model_dir / 'export')) == 1  # The first run's.
-  reader = tf.train.load_checkpoint(str(model_dir / 'ckpt-10'))
-  for name in reader.get_variable_to_shape_map():
-    value = reader.get_tensor(name)
-    if np.issubdtype(np.asarray(value).dtype, np.floating):
-      assert np.isfinite(value).all(), name
+  _assert_all_finite(model_dir / 'ckpt-10')
+
+
+class _InfiniteFrom(tf.keras.optimizers.schedules.LearningRateSchedule):
+  """0.1, then inf from optimizer step `first`: that step's update makes
+  every weight it touches infinite (or NaN where the gradient is 0), from a
+  finite loss and finite gradients, on any CPU."""
+
+  def __init__(self, first: int):
+    self.first = first
+
+  def __call__(self, step):
+    return tf.where(step >= self.first, float('inf'), 0.1)
+
+  def get_config(self):
+    return {'first': self.first}
+
+
+@pytest.mark.parametrize('loop', ['fit', 'custom'])
+def test_non_finite_weights_under_a_finite_loss_are_never_saved(
+    tmp_path, fake_data_dir, loop, monkeypatch):
+  monkeypatch.setattr(model_lib, 'learning_rate_schedule',
+                      lambda rate: _InfiniteFrom(9))  # The 10th update.
+  model_dir = tmp_path / 'model'
+  with pytest.raises(DivergedError) as raised:
+    train.run(make_flags(model_dir, loop=loop, train_steps=20,
+                         checkpoint_steps=5, steps_per_execution=5),
+              cpu_strategy(1), fake_data_dir)
+  message = str(raised.value)
+  assert re.match(r'the weights became non-finite \(conv1/kernel, .*\) by '
+                  r'step 10: training stopped, the latest checkpoint, ckpt-5, '
+                  'is the last good one, nothing was exported', message), message
+  # Only the weights: the loss and gradients of step 10 were finite.
+  assert 'loss' not in message and 'gradients' not in message, message
+  assert _checkpoint_steps(model_dir) == [5]
+  _assert_all_finite(model_dir / 'ckpt-5')
+  assert not (model_dir / 'export').exists()
+
+
+@pytest.mark.parametrize('loop', ['fit', 'custom'])
+def test_a_batch_holding_nan_stops_on_its_gradients(tmp_path, fake_data_dir,
+                                                    loop, monkeypatch):
+  """NaN pixels: the first convolution's kernel gradient multiplies them, so
+  it is NaN on any CPU (whether the loss is depends on the kernels)."""
+  model_dir = tmp_path / 'model'
+  train.run(make_flags(model_dir, loop=loop, train_steps=10,
+                       enable_predict=False, eval_steps=0),
+            cpu_strategy(1), fake_data_dir)
+  monkeypatch.setattr(data, 'scale_image',
+                      lambda image: tf.cast(image, tf.float32) * np.nan)
+  with pytest.raises(DivergedError, match=r'^the gradients became non-finite '
+                     r'\(NaN or inf\).* by step 15: training stopped, the '
+                     'latest checkpoint, ckpt-10, is the last good one'):
+    train.run(make_flags(model_dir, loop=loop, train_steps=20),
+              cpu_strategy(1), fake_data_dir)
+  assert _checkpoint_steps(model_dir) == [10]
+  assert len(os.listdir(model_dir / 'export')) == 1  # The first run's.
+
+
+def test_non_finite_gradient_steps_are_counted_over_replicas():
+  strategy = cpu_strategy(2)
+  with strategy.scope():
+    counter = divergence.NonFiniteSteps()
+
+  @tf.function
+  def step(poisoned_replica):
+    def on_replica():
+      replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+      values = tf.constant([1.0, 2.0])
+      bad = tf.where(tf.equal(replica, poisoned_replica), np.inf, 0.0)
+      counter.record([None, values, tf.IndexedSlices(values + bad,
+                                                     tf.constant([0, 3]))])
+    strategy.run(on_replica)
+
+  step(tf.constant(-1))  # Every replica finite.
+  assert counter.count() == 0
+  step(tf.constant(1))  # Only the second replica.
+  step(tf.constant(0))
+  assert counter.count() == 2
+
+
+def test_the_loss_alone_stops_the_run():
+  manager = types.SimpleNamespace(latest_checkpoint='/m/ckpt-20')
+  divergence.check_execution(2.3, 0, 25, manager)
+  with pytest.raises(DivergedError, match=r'^the training loss became inf by '
+                     r'step 25: training stopped, the latest checkpoint, '
+                     'ckpt-20, is the last good one'):
+    divergence.check_execution(float('inf'), 0, 25, manager)
+
+
+def test_a_checkpoint_with_non_finite_weights_is_skipped_on_restore(
+    tmp_path, fake_data_dir, caplog):
+  model_dir = tmp_path / 'model'
+  common = dict(loop='custom', checkpoint_steps=5, enable_predict=False,
+                eval_steps=0)
+  train.run(make_flags(model_dir, train_steps=10, **common), cpu_strategy(1),
+            fake_data_dir)
+  # What a diverged run saved before the kit guarded its saves.
+  strategy = cpu_strategy(1)
+  with strategy.scope():
+    net = model_lib.build_model(checkpointed_random=True)
+    optimizer = model_lib.make_optimizer(0.1)
+    optimizer.build(net.trainable_variables)
+    checkpoint = checkpoints.make_checkpoint(net, optimizer, strategy)
+  checkpoint.restore(str(model_dir / 'ckpt-10')).assert_consumed()
+  kernel = net.get_layer('dense').kernel
+  kernel.assign(tf.fill(kernel.shape, np.nan))
+  checkpoint.write(str(model_dir / 'ckpt-10'))
+  with caplog.at_level('INFO', logger='absl'):
+    result = train.run(make_flags(model_dir, train_steps=15, **common),
+                       cpu_strategy(1), fake_data_dir)
+  assert re.search(r'Skipped \S+ckpt-10: its weights are not finite '
+                   r'\(dense/kernel\); trying an older checkpoint',
+                   caplog.text), caplog.text[-2000:]
+  assert 'Restored ' + str(model_dir / 'ckpt-5') in caplog.text
+  assert result['global_step'] == 15
+  _assert_all_finite(model_dir / 'ckpt-15')
+
+
+def test_export_refuses_non_finite_weights(tmp_path):
+  strategy = cpu_strategy(1)
+  with strategy.scope():
+    net = model_lib.build_model()
+  bias = net.get_layer('logits').bias
+  bias.assign(tf.fill(bias.shape, np.inf))
+  with pytest.raises(NonFiniteExportError, match=r'^the weights to export are '
+                     r'not finite \(logits/bias\): nothing was exported'):
+    train.export(net, str(tmp_path), strategy)
+  assert not (tmp_path / 'export').exists()
 
 
 @pytest.mark.parametrize('train_steps, per_execution, replicas, saved', [
@@ -282,7 +419,7 @@ def test_no_readable_checkpoint_is_one_line(tmp_path, fake_data_dir):
   for step in (5, 10):
     _truncate(model_dir / f'ckpt-{step}.data-00000-of-00001', keep=0)
   with pytest.raises(KitError, match=r'no checkpoint in --model_dir \S+ can '
-                     r'be read \(ckpt-10, ckpt-5\); move them away'):
+                     r'be used \(ckpt-10, ckpt-5\); move them away'):
     train.run(make_flags(model_dir, loop='custom', train_steps=20,
                          enable_predict=False, eval_steps=0),
               cpu_strategy(1), fake_data_dir)

@@ -1,0 +1,144 @@
+"""The divergence guard: a run whose loss, gradients or weights stop being
+finite stops before anything is saved or exported from them.
+
+TPUEstimator watched the loss alone (its NanTensorHook). That is not enough:
+on CPUs where TensorFlow runs oneDNN's kernels (Intel Xeons with AVX-512,
+recent AMD EPYCs), a diverged run keeps a finite loss of about 4e29 while its
+weights are NaN (the ReLU's max turns a NaN into 0), and the model it exports
+predicts NaN. So three checks, each where it costs least:
+
+- in the step, one finiteness test of the gradients (``NonFiniteSteps``): a
+  count kept per replica and summed when read, so the replicas exchange
+  nothing more per step;
+- after each execution, before anything else, that count and the loss
+  (``check_execution``);
+- before every checkpoint save (``FiniteCheckpointManager``) and every export
+  (``check_export``), the weights themselves: an update can overflow them
+  while the loss and gradients stay finite.
+"""
+import math
+import os
+from typing import Sequence
+
+import tensorflow as tf
+
+from mnist_common import keras_compat
+from mnist_common.errors import DivergedError
+from mnist_common.errors import NonFiniteExportError
+from mnist_common.errors import describe_names
+
+
+class NonFiniteSteps:
+  """Counts the steps whose gradients held a NaN or an infinity.
+
+  Create it in the strategy's scope. ``record`` runs on each replica in the
+  step; ``count`` reads the sum over replicas. A plain object around a Keras
+  ``Sum`` metric, so that a model holding it neither checkpoints nor logs it.
+  """
+
+  def __init__(self):
+    self._sum = tf.keras.metrics.Sum('non_finite_gradient_steps')
+
+  def record(self, gradients: Sequence[tf.Tensor | None]) -> None:
+    """In the step: one test over all of this replica's gradients."""
+    finite = [tf.reduce_all(tf.math.is_finite(
+        g.values if isinstance(g, tf.IndexedSlices) else g))
+              for g in gradients if g is not None]
+    if finite:
+      self._sum.update_state(
+          tf.cast(tf.logical_not(tf.reduce_all(tf.stack(finite))), tf.float32))
+
+  def count(self) -> int:
+    """Steps recorded so far with a non-finite gradient, over all replicas."""
+    return int(self._sum.result())
+
+
+def _latest_name(manager: tf.train.CheckpointManager) -> str | None:
+  latest = manager.latest_checkpoint
+  return latest and os.path.basename(latest)
+
+
+def check_execution(loss: float, non_finite_steps: int, step: int,
+                    manager: tf.train.CheckpointManager) -> None:
+  """After an execution of steps, before anything is saved.
+
+  Args:
+    loss: the mean training loss since the loop last reset it.
+    non_finite_steps: NonFiniteSteps.count().
+    step: the step reached.
+    manager: names the last good checkpoint.
+
+  Raises:
+    DivergedError: the gradients or the loss were not finite.
+  """
+  found = []
+  if non_finite_steps:
+    found.append('the gradients became non-finite (NaN or inf)')
+  if not math.isfinite(loss):
+    found.append(f'the training loss became {loss}')
+  if found:
+    raise DivergedError(' and '.join(found), step, _latest_name(manager))
+
+
+def checkpointed_variables(checkpoint: tf.train.Checkpoint) -> list:
+  """The model's weights and the optimizer's variables of a checkpoint made
+  by checkpoints.make_checkpoint."""
+  return [*checkpoint.model.weights, *checkpoint.optimizer.variables]
+
+
+class WeightsCheck:
+  """Which of some variables hold a NaN or an infinity: one call, one
+  tf.function, whatever the number of variables; integers are skipped."""
+
+  def __init__(self, variables: Sequence):
+    self._variables = [v for v in variables
+                       if tf.as_dtype(v.dtype).is_floating]
+    self._finite = tf.function(lambda: tf.stack(
+        [tf.reduce_all(tf.math.is_finite(v)) for v in self._variables]))
+
+  def non_finite(self) -> list[str]:
+    """The names of the variables that are not finite, in order."""
+    if not self._variables:
+      return []
+    return [keras_compat.variable_path(v)
+            for v, ok in zip(self._variables, self._finite().numpy())
+            if not ok]
+
+
+class FiniteCheckpointManager(tf.train.CheckpointManager):
+  """A CheckpointManager that refuses to save weights that are not finite.
+
+  Every save of a run goes through it (the loops', the last one, SIGTERM's),
+  so a diverged model never becomes the latest checkpoint.
+  """
+
+  def __init__(self, checkpoint: tf.train.Checkpoint, directory: str,
+               **kwargs):
+    super().__init__(checkpoint, directory, **kwargs)
+    self._weights = WeightsCheck(checkpointed_variables(checkpoint))
+
+  def save(self, checkpoint_number=None, check_interval=True, options=None):
+    """CheckpointManager.save, after the weights check.
+
+    Raises:
+      DivergedError: a weight or optimizer variable is not finite; nothing
+        is written.
+    """
+    names = self._weights.non_finite()
+    if names:
+      raise DivergedError(
+          f'the weights became non-finite ({describe_names(names)})',
+          checkpoint_number, _latest_name(self))
+    return super().save(checkpoint_number=checkpoint_number,
+                        check_interval=check_interval, options=options)
+
+
+def check_export(model: tf.keras.Model) -> None:
+  """Before an export.
+
+  Raises:
+    NonFiniteExportError: a weight is not finite; nothing is written.
+  """
+  names = WeightsCheck(model.weights).non_finite()
+  if names:
+    raise NonFiniteExportError(names)
