@@ -228,14 +228,21 @@ def test_a_batch_holding_nan_stops_after_its_step(tmp_path, fake_data_dir,
   assert tf.train.latest_checkpoint(str(model_dir)).endswith('model.ckpt-0')
 
 
-def test_a_checkpoint_with_non_finite_weights_is_skipped(tmp_path,
-                                                          fake_data_dir):
-  model_dir = tmp_path / 'model'
-  common = (f'--data_dir={fake_data_dir.data_dir}', f'--model_dir={model_dir}',
+def _trained_ten_steps(model_dir, data):
+  """A good run of 10 steps, checkpoints every 5; returns its flags but
+  --train_steps, for the next run."""
+  common = (f'--data_dir={data.data_dir}', f'--model_dir={model_dir}',
             '--batch_size=64', '--save_checkpoints_steps=5', '--eval_steps=0',
             '--noenable_predict', '--learning_rate=0.1')
   first = run_module('estimator_mnist', *common, '--train_steps=10')
   assert first.returncode == 0, first.stderr[-2000:]
+  return common
+
+
+def test_a_checkpoint_with_non_finite_weights_is_skipped(tmp_path,
+                                                          fake_data_dir):
+  model_dir = tmp_path / 'model'
+  common = _trained_ten_steps(model_dir, fake_data_dir)
   # What a diverged run saved before the kit guarded its saves.
   latest = str(model_dir / 'model.ckpt-10')
   values = checkpoint_files.read_all(latest)
@@ -262,11 +269,7 @@ def test_a_checkpoint_with_non_finite_weights_is_skipped(tmp_path,
 
 def test_an_unreadable_latest_checkpoint_falls_back(tmp_path, fake_data_dir):
   model_dir = tmp_path / 'model'
-  common = (f'--data_dir={fake_data_dir.data_dir}', f'--model_dir={model_dir}',
-            '--batch_size=64', '--save_checkpoints_steps=5', '--eval_steps=0',
-            '--noenable_predict', '--learning_rate=0.1')
-  first = run_module('estimator_mnist', *common, '--train_steps=10')
-  assert first.returncode == 0, first.stderr[-2000:]
+  common = _trained_ten_steps(model_dir, fake_data_dir)
   latest = tf.train.latest_checkpoint(str(model_dir))
   assert latest.endswith('model.ckpt-10')
   data_file = latest + '.data-00000-of-00001'
