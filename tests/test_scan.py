@@ -292,10 +292,14 @@ def test_estimator_mnist_lists_every_legacy_construct():
       'placeholder', 'tpu-estimator', 'run-config', 'tpu-config',
       'iterations-per-loop', 'estimator-call', 'export-saved-model',
       'estimator',
-      # tf.train.update_checkpoint_state, NanLossDuringTrainingError: TF 1.
+      # tf.train.update_checkpoint_state, SessionRunArgs,
+      # CheckpointSaverListener: TF 1.
       'tf1-removed',
       # train(hooks=[StopOnSigterm()]): the SIGTERM hook.
-      'hooks'}
+      'hooks',
+      # The divergence guard reads the graph: tf.global_variables() and the
+      # LOSSES collection the Estimator puts the model_fn's loss in.
+      'global-variables', 'collections', 'graph-keys'}
   assert not result.unchecked and not result.skipped
 
 
