@@ -143,25 +143,6 @@ class TapeTrainer(custom_loop.Trainer):
         loss, self.model.trainable_variables)
 
 
-class _NotCounted:
-  """A NonFiniteSteps that records nothing."""
-
-  def record(self, gradients) -> None:
-    pass
-
-  def count(self) -> int:
-    return 0
-
-
-class UnguardedTrainer(custom_loop.Trainer):
-  """The kit's custom loop without the divergence guard's test of the
-  gradients in the step (migrate/divergence.py): what that test costs."""
-
-  def __init__(self, *args, **kwargs):
-    super().__init__(*args, **kwargs)
-    self.non_finite = _NotCounted()
-
-
 def custom(strategy, steps_per_call: int, info, batch: int,
            window_steps: int, windows: int,
            trainer_class=custom_loop.Trainer, precision: str = 'float32'
@@ -210,10 +191,6 @@ def by_id(steps_per_execution: int) -> dict[str, Trainer]:
       'custom_tape': Trainer(f'custom, {many} steps per call, GradientTape',
                              partial(custom, one, many,
                                      trainer_class=TapeTrainer)),
-      # Without the divergence guard's gradient test: what it costs.
-      'custom_unguarded': Trainer(
-          f'custom, {many} steps per call, no divergence guard',
-          partial(custom, one, many, trainer_class=UnguardedTrainer)),
       # --precision=mixed_bfloat16: faster, but not the legacy numerics.
       'fit_bf16': Trainer(f'fit, steps_per_execution={many}, {bf16}',
                           partial(fit, one, many, precision=bf16), bf16),

@@ -26,7 +26,6 @@ class Trainer:
     with strategy.scope():
       self.loss = tf.keras.metrics.Mean('loss')
       self.accuracy = tf.keras.metrics.SparseCategoricalAccuracy('accuracy')
-      self.non_finite = divergence.NonFiniteSteps()
 
   def scaled_loss(self, per_example: tf.Tensor) -> tf.Tensor:
     """This replica's share of the global-batch mean: sum / global batch."""
@@ -49,7 +48,6 @@ class Trainer:
   def train_step(self, images: tf.Tensor, labels: tf.Tensor) -> None:
     """One step on one replica's share of the global batch."""
     per_example, logits, gradients = self.loss_and_gradients(images, labels)
-    self.non_finite.record(gradients)
     # Under a strategy, apply_gradients sums the replicas' gradients.
     self.optimizer.apply_gradients(
         zip(gradients, self.model.trainable_variables))
@@ -90,7 +88,7 @@ class Trainer:
 
 
 def train(trainer: Trainer, dataset, total_steps: int, steps_per_execution: int,
-          manager: tf.train.CheckpointManager, writer, log_every: int,
+          manager: divergence.FiniteCheckpointManager, writer, log_every: int,
           sigterm=None) -> None:
   """Trains from the optimizer's step up to total_steps.
 
@@ -108,8 +106,7 @@ def train(trainer: Trainer, dataset, total_steps: int, steps_per_execution: int,
     steps = min(steps_per_execution, total_steps - step, to_boundary)
     step = int(trainer.train_steps(iterator, tf.constant(steps)))
     # Before anything else: a diverged run stops here.
-    divergence.check_execution(float(trainer.loss.result()),
-                               trainer.non_finite.count(), step, manager)
+    divergence.check_execution(float(trainer.loss.result()), step, manager)
     if sigterm:
       sigterm.save_checkpoint_if_preempted()
     if step % log_every == 0 or step == total_steps:

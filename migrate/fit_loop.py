@@ -21,20 +21,17 @@ class SaveAndLog(tf.keras.callbacks.Callback):
   (migrate/preemption.py's handler) whether to save and stop.
   """
 
-  def __init__(self, manager: tf.train.CheckpointManager, step: tf.Variable,
-               every_steps: int, total_steps: int, sigterm,
-               non_finite: divergence.NonFiniteSteps):
+  def __init__(self, manager: divergence.FiniteCheckpointManager,
+               step: tf.Variable, every_steps: int, total_steps: int, sigterm):
     super().__init__()
     self._manager, self._step, self._sigterm = manager, step, sigterm
-    self._non_finite = non_finite
     self._every, self._total = every_steps, total_steps
     self._last = int(step.numpy())
 
   def on_train_batch_end(self, batch, logs=None):
     step = int(self._step.numpy())
     # Before anything else: a diverged run stops here.
-    divergence.check_execution(float(logs['loss']), self._non_finite.count(),
-                               step, self._manager)
+    divergence.check_execution(float(logs['loss']), step, self._manager)
     if step // self._every > self._last // self._every:
       self._manager.save(checkpoint_number=step)
       self._last = step
@@ -70,7 +67,8 @@ def executions(steps: int, steps_per_execution: int) -> list[tuple[int, int]]:
 
 
 def train(model: tf.keras.Model, optimizer, dataset, total_steps: int,
-          steps_per_execution: int, manager: tf.train.CheckpointManager,
+          steps_per_execution: int,
+          manager: divergence.FiniteCheckpointManager,
           model_dir: str, every_steps: int, sigterm, verbose: int) -> None:
   """Trains from the optimizer's step up to exactly total_steps.
 
@@ -82,8 +80,7 @@ def train(model: tf.keras.Model, optimizer, dataset, total_steps: int,
   remaining = total_steps - int(step.numpy())
   callbacks = [
       tf.keras.callbacks.TensorBoard(model_dir, update_freq=every_steps),
-      SaveAndLog(manager, step, every_steps, total_steps, sigterm,
-                 model.non_finite_steps),
+      SaveAndLog(manager, step, every_steps, total_steps, sigterm),
   ]
   for steps, per_execution in executions(max(remaining, 0),
                                          steps_per_execution):

@@ -9,7 +9,6 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from migrate import divergence
 from mnist_common import keras_compat
 from mnist_common import resources
 
@@ -54,9 +53,7 @@ def build_model(dropout_rate: float = DROPOUT_RATE,
   # float32 logits whatever the precision: the softmax and the loss stay
   # float32, as Keras's mixed-precision guide has it; this layer is tiny.
   logits = layers.Dense(NUM_CLASSES, name='logits', dtype='float32')(y)
-  model = Classifier(inputs, logits, name='mnist_cnn')
-  model.non_finite_steps = divergence.NonFiniteSteps()
-  return model
+  return Classifier(inputs, logits, name='mnist_cnn')
 
 
 def forward_bytes(precision: str = 'float32') -> int:
@@ -119,11 +116,7 @@ def gradients(loss: tf.Tensor, variables: Sequence[tf.Variable]
 class Classifier(tf.keras.Model):
   """A functional Keras model whose fit() step takes its gradients with
   ``gradients`` (above) instead of a GradientTape; otherwise Keras's own
-  step: compiled loss (scaled for the replicas), optimizer, metrics. It
-  counts the steps whose gradients are not finite in ``non_finite_steps``
-  (set by build_model), which fit's callback reads after each execution.
-  """
-  non_finite_steps: divergence.NonFiniteSteps | None = None
+  step: compiled loss (scaled for the replicas), optimizer, metrics."""
 
   def train_step(self, data):
     images, labels = data
@@ -131,10 +124,7 @@ class Classifier(tf.keras.Model):
     loss = self.compute_loss(images, labels, logits)
     keras_compat.add_to_loss_tracker(self, loss, tf.shape(images)[0])
     variables = self.trainable_variables
-    grads = gradients(loss, variables)
-    if self.non_finite_steps is not None:
-      self.non_finite_steps.record(grads)
-    self.optimizer.apply_gradients(zip(grads, variables))
+    self.optimizer.apply_gradients(zip(gradients(loss, variables), variables))
     return self.compute_metrics(images, labels, logits, sample_weight=None)
 
   def make_train_function(self, force=False):

@@ -35,7 +35,9 @@ def test_throughput_smoke_run_writes_table_and_json(tmp_path, fake_data_dir):
   figures = json.loads(report.read_text())
   trainers = figures['trainers']
   assert [t['label'] for t in trainers.values()] == [
-      'estimator (TPUEstimator, CPU)', 'fit, steps_per_execution=1',
+      'estimator (TPUEstimator, CPU)',
+      "estimator, with the kit's divergence guard (estimator_mnist)",
+      'fit, steps_per_execution=1',
       'fit, steps_per_execution=2', 'custom, 1 step per call',
       'custom, 2 steps per call', 'fit, 2 replicas, steps_per_execution=2',
       'custom, 2 replicas, 2 steps per call',
