@@ -84,10 +84,12 @@ def estimator(info, batch: int, window_steps: int, windows: int,
   with tempfile.TemporaryDirectory() as model_dir:
     model = estimator_train.make_estimator(flags_obj, model_dir, info.data_dir,
                                            batch)
-    guard, listener = divergence.guards(model_dir, use_tpu=False)
-    model.train(estimator_data.train_input_fn, max_steps=steps,
-                hooks=[guard, hook] if guarded else [hook],
-                saving_listeners=[listener] if guarded else None)
+    hooks, listeners = [hook], None
+    if guarded:
+      guard, listener = divergence.guards(model_dir, use_tpu=False)
+      hooks, listeners = [guard, hook], [listener]
+    model.train(estimator_data.train_input_fn, max_steps=steps, hooks=hooks,
+                saving_listeners=listeners)
   return median_rate(hook.stamps, window_steps, batch)
 
 
@@ -161,6 +163,10 @@ def custom(strategy, steps_per_call: int, info, batch: int,
   return median_rate(stamps, window_steps, batch)
 
 
+# The trainers that run tf.estimator: only on TF 2.15.
+NEED_ESTIMATOR = ('estimator', 'estimator_guarded')
+
+
 def by_id(steps_per_execution: int) -> dict[str, Trainer]:
   """The trainers this TensorFlow can run, by id; the first is the baseline
   (TPUEstimator, where tf.estimator is installed). Call it once per process:
@@ -201,10 +207,6 @@ def by_id(steps_per_execution: int) -> dict[str, Trainer]:
     for key in NEED_ESTIMATOR:
       del trainers[key]
   return trainers
-
-
-# The trainers that run tf.estimator: only on TF 2.15.
-NEED_ESTIMATOR = ('estimator', 'estimator_guarded')
 
 
 def select(by_id: dict, ids: list[str], skip_unavailable: bool = False
