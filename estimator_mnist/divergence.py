@@ -24,7 +24,6 @@ import tensorflow.compat.v1 as tf
 from mnist_common import checkpoint_files
 from mnist_common.errors import DivergedError
 from mnist_common.errors import NonFiniteExportError
-from mnist_common.errors import describe_names
 
 
 def non_finite_names(tensors: dict[str, np.ndarray]) -> list[str]:
@@ -84,17 +83,12 @@ class StopOnDivergence(tf.estimator.SessionRunHook):
 
   def after_run(self, run_context, run_values):
     loss = float(run_values.results)
-    names, step = (self._weights.run(run_context.session)
-                   if self._check_weights or not math.isfinite(loss) else
-                   ([], None))
-    found = []
-    if names:
-      found.append(f'the weights became non-finite ({describe_names(names)})')
-    if not math.isfinite(loss):
-      found.append(f'the training loss became {loss}')
-    if found:
-      raise DivergedError(' and '.join(found), step,
-                          _latest_name(self._model_dir))
+    if self._check_weights or not math.isfinite(loss):
+      names, step = self._weights.run(run_context.session)
+      error = DivergedError.found(names, loss, step,
+                                  _latest_name(self._model_dir))
+      if error:
+        raise error
 
 
 class FiniteWeightsBeforeSave(tf.train.CheckpointSaverListener):
@@ -109,10 +103,10 @@ class FiniteWeightsBeforeSave(tf.train.CheckpointSaverListener):
 
   def before_save(self, session, global_step_value):
     names, step = self._weights.run(session)
-    if names:
-      raise DivergedError(
-          f'the weights became non-finite ({describe_names(names)})', step,
-          _latest_name(self._model_dir))
+    error = DivergedError.found(names, None, step,
+                                _latest_name(self._model_dir))
+    if error:
+      raise error
 
 
 def guards(model_dir: str, use_tpu: bool

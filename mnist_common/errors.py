@@ -1,5 +1,6 @@
 """The one error type the kit shows to users as a single line."""
 import errno
+import math
 import re
 import sys
 from typing import Callable
@@ -38,6 +39,22 @@ class DivergedError(KitError):
     super().__init__(
         f'{what} by step {step}: training stopped, {kept}, nothing was '
         'exported; lower --learning_rate or check the data')
+
+  @classmethod
+  def found(cls, non_finite: list[str], loss: float | None, step: int,
+            last_checkpoint: str | None) -> 'DivergedError | None':
+    """The error for what a check found, or None if all was finite.
+
+    non_finite: the names of the weights that are not finite; loss: the
+    training loss, None where it was not looked at.
+    """
+    what = []
+    if non_finite:
+      what.append(f'the weights became non-finite '
+                  f'({describe_names(non_finite)})')
+    if loss is not None and not math.isfinite(loss):
+      what.append(f'the training loss became {loss}')
+    return cls(' and '.join(what), step, last_checkpoint) if what else None
 
 
 class NonFiniteExportError(KitError):
