@@ -27,8 +27,9 @@ from absl import flags
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from mnist_common import paths  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mnist_common.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core import atomic
+from kit_core import paths  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 flags.DEFINE_list('pythons', ['.venv/bin/python', '.venv-newest/bin/python'],
                   'The Pythons (install profiles) to run throughput.py with, '
@@ -163,7 +164,7 @@ def main(argv: list[str]) -> None:
     sys.exit(f'error: {e}')
   table = rows(reports)
   print(markdown(reports, table))
-  paths.write_json(FLAGS.report, {
+  atomic.write_json(FLAGS.report, {
       'runs': reports, 'rows': [dataclasses.asdict(row) for row in table]})
   print(f'JSON: {FLAGS.report}')
 

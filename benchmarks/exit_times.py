@@ -5,7 +5,7 @@
 Runs every command on small synthetic data, one after the other, records the
 moment of each line it prints, and reports the seconds from the last line to
 the process's exit (on TF 2.15 that gap was minutes before the kit ended its
-processes itself: mnist_common/process.py). Each command's exit code is
+processes itself: kit_core/process.py). Each command's exit code is
 checked; the table goes to stdout.
 """
 import json
@@ -55,13 +55,13 @@ def commands(work: str) -> list[tuple[str, list[str], int]]:
        [python, '-m', 'migrate', *small, '--loop=custom',
         '--num_cpu_devices=2', f'--model_dir={work}/custom'], 0),
       ('migration-convert-checkpoint --verify',
-       [python, '-m', 'migration_tools.convert_checkpoint',
+       [python, '-m', 'migration_tools.checkpoint',
         f'--estimator_dir={work}/estimator', f'--output={work}/converted',
         '--verify', params], 0),
       ('migration-compare, 20 steps, 1/2/4 replicas',
        [python, '-m', 'migration_tools.compare', '--steps=20', params,
         f'--report={work}/report.json'], 0),
-      ('migration-scan', [python, '-m', 'migration_tools.scan',
+      ('migration-scan', [python, '-m', 'migration_tools.scanner',
                           'estimator_mnist'], 1),
   ]
 

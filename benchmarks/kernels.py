@@ -29,9 +29,9 @@ import tensorflow as tf
 # trainers splits the CPU in two at import, before any TF op.
 import trainers  # pylint: disable=g-bad-import-order
 
-from mnist_common import paths  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common import prepare  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mnist_common.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 flags.DEFINE_integer('batch_size', 1024, 'Global batch, for every trainer.',
                      lower_bound=2)
@@ -124,7 +124,7 @@ def main(argv: list[str]) -> None:
       print(table(trainer.label, report[key], FLAGS.top) + '\n', flush=True)
   except KitError as e:
     sys.exit(f'error: {e}')
-  paths.write_json(FLAGS.report, report)
+  atomic.write_json(FLAGS.report, report)
   print(f'JSON: {FLAGS.report}')
 
 

@@ -38,10 +38,10 @@ import trainers  # pylint: disable=g-bad-import-order
 from estimator_mnist import data as estimator_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import data as migrate_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import model as model_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mnist_common import cpu  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mnist_common import paths  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core import cpu  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common import prepare  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mnist_common.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 flags.DEFINE_integer('batch_size', 1024, 'Global batch, for every trainer.',
                      lower_bound=2)
@@ -234,7 +234,7 @@ def main(argv: list[str]) -> None:
   except KitError as e:
     sys.exit(f'error: {e}')
   print(table(report))
-  paths.write_json(FLAGS.report, report)
+  atomic.write_json(FLAGS.report, report)
   print(f'JSON: {FLAGS.report}')
 
 

@@ -14,22 +14,21 @@ import importlib.util
 import statistics
 import tempfile
 import time
-import types
 from typing import Callable
 
 from absl import logging
 import tensorflow as tf
 
 # Two logical CPUs for the 2-replica runs: must precede every TF op.
-from mnist_common import devices  # pylint: disable=g-bad-import-order
+from kit_core import devices  # pylint: disable=g-bad-import-order
 devices.split_cpu(2)
 
 from migrate import custom_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import data as migrate_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import fit_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import model as model_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mnist_common import process  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mnist_common.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core import process  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 HAS_ESTIMATOR = importlib.util.find_spec('tensorflow_estimator') is not None
 
@@ -71,18 +70,22 @@ def estimator(info, batch: int, window_steps: int, windows: int,
   estimator_mnist trains; off, the Estimator as TPU-era code ran it.
   """
   # Imported here: the other trainers run on a TensorFlow without it.
+  from estimator_mnist import config as estimator_config  # pylint: disable=g-import-not-at-top
   from estimator_mnist import data as estimator_data  # pylint: disable=g-import-not-at-top
   from estimator_mnist import divergence  # pylint: disable=g-import-not-at-top
   from estimator_mnist import train as estimator_train  # pylint: disable=g-import-not-at-top
   steps = window_steps * (windows + 1)
-  flags_obj = types.SimpleNamespace(
+  config = estimator_config.Config(
       iterations=steps,  # Checkpoints only at the start and the end.
       save_checkpoints_steps=None, seed=0, use_tpu=False, num_shards=8,
       batch_size=batch, num_predictions=10, learning_rate=0.05,
-      export_to_tpu=False)
+      export_to_tpu=False, tpu=None, tpu_zone=None, gcp_project=None,
+      data_dir=info.data_dir, data_source='auto', data_url='', model_dir=None,
+      train_steps=steps, eval_steps=0, enable_predict=False,
+      skip_resource_checks=False)
   hook = _WindowHook(window_steps)
   with tempfile.TemporaryDirectory() as model_dir:
-    model = estimator_train.make_estimator(flags_obj, model_dir, info.data_dir,
+    model = estimator_train.make_estimator(config, model_dir, info.data_dir,
                                            batch)
     hooks, listeners = [hook], None
     if guarded:

@@ -10,7 +10,7 @@ minute, and these pipelines feed far faster than the model trains anyway.
 """
 import tensorflow.compat.v1 as tf
 
-from mnist_common import process
+from kit_core import process
 from mnist_common import tfrecords
 
 SHUFFLE_BUFFER = 60000  # The whole MNIST train split.

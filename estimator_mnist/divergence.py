@@ -21,7 +21,7 @@ import os
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from mnist_common import checkpoint_files
+from kit_core import checkpoint_files
 from mnist_common.errors import DivergedError
 from mnist_common.errors import NonFiniteExportError
 

@@ -14,7 +14,7 @@ On a Cloud TPU:
 """
 import sys
 
-from mnist_common import process
+from kit_core import process
 
 process.quiet_tensorflow_startup()  # Before TensorFlow loads.
 
@@ -24,9 +24,10 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
+from estimator_mnist import config as config_lib
 from estimator_mnist import train
 from mnist_common import flags as common_flags
-from mnist_common.errors import exit_with_one_line
+from kit_core.exits import exit_with_one_line
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 common_flags.define_common_flags()
@@ -62,12 +63,13 @@ def main(argv: list[str]) -> None:
   logging.set_verbosity(logging.INFO)
   # TF's logger has a handler of its own; absl's already prints its records.
   tf.get_logger().handlers.clear()
-  exit_with_one_line(lambda: train.run(FLAGS))
+  exit_with_one_line(
+      lambda: train.run(config_lib.Config.from_flags(FLAGS)))
 
 
 def run() -> None:
   """Console-script entry point (``estimator-mnist``).
 
-  Ends the process as soon as main is done: mnist_common/process.py says why.
+  Ends the process as soon as main is done: kit_core/process.py says why.
   """
   process.run_command(lambda: app.run(main))

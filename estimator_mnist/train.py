@@ -1,7 +1,8 @@
 """Training with TPUEstimator: train, evaluate, predict, export.
 
-``run(flags_obj)`` is the whole job. Tests call it with their own flags and
-``data_override`` instead of patching anything.
+``run(config, data=None)`` is the whole job, as migrate's ``train.run`` is
+for tf.distribute; main.py builds the config from the flags. Tests build
+their own config and pass ``data`` instead of patching anything.
 """
 import os
 import signal
@@ -9,21 +10,23 @@ import signal
 from absl import logging
 import tensorflow.compat.v1 as tf
 
-from estimator_mnist import data
+from estimator_mnist import config as config_lib
+from estimator_mnist import data as data_lib
 from estimator_mnist import divergence
 from estimator_mnist import model
 from mnist_common import batching
-from mnist_common import checkpoint_files
-from mnist_common import paths
+from kit_core import sharding
+from kit_core import checkpoint_files
+from kit_core import paths
 from mnist_common import prepare
 from mnist_common import report
 from mnist_common import resources
 from mnist_common import sources
-from mnist_common import stale
+from kit_core import stale
 from mnist_common import tfrecords
 from mnist_common import tpu as tpu_lib
-from mnist_common.errors import KitError
-from mnist_common.errors import Preempted
+from kit_core.errors import KitError
+from kit_core.errors import Preempted
 from mnist_common.errors import describe_names
 
 
@@ -34,39 +37,39 @@ def serving_input_receiver_fn(
                                     sources.IMAGE_SIZE, 1], name='image')
   # A Tensor receiver hands model_fn a Tensor, as the input_fns do, not a dict.
   return tf.estimator.export.TensorServingInputReceiver(
-      data.scale_image(image), {'image': image})
+      data_lib.scale_image(image), {'image': image})
 
 
-def make_estimator(flags_obj, model_dir: str, data_dir: str, eval_batch: int,
+def make_estimator(config: config_lib.Config, model_dir: str, data_dir: str, eval_batch: int,
                    cluster=None) -> tf.estimator.tpu.TPUEstimator:
   """A TPUEstimator configured from the flags."""
   run_config = tf.estimator.tpu.RunConfig(
       cluster=cluster,
       model_dir=model_dir,
-      tf_random_seed=flags_obj.seed,
-      save_checkpoints_steps=(flags_obj.save_checkpoints_steps or
-                              max(flags_obj.iterations,
+      tf_random_seed=config.seed,
+      save_checkpoints_steps=(config.save_checkpoints_steps or
+                              max(config.iterations,
                                   model.LOG_EVERY_STEPS)),
       # TPUEstimator logs every ceil(this / iterations_per_loop) session runs,
       # and a session run is a whole loop on a TPU but one step off it.
-      log_step_count_steps=(model.LOG_EVERY_STEPS if flags_obj.use_tpu else
-                            model.LOG_EVERY_STEPS * flags_obj.iterations),
+      log_step_count_steps=(model.LOG_EVERY_STEPS if config.use_tpu else
+                            model.LOG_EVERY_STEPS * config.iterations),
       tpu_config=tf.estimator.tpu.TPUConfig(
-          iterations_per_loop=flags_obj.iterations,
-          num_shards=flags_obj.num_shards))
+          iterations_per_loop=config.iterations,
+          num_shards=config.num_shards))
   return tf.estimator.tpu.TPUEstimator(
       model_fn=model.model_fn,
       config=run_config,
-      use_tpu=flags_obj.use_tpu,
-      train_batch_size=flags_obj.batch_size,
+      use_tpu=config.use_tpu,
+      train_batch_size=config.batch_size,
       eval_batch_size=eval_batch,
-      predict_batch_size=flags_obj.num_predictions,
-      params={'data_dir': data_dir, 'learning_rate': flags_obj.learning_rate,
-              'use_tpu': flags_obj.use_tpu, 'seed': flags_obj.seed,
-              'num_predictions': flags_obj.num_predictions},
+      predict_batch_size=config.num_predictions,
+      params={'data_dir': data_dir, 'learning_rate': config.learning_rate,
+              'use_tpu': config.use_tpu, 'seed': config.seed,
+              'num_predictions': config.num_predictions},
       # Off a TPU, the extra 'serve,tpu' MetaGraph would make a plain
       # tf.saved_model.load(path) fail (it then needs explicit tags).
-      export_to_tpu=flags_obj.export_to_tpu)
+      export_to_tpu=config.export_to_tpu)
 
 
 class StopOnSigterm(tf.estimator.SessionRunHook):
@@ -100,7 +103,7 @@ def _train(estimator, max_steps: int, use_tpu: bool) -> None:
   hook, listener = divergence.guards(estimator.model_dir, use_tpu)
   before = signal.signal(signal.SIGTERM, sigterm.on_sigterm)
   try:
-    estimator.train(data.train_input_fn, max_steps=max_steps,
+    estimator.train(data_lib.train_input_fn, max_steps=max_steps,
                     hooks=[hook, sigterm], saving_listeners=[listener])
   finally:
     signal.signal(signal.SIGTERM, before)
@@ -173,19 +176,20 @@ def _predict(estimator, info: prepare.DatasetInfo, count: int) -> list:
   labels = [int(label) for _, label in
             test.map(tfrecords.parse_example).as_numpy_iterator()]
   results = []
-  for pred, label in zip(estimator.predict(data.predict_input_fn), labels):
+  for pred, label in zip(estimator.predict(data_lib.predict_input_fn), labels):
     class_id = int(pred['class_ids'])
     results.append(report.print_prediction(
         class_id, float(pred['probabilities'][class_id]), label))
   return results
 
 
-def run(flags_obj, data_override: prepare.DatasetInfo | None = None) -> dict:
+def run(config: config_lib.Config,
+        data: prepare.DatasetInfo | None = None) -> dict:
   """Trains, evaluates, predicts and exports; returns what it measured.
 
   Args:
-    flags_obj: the absl FLAGS (or any object with the same attributes).
-    data_override: prepared data to use instead of --data_dir/--data_source.
+    config: the run's options (main.py builds them from the flags).
+    data: prepared data to use instead of config.data_dir/data_source.
 
   Returns:
     {'model_dir', 'global_step', 'eval' (metrics or None), 'predictions',
@@ -195,27 +199,27 @@ def run(flags_obj, data_override: prepare.DatasetInfo | None = None) -> dict:
     KitError: bad input; nothing has been written to --model_dir.
   """
   cluster = None
-  if flags_obj.use_tpu:
-    batching.per_replica_batch(flags_obj.batch_size, flags_obj.num_shards,
+  if config.use_tpu:
+    sharding.per_replica_batch(config.batch_size, config.num_shards,
                                '--num_shards')
-    cluster = tpu_lib.find_tpu(flags_obj.tpu, flags_obj.tpu_zone,
-                               flags_obj.gcp_project)
-  info = data_override or prepare.prepare(
-      flags_obj.data_dir, flags_obj.data_source, flags_obj.data_url,
-      flags_obj.seed)
-  shards = flags_obj.num_shards if flags_obj.use_tpu else 1
-  evaluation = batching.plan(flags_obj.batch_size, flags_obj.eval_steps,
+    cluster = tpu_lib.find_tpu(config.tpu, config.tpu_zone,
+                               config.gcp_project)
+  info = data or prepare.prepare(
+      config.data_dir, config.data_source, config.data_url,
+      config.seed)
+  shards = config.num_shards if config.use_tpu else 1
+  evaluation = batching.plan(config.batch_size, config.eval_steps,
                              info.train_examples, info.test_examples, shards)
   eval_batch, eval_steps = evaluation.batch, evaluation.steps
-  if not (flags_obj.use_tpu or flags_obj.skip_resource_checks):
-    resources.check_memory(model.forward_bytes(), flags_obj.batch_size)
-  model_dir = paths.ensure_writable_dir(flags_obj.model_dir, 'estimator_mnist_')
-  estimator = make_estimator(flags_obj, model_dir, info.data_dir, eval_batch,
+  if not (config.use_tpu or config.skip_resource_checks):
+    resources.check_memory(model.forward_bytes(), config.batch_size)
+  model_dir = paths.ensure_writable_dir(config.model_dir, 'estimator_mnist_')
+  estimator = make_estimator(config, model_dir, info.data_dir, eval_batch,
                              cluster)
   logging.info('TPUEstimator: model_dir=%s use_tpu=%s global batch=%d%s',
-               model_dir, flags_obj.use_tpu, flags_obj.batch_size,
-               f' ({flags_obj.batch_size // shards} per core, '
-               f'{flags_obj.iterations} steps per loop)' if flags_obj.use_tpu
+               model_dir, config.use_tpu, config.batch_size,
+               f' ({config.batch_size // shards} per core, '
+               f'{config.iterations} steps per loop)' if config.use_tpu
                else ' (iterations_per_loop has no effect off a TPU)')
 
   stale.remove(model_dir, stale.checkpoint_temp('model.ckpt'),
@@ -223,20 +227,20 @@ def run(flags_obj, data_override: prepare.DatasetInfo | None = None) -> dict:
   fall_back_to_a_usable_checkpoint(model_dir)
   # tf.compat.v1.layers draw initializer seeds from Python's random module,
   # not the graph seed: seed everything for repeatable runs.
-  tf.compat.v2.keras.utils.set_random_seed(flags_obj.seed)
-  _train(estimator, flags_obj.train_steps, flags_obj.use_tpu)
+  tf.compat.v2.keras.utils.set_random_seed(config.seed)
+  _train(estimator, config.train_steps, config.use_tpu)
   result = {'model_dir': model_dir,
             'global_step': int(estimator.get_variable_value('global_step')),
             'eval': None, 'predictions': [], 'export_dir': None}
 
   if eval_steps:
-    metrics = estimator.evaluate(data.eval_input_fn, steps=eval_steps)
+    metrics = estimator.evaluate(data_lib.eval_input_fn, steps=eval_steps)
     result['eval'] = {k: float(v) for k, v in metrics.items()}
     report.print_eval(metrics['accuracy'], eval_steps * eval_batch,
                       metrics['loss'], metrics['global_step'])
 
-  if flags_obj.enable_predict:
-    result['predictions'] = _predict(estimator, info, flags_obj.num_predictions)
+  if config.enable_predict:
+    result['predictions'] = _predict(estimator, info, config.num_predictions)
 
   latest = estimator.latest_checkpoint()
   divergence.check_export(latest)

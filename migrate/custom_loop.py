@@ -6,13 +6,11 @@ on its share of the global batch; the loss is divided by the *global* batch
 gradients is the gradient of the global mean; ``train_steps`` runs several
 steps per tf.function call with ``tf.range``, as ``iterations_per_loop`` did.
 """
-from absl import logging
 import tensorflow as tf
 
-from migrate import checkpoints
-from migrate import divergence
+from migrate import cadence as cadence_lib
 from migrate import model as model_lib
-from mnist_common import process
+from kit_core import process
 
 
 class Trainer:
@@ -87,38 +85,28 @@ class Trainer:
     return values
 
 
-def train(trainer: Trainer, dataset, total_steps: int, steps_per_execution: int,
-          manager: divergence.FiniteCheckpointManager, writer, log_every: int,
-          sigterm=None) -> None:
-  """Trains from the optimizer's step up to total_steps.
+def train(trainer: Trainer, dataset, steps_per_execution: int,
+          cadence: cadence_lib.Cadence, writer) -> None:
+  """Trains from the optimizer's step up to cadence.total_steps.
 
-  Logs, writes summaries and saves a checkpoint at every multiple of
-  log_every, and at the end. sigterm: migrate/preemption.py's handler, asked
-  after each execution (None: SIGTERM is not watched).
+  Executions stop at each of the cadence's boundaries, so that logs,
+  summaries and checkpoints land on round steps.
   """
   # Kept: dropping a distributed iterator can block for a minute on TF 2.15
-  # (mnist_common/process.py).
+  # (kit_core/process.py).
   iterator = process.keep_alive(iter(dataset))
   step = int(trainer.optimizer.iterations.numpy())
-  while step < total_steps:
-    # Stop at each log boundary so logs and checkpoints land on round steps.
-    to_boundary = log_every - step % log_every
-    steps = min(steps_per_execution, total_steps - step, to_boundary)
+  while step < cadence.total_steps:
+    steps = min(steps_per_execution, cadence.steps_to_boundary(step))
     step = int(trainer.train_steps(iterator, tf.constant(steps)))
-    # Before anything else: a diverged run stops here.
-    divergence.check_execution(float(trainer.loss.result()), step, manager)
-    if sigterm:
-      sigterm.save_checkpoint_if_preempted()
-    if step % log_every == 0 or step == total_steps:
-      metrics = trainer.reset()
-      manager.save(checkpoint_number=step)
-      logging.info('step %d/%d: loss %.4f, accuracy %.4f (checkpoint saved)',
-                   step, total_steps, metrics['loss'], metrics['accuracy'])
+    logged = cadence.after_execution(step, float(trainer.loss.result()),
+                                     trainer.reset)
+    if logged:
       with writer.as_default(step=step):
-        for name, value in metrics.items():
+        for name, value in logged.items():
           tf.summary.scalar(name, value)
         tf.summary.scalar('learning_rate', trainer.optimizer.learning_rate)
-  checkpoints.save_final(manager, step)
+  cadence.end(step)
   writer.flush()
 
 

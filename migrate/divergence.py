@@ -23,7 +23,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from mnist_common import keras_compat
+from kit_core import keras_compat
 from mnist_common.errors import DivergedError
 from mnist_common.errors import NonFiniteExportError
 

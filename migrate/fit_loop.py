@@ -4,43 +4,26 @@
 that many steps inside one tf.function call, so the host is visited once per
 N steps instead of every step.
 """
-from absl import logging
 import tensorflow as tf
 
-from migrate import checkpoints
-from migrate import divergence
+from migrate import cadence as cadence_lib
 from migrate import model as model_lib
 
 
 class SaveAndLog(tf.keras.callbacks.Callback):
-  """Saves a checkpoint and logs the loss each time the step passes a multiple
-  of every_steps, and at the end.
+  """Hands each execution's end to the cadence: Keras calls
+  on_train_batch_end once per execution (steps_per_execution steps)."""
 
-  Keras calls on_train_batch_end once per execution (steps_per_execution
-  steps), so that is how often this looks, and asks sigterm
-  (migrate/preemption.py's handler) whether to save and stop.
-  """
-
-  def __init__(self, manager: divergence.FiniteCheckpointManager,
-               step: tf.Variable, every_steps: int, total_steps: int, sigterm):
+  def __init__(self, cadence: cadence_lib.Cadence, step: tf.Variable):
     super().__init__()
-    self._manager, self._step, self._sigterm = manager, step, sigterm
-    self._every, self._total = every_steps, total_steps
-    self._last = int(step.numpy())
+    self._cadence, self._step = cadence, step
 
   def on_train_batch_end(self, batch, logs=None):
-    step = int(self._step.numpy())
-    # Before anything else: a diverged run stops here.
-    divergence.check_execution(float(logs['loss']), step, self._manager)
-    if step // self._every > self._last // self._every:
-      self._manager.save(checkpoint_number=step)
-      self._last = step
-      logging.info('step %d/%d: loss %.4f, accuracy %.4f (checkpoint saved)',
-                   step, self._total, logs['loss'], logs['accuracy'])
-    self._sigterm.save_checkpoint_if_preempted()
+    self._cadence.after_execution(int(self._step.numpy()), float(logs['loss']),
+                                  lambda: logs)
 
   def on_train_end(self, logs=None):
-    checkpoints.save_final(self._manager, int(self._step.numpy()))
+    self._cadence.end(int(self._step.numpy()))
 
 
 def compile_model(model: tf.keras.Model, optimizer, steps_per_execution: int
@@ -66,21 +49,21 @@ def executions(steps: int, steps_per_execution: int) -> list[tuple[int, int]]:
   return blocks
 
 
-def train(model: tf.keras.Model, optimizer, dataset, total_steps: int,
-          steps_per_execution: int,
-          manager: divergence.FiniteCheckpointManager,
-          model_dir: str, every_steps: int, sigterm, verbose: int) -> None:
-  """Trains from the optimizer's step up to exactly total_steps.
+def train(model: tf.keras.Model, optimizer, dataset,
+          steps_per_execution: int, cadence: cadence_lib.Cadence,
+          model_dir: str, verbose: int) -> None:
+  """Trains from the optimizer's step up to exactly cadence.total_steps.
 
   Each block of ``executions`` is one Keras epoch of its own; a remainder
   block starts a new pass over the data, as a resumed run does (and as each
   ``TPUEstimator.train`` call did).
   """
   step = optimizer.iterations
-  remaining = total_steps - int(step.numpy())
+  remaining = cadence.total_steps - int(step.numpy())
   callbacks = [
-      tf.keras.callbacks.TensorBoard(model_dir, update_freq=every_steps),
-      SaveAndLog(manager, step, every_steps, total_steps, sigterm),
+      tf.keras.callbacks.TensorBoard(model_dir,
+                                     update_freq=cadence.every_steps),
+      SaveAndLog(cadence, step),
   ]
   for steps, per_execution in executions(max(remaining, 0),
                                          steps_per_execution):

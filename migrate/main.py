@@ -16,7 +16,7 @@ On several machines: set TF_CONFIG on each and pass --strategy=multi_worker.
 """
 import sys
 
-from mnist_common import process
+from kit_core import process
 
 process.quiet_tensorflow_startup()  # Before TensorFlow loads.
 
@@ -26,14 +26,15 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
+from migrate import config as config_lib
 from migrate import model as model_lib
 from migrate import strategy as strategy_lib
 from migrate import train
-from mnist_common import devices
+from kit_core import devices
 from mnist_common import flags as common_flags
 from mnist_common import resources
-from mnist_common.errors import KitError
-from mnist_common.errors import exit_with_one_line
+from kit_core.errors import KitError
+from kit_core.exits import exit_with_one_line
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 common_flags.define_common_flags()
@@ -81,22 +82,33 @@ def main(argv: list[str]) -> None:
   exit_with_one_line(_train)
 
 
-def _train() -> None:
-  # Before anything else: devices are fixed once TensorFlow starts.
-  if not FLAGS.skip_resource_checks:
-    resources.check_cpu_devices(FLAGS.num_cpu_devices)
-  devices.split_cpu(FLAGS.num_cpu_devices)
+def make_config() -> config_lib.Config:
+  """The run's config from the parsed flags; --use_tpu means --strategy=tpu.
+
+  Raises:
+    KitError: --use_tpu with another --strategy.
+  """
+  strategy = FLAGS.strategy
   if FLAGS.use_tpu:
-    if FLAGS.strategy not in ('auto', 'tpu'):
-      raise KitError(f'--use_tpu contradicts --strategy={FLAGS.strategy}; '
-                     'drop one of them')
-    FLAGS.strategy = 'tpu'
-  train.run(FLAGS)
+    if strategy not in ('auto', 'tpu'):
+      raise KitError(f'--use_tpu contradicts --strategy={strategy}; drop one '
+                     'of them')
+    strategy = 'tpu'
+  return config_lib.Config.from_flags(FLAGS, strategy=strategy)
+
+
+def _train() -> None:
+  config = make_config()
+  # Before anything else: devices are fixed once TensorFlow starts.
+  if not config.skip_resource_checks:
+    resources.check_cpu_devices(config.num_cpu_devices)
+  devices.split_cpu(config.num_cpu_devices)
+  train.run(config)
 
 
 def run() -> None:
   """Console-script entry point (``migrate-mnist``).
 
-  Ends the process as soon as main is done: mnist_common/process.py says why.
+  Ends the process as soon as main is done: kit_core/process.py says why.
   """
   process.run_command(lambda: app.run(main))

@@ -16,8 +16,8 @@ from typing import Callable
 
 import tensorflow as tf
 
-from mnist_common import process
-from mnist_common.errors import Preempted
+from kit_core import process
+from kit_core.errors import Preempted
 
 
 def watch(strategy: tf.distribute.Strategy,

@@ -9,9 +9,9 @@ import os
 
 import tensorflow as tf
 
-from mnist_common import rendezvous
+from migrate import rendezvous
 from mnist_common import tpu as tpu_lib
-from mnist_common.errors import KitError
+from kit_core.errors import KitError
 
 STRATEGIES = ('auto', 'tpu', 'mirrored', 'multi_worker', 'one_device')
 
@@ -67,7 +67,7 @@ def make_strategy(name: str, tpu: str | None = None, zone: str | None = None,
   """Returns the strategy --strategy names (see the module docstring).
 
   With multi_worker, first waits up to worker_wait_seconds for the other
-  workers (mnist_common/rendezvous.py says why).
+  workers (migrate/rendezvous.py says why).
   """
   if name not in STRATEGIES:
     raise KitError(f'unknown --strategy={name}; use one of {STRATEGIES}')

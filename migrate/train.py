@@ -1,12 +1,12 @@
 """Training with tf.distribute: train, evaluate, predict, export.
 
-``run(flags_obj, strategy_override=None, data_override=None)`` is the whole
-job, as estimator_mnist's ``train.run`` is for TPUEstimator. Tests inject a
-strategy and data instead of patching anything.
+``run(config, strategy=None, data=None)`` is the whole job, as
+estimator_mnist's ``train.run`` is for TPUEstimator; main.py builds the
+config from the flags. Tests inject a strategy and data instead of patching
+anything.
 """
 import hashlib
 import os
-import shutil
 import signal
 import tempfile
 import time
@@ -15,23 +15,27 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from migrate import cadence as cadence_lib
 from migrate import checkpoints
+from migrate import config as config_lib
 from migrate import custom_loop
-from migrate import data
+from migrate import data as data_lib
 from migrate import divergence
 from migrate import fit_loop
 from migrate import model as model_lib
 from migrate import preemption
 from migrate import strategy as strategy_lib
+from kit_core import atomic
 from mnist_common import batching
-from mnist_common import cpu
-from mnist_common import keras_compat
-from mnist_common import paths
+from kit_core import sharding
+from kit_core import cpu
+from kit_core import keras_compat
+from kit_core import paths
 from mnist_common import prepare
 from mnist_common import report
 from mnist_common import resources
 from mnist_common import tfrecords
-from mnist_common.errors import KitError
+from kit_core.errors import KitError
 
 LOOPS = ('fit', 'custom')
 
@@ -46,7 +50,7 @@ class ServingModule(tf.Module):
   @tf.function(input_signature=[
       tf.TensorSpec([None, *model_lib.IMAGE_SHAPE], tf.uint8, name='image')])
   def serve(self, image):
-    logits = self.model(data.scale_image(image), training=False)
+    logits = self.model(data_lib.scale_image(image), training=False)
     return {'class_ids': tf.argmax(logits, axis=1),
             'probabilities': tf.nn.softmax(logits)}
 
@@ -67,20 +71,22 @@ def export(model: tf.keras.Model, model_dir: str,
   chief = strategy_lib.is_chief(strategy)
   base = os.path.join(model_dir, 'export')
   os.makedirs(base, exist_ok=True)
-  tmp = tempfile.mkdtemp(dir=base if chief else None, prefix='.tmp-')
-  try:
-    tf.saved_model.save(module, tmp, signatures={'serving_default':
-                                                 module.serve})
-    if not chief:
-      return None
-    stamp = int(time.time())
-    while os.path.exists(os.path.join(base, str(stamp))):
-      stamp += 1  # Two exports within a second.
-    final = os.path.join(base, str(stamp))
-    os.replace(tmp, final)
-    return final
-  finally:
-    shutil.rmtree(tmp, ignore_errors=True)
+
+  def save(folder: str) -> None:
+    tf.saved_model.save(module, folder, signatures={'serving_default':
+                                                    module.serve})
+
+  if not chief:
+    with tempfile.TemporaryDirectory() as folder:
+      save(folder)  # Every worker takes part in the save; the chief's stays.
+    return None
+  stamp = int(time.time())
+  while os.path.exists(os.path.join(base, str(stamp))):
+    stamp += 1  # Two exports within a second.
+  final = os.path.join(base, str(stamp))
+  with atomic.temporary_path(final, directory=True) as folder:
+    save(folder)
+  return final
 
 
 def weights_fingerprint(model: tf.keras.Model) -> str:
@@ -98,7 +104,7 @@ def predict(model: tf.keras.Model, info: prepare.DatasetInfo,
       tfrecords.parse_example).batch(count)
   images, labels = next(iter(test))
   probabilities = tf.nn.softmax(
-      model(data.scale_image(images), training=False)).numpy()
+      model(data_lib.scale_image(images), training=False)).numpy()
   return [report.print_prediction(int(probs.argmax()), float(probs.max()),
                                   int(label))
           for probs, label in zip(probabilities, labels.numpy())]
@@ -146,14 +152,91 @@ def _summary_writer(model_dir: str, strategy):
   return tf.summary.create_noop_writer()
 
 
-def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
-        data_override: prepare.DatasetInfo | None = None) -> dict:
+def _check_loop(config: config_lib.Config,
+                strategy: tf.distribute.Strategy) -> None:
+  """Raises KitError when --loop=fit cannot train as configured."""
+  if config.loop != 'fit':
+    return
+  reason = keras_compat.fit_unsupported_reason(strategy)
+  if reason:
+    raise KitError(f'--loop=fit cannot train here: {reason}; use '
+                   '--loop=custom, which trains the same model')
+  if config.checkpoint_steps % config.steps_per_execution:
+    # Keras returns to Python, where a checkpoint can be saved, only
+    # between executions.
+    raise KitError(
+        f'--checkpoint_steps={config.checkpoint_steps} is not a '
+        f'multiple of --steps_per_execution={config.steps_per_execution}'
+        ': --loop=fit can save only between executions; use a multiple, a '
+        'smaller --steps_per_execution, or --loop=custom')
+
+
+def _build_and_restore(config: config_lib.Config,
+                       strategy: tf.distribute.Strategy, model_dir: str):
+  """The model and optimizer, restored from model_dir's latest usable
+  checkpoint if there is one, and the manager that saves them."""
+  tf.keras.utils.set_random_seed(config.seed)
+  with strategy.scope():
+    model = model_lib.build_model(precision=config.precision,
+                                  checkpointed_random=True)
+    optimizer = model_lib.make_optimizer(config.learning_rate)
+    # Creates the slot variables now, so that a restore can check that the
+    # checkpoint matches the model and optimizer in full.
+    optimizer.build(model.trainable_variables)
+    checkpoint = checkpoints.make_checkpoint(model, optimizer, strategy)
+  restored = checkpoints.restore(checkpoint, model_dir)
+  manager = checkpoints.make_manager(checkpoint, model_dir, strategy)
+  logging.info('model_dir=%s, loop=%s, precision=%s, %s at step %d of %d',
+               model_dir, config.loop, config.precision,
+               'resuming' if restored else 'starting',
+               int(optimizer.iterations.numpy()), config.train_steps)
+  return model, optimizer, manager
+
+
+def _train(config: config_lib.Config, strategy: tf.distribute.Strategy,
+           info: prepare.DatasetInfo, eval_batch: int, eval_steps: int,
+           model, optimizer, manager, model_dir: str):
+  """Trains to config.train_steps with the configured loop, SIGTERM
+  watched; returns a function that evaluates the trained model."""
+  start = int(optimizer.iterations.numpy())
+  # The custom loop resumes exactly: its input pipeline starts where the
+  # checkpoint's step left it. fit starts a new pass (README: "Resuming").
+  train_data = data_lib.distribute(
+      strategy, info.data_dir, 'train', config.batch_size, True, config.seed,
+      start_step=start if config.loop == 'custom' else 0)
+  eval_data = data_lib.distribute(strategy, info.data_dir, 'test',
+                                  eval_batch, False)
+  before = signal.getsignal(signal.SIGTERM)
+  sigterm = preemption.watch(
+      strategy, lambda: _save_at_step(manager, optimizer, strategy))
+  cadence = cadence_lib.Cadence(manager, config.checkpoint_steps,
+                                config.train_steps, sigterm, start)
+  try:
+    if config.loop == 'fit':
+      fit_loop.train(model, optimizer, train_data,
+                     config.steps_per_execution, cadence, model_dir,
+                     verbose=1 if strategy_lib.is_chief(strategy) else 0)
+      return lambda: fit_loop.evaluate(model, optimizer, eval_data,
+                                       eval_steps, config.steps_per_execution)
+    trainer = custom_loop.Trainer(model, optimizer, strategy,
+                                  config.batch_size)
+    custom_loop.train(trainer, train_data, config.steps_per_execution,
+                      cadence, _summary_writer(model_dir, strategy))
+    return lambda: custom_loop.evaluate(trainer, eval_data, eval_steps)
+  finally:
+    # Training is saved: from here SIGTERM does what it did before.
+    signal.signal(signal.SIGTERM, before)
+
+
+def run(config: config_lib.Config,
+        strategy: tf.distribute.Strategy | None = None,
+        data: prepare.DatasetInfo | None = None) -> dict:
   """Trains, evaluates, predicts and exports; returns what it measured.
 
   Args:
-    flags_obj: the absl FLAGS (or any object with the same attributes).
-    strategy_override: a strategy to use instead of --strategy.
-    data_override: prepared data to use instead of --data_dir/--data_source.
+    config: the run's options (main.py builds them from the flags).
+    strategy: a strategy to use instead of config.strategy's.
+    data: prepared data to use instead of config.data_dir/data_source.
 
   Returns:
     {'model_dir', 'global_step', 'eval' (or None), 'predictions',
@@ -162,87 +245,28 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
   Raises:
     KitError: bad input; nothing has been written to --model_dir.
   """
-  strategy = strategy_override or strategy_lib.make_strategy(
-      flags_obj.strategy, flags_obj.tpu, flags_obj.tpu_zone,
-      flags_obj.gcp_project,
-      flags_obj.worker_wait_seconds)
-  if flags_obj.loop == 'fit':
-    reason = keras_compat.fit_unsupported_reason(strategy)
-    if reason:
-      raise KitError(f'--loop=fit cannot train here: {reason}; use '
-                     '--loop=custom, which trains the same model')
-    if flags_obj.checkpoint_steps % flags_obj.steps_per_execution:
-      # Keras returns to Python, where a checkpoint can be saved, only
-      # between executions.
-      raise KitError(
-          f'--checkpoint_steps={flags_obj.checkpoint_steps} is not a '
-          f'multiple of --steps_per_execution={flags_obj.steps_per_execution}'
-          ': --loop=fit can save only between executions; use a multiple, a '
-          'smaller --steps_per_execution, or --loop=custom')
+  strategy = strategy or strategy_lib.make_strategy(
+      config.strategy, config.tpu, config.tpu_zone, config.gcp_project,
+      config.worker_wait_seconds)
+  _check_loop(config, strategy)
   replicas = strategy.num_replicas_in_sync
-  per_replica = batching.per_replica_batch(flags_obj.batch_size, replicas,
+  per_replica = sharding.per_replica_batch(config.batch_size, replicas,
                                            'the number of replicas')
   logging.info('Strategy: %s', strategy_lib.describe(
-      strategy, flags_obj.batch_size, per_replica))
-  info = data_override or prepare.prepare(
-      flags_obj.data_dir, flags_obj.data_source, flags_obj.data_url,
-      flags_obj.seed)
-  evaluation = batching.plan(flags_obj.batch_size, flags_obj.eval_steps,
+      strategy, config.batch_size, per_replica))
+  info = data or prepare.prepare(config.data_dir, config.data_source,
+                                 config.data_url, config.seed)
+  evaluation = batching.plan(config.batch_size, config.eval_steps,
                              info.train_examples, info.test_examples, replicas)
   eval_batch, eval_steps = evaluation.batch, evaluation.steps
-  if not flags_obj.skip_resource_checks:
-    _check_memory(strategy, per_replica, flags_obj.precision)
-  _warn_if_bfloat16_is_emulated(strategy, flags_obj.precision)
-  model_dir = paths.ensure_writable_dir(flags_obj.model_dir, 'migrate_')
+  if not config.skip_resource_checks:
+    _check_memory(strategy, per_replica, config.precision)
+  _warn_if_bfloat16_is_emulated(strategy, config.precision)
+  model_dir = paths.ensure_writable_dir(config.model_dir, 'migrate_')
 
-  tf.keras.utils.set_random_seed(flags_obj.seed)
-  with strategy.scope():
-    model = model_lib.build_model(precision=flags_obj.precision,
-                                  checkpointed_random=True)
-    optimizer = model_lib.make_optimizer(flags_obj.learning_rate)
-    # Creates the slot variables now, so that a restore can check that the
-    # checkpoint matches the model and optimizer in full.
-    optimizer.build(model.trainable_variables)
-    checkpoint = checkpoints.make_checkpoint(model, optimizer, strategy)
-  restored = checkpoints.restore(checkpoint, model_dir)
-  manager = checkpoints.make_manager(checkpoint, model_dir, strategy)
-  start = int(optimizer.iterations.numpy())
-  logging.info('model_dir=%s, loop=%s, precision=%s, %s at step %d of %d',
-               model_dir, flags_obj.loop, flags_obj.precision,
-               'resuming' if restored else 'starting', start,
-               flags_obj.train_steps)
-
-  # The custom loop resumes exactly: its input pipeline starts where the
-  # checkpoint's step left it. fit starts a new pass (README: "Resuming").
-  train_data = data.distribute(
-      strategy, info.data_dir, 'train', flags_obj.batch_size, True,
-      flags_obj.seed, start_step=start if flags_obj.loop == 'custom' else 0)
-  eval_data = data.distribute(strategy, info.data_dir, 'test', eval_batch,
-                              False)
-
-  before = signal.getsignal(signal.SIGTERM)
-  sigterm = preemption.watch(
-      strategy, lambda: _save_at_step(manager, optimizer, strategy))
-  try:
-    if flags_obj.loop == 'fit':
-      fit_loop.train(model, optimizer, train_data, flags_obj.train_steps,
-                     flags_obj.steps_per_execution, manager, model_dir,
-                     flags_obj.checkpoint_steps, sigterm,
-                     verbose=1 if strategy_lib.is_chief(strategy) else 0)
-      evaluate = lambda: fit_loop.evaluate(model, optimizer, eval_data,
-                                           eval_steps,
-                                           flags_obj.steps_per_execution)
-    else:
-      trainer = custom_loop.Trainer(model, optimizer, strategy,
-                                    flags_obj.batch_size)
-      custom_loop.train(trainer, train_data, flags_obj.train_steps,
-                        flags_obj.steps_per_execution, manager,
-                        _summary_writer(model_dir, strategy),
-                        flags_obj.checkpoint_steps, sigterm)
-      evaluate = lambda: custom_loop.evaluate(trainer, eval_data, eval_steps)
-  finally:
-    # Training is saved: from here SIGTERM does what it did before.
-    signal.signal(signal.SIGTERM, before)
+  model, optimizer, manager = _build_and_restore(config, strategy, model_dir)
+  evaluate = _train(config, strategy, info, eval_batch, eval_steps, model,
+                    optimizer, manager, model_dir)
 
   result = {'model_dir': model_dir,
             'replicas': replicas,
@@ -255,8 +279,8 @@ def run(flags_obj, strategy_override: tf.distribute.Strategy | None = None,
     result['eval'] = {k: float(v) for k, v in metrics.items()}
     report.print_eval(metrics['accuracy'], eval_steps * eval_batch,
                       metrics['loss'], result['global_step'])
-  if flags_obj.enable_predict:
-    result['predictions'] = predict(model, info, flags_obj.num_predictions)
+  if config.enable_predict:
+    result['predictions'] = predict(model, info, config.num_predictions)
   result['export_dir'] = export(model, model_dir, strategy)
   if result['export_dir']:
     print(f'SavedModel: {result["export_dir"]}')

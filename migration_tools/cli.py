@@ -1,5 +1,5 @@
 """What every command of the tools shares: flags kept apart from the user's,
-and bad input as one line.
+and bad input as one line (pair.py adds the flags that name a pair).
 
 The tools import a team's legacy modules, and nearly every TPU-era module
 defines absl flags at import (``data_dir``, ``batch_size``, ``use_tpu``, ...)
@@ -8,7 +8,6 @@ their own: the user's module loads with no ``DuplicateFlagError``, and its
 flags keep their defaults unless ``--legacy_flags`` sets them
 (``set_legacy_flags``), for a model_fn that reads ``FLAGS``.
 """
-import importlib
 import json
 import shlex
 import sys
@@ -18,44 +17,11 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from mnist_common import process
-from mnist_common.errors import KitError
-from mnist_common.errors import exit_with_one_line
-from mnist_common.errors import one_line
+from kit_core import process
+from kit_core.errors import KitError
+from kit_core.exits import exit_with_one_line
 
 _HELP = ('-h', '-help', '--help', '--helpshort', '--helpfull', '-?')
-
-
-def load_callable(spec: str, what: str = 'it'):
-  """'package.module:name' -> the callable it names.
-
-  Args:
-    spec: the user's name for it, as given on the command line.
-    what: the flag that gave it, for the message.
-
-  Raises:
-    KitError: a malformed spec, a module that cannot be imported (or raises
-      when imported), a missing name, or an object that is not callable.
-  """
-  module_name, _, attribute = spec.partition(':')
-  if not module_name or not attribute:
-    raise KitError(f'{what} {spec!r}: expected package.module:name')
-  try:
-    module = importlib.import_module(module_name)
-  except ImportError as e:
-    raise KitError(f'{what}: cannot import {module_name} ({e}); is its code '
-                   'on PYTHONPATH?') from e
-  except Exception as e:  # pylint: disable=broad-except
-    # The user's module ran code at import and it failed: say so in a line.
-    raise KitError(f'{what}: importing {module_name} raised '
-                   f'{one_line(e)}') from e
-  if not hasattr(module, attribute):
-    raise KitError(f'{what}: {module_name} has no {attribute}')
-  value = getattr(module, attribute)
-  if not callable(value):
-    raise KitError(f'{what}: {spec} is a {type(value).__name__}, not a '
-                   'function or class')
-  return value
 
 
 def parse_params(text: str) -> dict:
@@ -110,7 +76,7 @@ def run(main: Callable[[flags.FlagValues, list[str]], None],
         define_flags: Callable[[flags.FlagValues], None], usage: str,
         bad_input_exit: int = 1) -> None:
   """Runs main(tool_flags, positional_args) as a command, and ends the
-  process as soon as it is done (mnist_common/process.py says why).
+  process as soon as it is done (kit_core/process.py says why).
 
   Args:
     main: the command; it may raise KitError, printed as one line.

@@ -19,10 +19,12 @@ import numpy as np
 import tensorflow as tf
 
 from migration_tools import optimizers
+from migration_tools import outputs
+from migration_tools import runners
 from migration_tools import serving
-from mnist_common import process
-from mnist_common.errors import KitError
-from mnist_common.errors import one_line
+from kit_core import process
+from kit_core.errors import KitError
+from kit_core.errors import one_line
 
 # Keys TPUEstimator reserves in params; a user's params must not hold them.
 RESERVED = ('batch_size', 'context', 'use_tpu')
@@ -38,33 +40,12 @@ def model_params(params: dict, global_batch: int) -> dict:
   return {**input_params(params, global_batch), 'use_tpu': False}
 
 
-@dataclasses.dataclass
-class Data:
-  """Batches of a legacy input_fn: numpy (features, labels) in order.
-
-  spec: the input_fn's (features spec, labels spec or None).
-  """
-  spec: tuple
-  batches: list
-
-  @property
-  def global_batch(self) -> int:
-    return len(tf.nest.flatten(self.batches[0][0])[0])
-
-
-def split_element(element):
-  """(features, labels) of a dataset element; labels None if absent."""
-  if isinstance(element, tuple) and len(element) == 2:
-    return element
-  return element, None
-
-
 def _numpy(structure):
   return tf.nest.map_structure(lambda t: t.numpy(), structure)
 
 
 def read_input_fn(input_fn, params: dict, global_batch: int,
-                  count: int) -> Data:
+                  count: int) -> runners.Data:
   """Up to `count` whole batches from the legacy input_fn, in its order.
 
   A last batch smaller than global_batch (no drop_remainder) is left out.
@@ -81,11 +62,11 @@ def read_input_fn(input_fn, params: dict, global_batch: int,
     raise KitError(f'the legacy input_fn returned a {type(dataset).__name__}, '
                    'not a tf.data.Dataset; give an input_fn that returns one '
                    '(as TPUEstimator requires)')
-  spec = split_element(dataset.element_spec)
+  spec = runners.split_element(dataset.element_spec)
   batches = []
   try:
     for element in process.without_autotune_thread(dataset.take(count + 1)):
-      features, labels = split_element(element)
+      features, labels = runners.split_element(element)
       batch = (_numpy(features), None if labels is None else _numpy(labels))
       if len(tf.nest.flatten(batch[0])[0]) == global_batch:
         batches.append(batch)
@@ -96,10 +77,10 @@ def read_input_fn(input_fn, params: dict, global_batch: int,
   if not batches:
     raise KitError(f'the legacy input_fn gave no batch of {global_batch} '
                    'examples; check its data (see --params, --legacy_flags)')
-  return Data(spec, batches)
+  return runners.Data(spec, batches)
 
 
-def cycled(data: Data, steps: int) -> list:
+def cycled(data: runners.Data, steps: int) -> list:
   """`steps` batches: the input_fn's, again from the first if it ran out."""
   return [data.batches[i % len(data.batches)] for i in range(steps)]
 
@@ -108,12 +89,6 @@ def _placeholders(spec, batch_size: int):
   return tf.nest.map_structure(
       lambda s: tf.compat.v1.placeholder(s.dtype,
                                          [batch_size, *s.shape[1:]]), spec)
-
-
-def as_dict(predictions) -> dict:
-  """Predictions as {name: tensor}; a single tensor is named 'output'."""
-  return dict(predictions) if isinstance(predictions, dict) else {
-      'output': predictions}
 
 
 def predict(model_fn, checkpoint_path: str, features, params: dict) -> dict:
@@ -126,7 +101,7 @@ def predict(model_fn, checkpoint_path: str, features, params: dict) -> dict:
     saver = tf.compat.v1.train.Saver()
     with tf.compat.v1.Session() as sess:
       saver.restore(sess, checkpoint_path)
-      return sess.run(as_dict(spec.predictions))
+      return sess.run(outputs.as_dict(spec.predictions))
 
 
 class _Graph:
@@ -166,7 +141,7 @@ class _Graph:
                      {self._feeds[n]: v for n, v in values.items()})
 
 
-class LegacyRunner:
+class LegacyRunner(runners.LegacySide):
   """A model_fn as TPUEstimator runs it on CPU: a graph per mode, and one
   ``session.run(train_op)`` per training step.
 
@@ -216,7 +191,7 @@ class LegacyRunner:
     with self.eval.graph.as_default():
       self.eval_metrics = _eval_metric_ops(self.eval.spec)
       self.eval_init = tf.compat.v1.local_variables_initializer()
-    self.predictions = as_dict(self.infer.spec.predictions)
+    self.predictions = outputs.as_dict(self.infer.spec.predictions)
     self.reference = ('as on TPU cores' if self.shards > 1 else
                       'on the whole batch')
 

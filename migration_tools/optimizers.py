@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from mnist_common import keras_compat
+from kit_core import keras_compat
 
 SGD, MOMENTUM, ADAM = 'SGD', 'Momentum', 'Adam'
 

@@ -33,7 +33,7 @@ model_fn gets (the user's ``--params``, ``batch_size`` = the global batch,
 
 ``check_port`` turns every way a Port can fall short of this into one line
 that names the missing piece and says what to do. docs/MIGRATION.md ("Plug
-your own pair in") walks through writing one; ``migration_tools.kit_pair``
+your own pair in") walks through writing one; ``migrate.kit_pair``
 is the kit's own, ``tests/user_code/`` holds three more.
 """
 import dataclasses
@@ -42,10 +42,10 @@ from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 import tensorflow as tf
 
-from migration_tools import cli
-from mnist_common import keras_compat
-from mnist_common.errors import KitError
-from mnist_common.errors import one_line
+from kit_core import keras_compat
+from kit_core.errors import KitError
+from kit_core.errors import one_line
+from migration_tools import loading
 
 GUIDE = 'docs/MIGRATION.md, "Plug your own pair in"'
 
@@ -130,7 +130,7 @@ def load_port(spec: str) -> Port:
   Raises:
     KitError: it cannot be loaded, it raises, or it breaks the contract.
   """
-  factory = cli.load_callable(spec, '--port')
+  factory = loading.load_callable(spec, '--port')
   try:
     port = factory()
   except Exception as e:  # pylint: disable=broad-except

@@ -1,20 +1,16 @@
 """The served-predictions check's two halves: inputs for a legacy serving
 receiver's tensors, and a SavedModel's serving_default called on them."""
-from typing import TYPE_CHECKING
-
 import numpy as np
 import tensorflow as tf
 
-from mnist_common.errors import KitError
-
-if TYPE_CHECKING:  # legacy imports this module.
-  from migration_tools import legacy
+from kit_core.errors import KitError
+from migration_tools import runners
 
 # Served inputs: at most this many examples.
 SERVED_EXAMPLES = 512
 
 
-def inputs(receiver: dict[str, tf.TensorSpec], data: 'legacy.Data',
+def inputs(receiver: dict[str, tf.TensorSpec], data: runners.Data,
            seed: int = 0) -> dict[str, np.ndarray]:
   """Inputs for the serving signatures: a receiver tensor named like a
   feature (or the one tensor of single-tensor features) takes the data's

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import re
 
-from mnist_common.errors import KitError
+from kit_core.errors import KitError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,20 +1,8 @@
-"""Batch-size arithmetic that both halves must get the same."""
+"""The example's batches against its splits: what both halves must get the
+same (the per-replica share is kit_core.batching's)."""
 import dataclasses
 
-from mnist_common.errors import KitError
-
-
-def per_replica_batch(global_batch: int, replicas: int, what: str) -> int:
-  """The share of the global batch each replica (TPU core) computes.
-
-  Raises KitError when it does not divide evenly; ``what`` names what sets the
-  number of replicas (a flag, say), for the message.
-  """
-  if global_batch % replicas:
-    raise KitError(f'--batch_size={global_batch} is not divisible by '
-                   f'{what}={replicas}; each replica needs the same share of '
-                   'the global batch')
-  return global_batch // replicas
+from kit_core.errors import KitError
 
 
 def eval_batch_size(batch_size: int, test_examples: int, replicas: int) -> int:

@@ -5,13 +5,13 @@ internet, so a download fails fast, with a message that says how else to
 provide the data, instead of retrying for minutes.
 """
 import os
-import tempfile
 import threading
 import urllib.error
 import urllib.request
 
 from absl import logging
 
+from kit_core import atomic
 from mnist_common import idx
 from mnist_common.errors import DataError
 
@@ -67,9 +67,7 @@ def download_idx(base_url: str, dest_dir: str, timeout: float = 5.0) -> None:
       if os.path.isfile(final):
         continue
       url = base_url + name
-      fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix='.tmp-', suffix='.gz')
-      os.close(fd)
-      try:
+      with atomic.temporary_path(final) as tmp:
         logging.info('Downloading %s', url)
         try:
           size = _fetch_with_deadline(url, tmp, timeout)
@@ -88,8 +86,4 @@ def download_idx(base_url: str, dest_dir: str, timeout: float = 5.0) -> None:
         except DataError as e:
           raise DataError(f'{url} did not give a valid IDX file: '
                           f'{str(e).replace(tmp, name)}') from e
-        os.replace(tmp, final)
-        logging.info('Downloaded %s (%d bytes)', name, size)
-      finally:
-        if os.path.exists(tmp):
-          os.remove(tmp)
+      logging.info('Downloaded %s (%d bytes)', name, size)

@@ -15,9 +15,9 @@ from absl import logging
 
 from mnist_common import download
 from mnist_common import idx
-from mnist_common import paths
+from kit_core import atomic
 from mnist_common import sources
-from mnist_common import stale
+from kit_core import stale
 from mnist_common import tfrecords
 from mnist_common.errors import DataError
 
@@ -65,7 +65,7 @@ def _read_info(data_dir: str) -> dict:
 
 
 def _write_info(data_dir: str, info: dict) -> None:
-  paths.write_json(os.path.join(data_dir, INFO_NAME), info, indent=2)
+  atomic.write_json(os.path.join(data_dir, INFO_NAME), info, indent=2)
 
 
 def _records_exist(data_dir: str) -> bool:
@@ -150,7 +150,7 @@ def _exclusive(data_dir: str):
     return
   with lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
-    stale.remove(data_dir, stale.DATA_TEMP, 'temporary data files')
+    stale.remove(data_dir, atomic.TEMP_NAME, 'temporary data files')
     yield
 
 

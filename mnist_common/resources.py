@@ -9,7 +9,7 @@ import os
 
 import tensorflow as tf
 
-from mnist_common.errors import KitError
+from kit_core.errors import KitError
 
 # Peak bytes per example over the bytes of its forward pass's tensors
 # (forward_bytes): what the backward pass keeps and makes, and oneDNN's

@@ -3,11 +3,11 @@
 """
 import os
 import struct
-import tempfile
 
 import numpy as np
 import tensorflow as tf
 
+from kit_core import atomic
 from mnist_common.errors import DataError
 from mnist_common.sources import IMAGE_SIZE, NUM_CLASSES
 
@@ -24,10 +24,7 @@ def split_path(data_dir: str, split: str) -> str:
 
 def write_records(path: str, images: np.ndarray, labels: np.ndarray) -> None:
   """Writes one split, atomically: a reader never sees a half-written file."""
-  directory = os.path.dirname(os.path.abspath(path))
-  fd, tmp = tempfile.mkstemp(dir=directory, prefix='.tmp-', suffix='.tfrecords')
-  os.close(fd)
-  try:
+  with atomic.temporary_path(path) as tmp:
     with tf.io.TFRecordWriter(tmp) as writer:
       for image, label in zip(images, labels):
         example = tf.train.Example(features=tf.train.Features(feature={
@@ -37,10 +34,6 @@ def write_records(path: str, images: np.ndarray, labels: np.ndarray) -> None:
                 int64_list=tf.train.Int64List(value=[int(label)])),
         }))
         writer.write(example.SerializeToString())
-    os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
 
 
 def parse_example(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

@@ -57,7 +57,7 @@ TF215_PYTHON = os.environ.get('KIT_TF215_PYTHON')
 
 
 def pytest_report_header(config):
-  from mnist_common import keras_compat  # pylint: disable=g-import-not-at-top
+  from kit_core import keras_compat  # pylint: disable=g-import-not-at-top
   lines = [f'TensorFlow {tf.__version__}, Keras {keras_compat.keras_major()}, '
            f'tf.estimator {"installed" if HAS_ESTIMATOR else "missing"}']
   if not HAS_ESTIMATOR:
@@ -136,8 +136,8 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_unconfigure(config):
   """Ends pytest once it has reported, skipping Python's finalisation, which
   on TF 2.15 waits up to a minute per live tf.data iterator
-  (mnist_common/process.py)."""
-  from mnist_common import process  # pylint: disable=g-import-not-at-top
+  (kit_core/process.py)."""
+  from kit_core import process  # pylint: disable=g-import-not-at-top
   process.flush_and_exit(getattr(config, 'kit_exit_status', 0))
 
 

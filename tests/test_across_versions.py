@@ -16,7 +16,7 @@ import tensorflow as tf
 from conftest import TESTS, TOOLS_PYTHONPATH, last_line, run_compare, run_module
 from migration_tools import optimizers
 from migration_tools import port as port_lib
-from mnist_common import keras_compat
+from kit_core import keras_compat
 
 sys.path.insert(0, os.path.join(TESTS, 'user_code'))
 import wide_deep_port  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -84,7 +84,7 @@ def _resume(model_dir, *flags):
 def test_checkpoint_from_2_15_resumes_here_at_its_step(tmp_path, expected,
                                                        source, flag, key):
   converted = tmp_path / 'converted'
-  result = run_module('migration_tools.convert_checkpoint',
+  result = run_module('migration_tools.checkpoint',
                       f'{flag}={_artifact(source)}', f'--output={converted}')
   assert result.returncode == 0, result.stderr[-3000:]
   assert re.search(r'Checkpoint: .*/converted/ckpt-30$', result.stdout.strip())
@@ -122,7 +122,7 @@ def test_keras2_slots_statistics_and_step_carry_over(tmp_path, expected,
   prefix = f'wide_deep_{optimizer}'
   params = json.dumps({'optimizer': optimizer})
   converted = tmp_path / 'converted'
-  result = run_module('migration_tools.convert_checkpoint',
+  result = run_module('migration_tools.checkpoint',
                       f'--keras2_dir={_artifact(prefix)}',
                       f'--output={converted}',
                       '--port=wide_deep_port:make_port', f'--params={params}',

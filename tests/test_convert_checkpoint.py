@@ -13,12 +13,15 @@ from conftest import last_line, run_module
 from estimator_mnist import data as estimator_data
 from estimator_mnist import model as estimator_model
 from migrate import model as model_lib
-from migration_tools import convert_checkpoint
-from migration_tools import kit_pair
-from mnist_common.errors import KitError
+from migration_tools import pair
+from migration_tools.checkpoint import estimator
+from migration_tools.checkpoint import keras2
+from migration_tools.checkpoint import verify
+from migrate import kit_pair
+from kit_core.errors import KitError
 
 PORT = kit_pair.make_port()
-PARAMS = json.loads(kit_pair.PARAMS)
+PARAMS = json.loads(pair.KIT_PAIR['params'])
 
 
 @pytest.fixture(scope='module')
@@ -35,7 +38,7 @@ def estimator_dir(fake_data_dir, tmp_path_factory):
 def test_converts_and_verifies_on_the_whole_test_split(estimator_dir,
                                                        fake_data_dir, tmp_path):
   output = tmp_path / 'converted'
-  result = run_module('migration_tools.convert_checkpoint',
+  result = run_module('migration_tools.checkpoint',
                       f'--estimator_dir={estimator_dir}', f'--output={output}',
                       '--verify', '--verify_examples=512', '--params=' +
                       json.dumps({**PARAMS, 'data_dir': fake_data_dir.data_dir}))
@@ -46,7 +49,7 @@ def test_converts_and_verifies_on_the_whole_test_split(estimator_dir,
                     r'([\d.e+-]+)\)', result.stdout)
   assert match and float(match.group(1)) <= 1e-6, result.stdout
   # Already converted: said so, in one line.
-  again = run_module('migration_tools.convert_checkpoint',
+  again = run_module('migration_tools.checkpoint',
                      f'--estimator_dir={output}', f'--output={tmp_path / "x"}')
   assert again.returncode == 1
   assert 'is already a TF 2 (object-based) checkpoint' in last_line(
@@ -56,7 +59,7 @@ def test_converts_and_verifies_on_the_whole_test_split(estimator_dir,
 def test_migrate_resumes_from_the_converted_checkpoint(estimator_dir,
                                                        fake_data_dir, tmp_path):
   output = str(tmp_path / 'converted')
-  convert_checkpoint.convert(estimator_dir, output, PORT, PARAMS)
+  estimator.convert(estimator_dir, output, PORT, PARAMS)
   result = run_module('migrate', f'--data_dir={fake_data_dir.data_dir}',
                       f'--model_dir={output}', '--train_steps=35',
                       '--batch_size=64', '--steps_per_execution=5',
@@ -66,7 +69,7 @@ def test_migrate_resumes_from_the_converted_checkpoint(estimator_dir,
 
 
 def test_weights_are_carried_exactly(estimator_dir, tmp_path):
-  path = convert_checkpoint.convert(estimator_dir, str(tmp_path / 'out'),
+  path = estimator.convert(estimator_dir, str(tmp_path / 'out'),
                                     PORT, PARAMS)
   model = model_lib.build_model()
   tf.train.Checkpoint(model=model).restore(path).expect_partial()
@@ -82,12 +85,12 @@ def test_mis_mapped_kernel_fails_verification(estimator_dir, fake_data_dir,
   swapped = dict(kit_pair.VARIABLE_MAP)
   swapped['conv1/bias'], swapped['dense/bias'] = 'dense/bias', 'conv1/bias'
   with pytest.raises(KitError, match='wrong shape'):
-    convert_checkpoint.convert(estimator_dir, str(tmp_path / 'a'),
+    estimator.convert(estimator_dir, str(tmp_path / 'a'),
                                dataclasses.replace(PORT, variable_map=swapped),
                                PARAMS)
   # Transposing a square kernel is invisible to the shape check.
   output = str(tmp_path / 'b')
-  convert_checkpoint.convert(estimator_dir, output, PORT, PARAMS)
+  estimator.convert(estimator_dir, output, PORT, PARAMS)
   model = model_lib.build_model()
   checkpoint = tf.train.Checkpoint(model=model)
   checkpoint.restore(tf.train.latest_checkpoint(output)).expect_partial()
@@ -96,7 +99,7 @@ def test_mis_mapped_kernel_fails_verification(estimator_dir, fake_data_dir,
   checkpoint.write(tf.train.latest_checkpoint(output))
   with pytest.raises(KitError, match=r'verification failed: probabilities '
                      r'differs .* or a kernel transposed'):
-    convert_checkpoint.verify(estimator_dir, output, PORT,
+    verify.verify(estimator_dir, output, PORT,
                               estimator_model.model_fn,
                               estimator_data.eval_input_fn,
                               {**PARAMS, 'data_dir': fake_data_dir.data_dir}, 64)
@@ -110,7 +113,7 @@ def test_mismatched_checkpoint_lists_every_problem(tmp_path):
     with tf.compat.v1.Session() as sess:
       sess.run(tf.compat.v1.global_variables_initializer())
       tf.compat.v1.train.Saver().save(sess, str(tmp_path / 'est' / 'model.ckpt'))
-  result = run_module('migration_tools.convert_checkpoint',
+  result = run_module('migration_tools.checkpoint',
                       f'--estimator_dir={tmp_path / "est"}',
                       f'--output={tmp_path / "out"}')
   assert result.returncode != 0
@@ -125,12 +128,12 @@ def test_mismatched_checkpoint_lists_every_problem(tmp_path):
 
 def test_no_checkpoint_and_non_empty_output(tmp_path, estimator_dir):
   with pytest.raises(KitError, match='no checkpoint in --estimator_dir'):
-    convert_checkpoint.convert(str(tmp_path), str(tmp_path / 'out'), PORT,
+    estimator.convert(str(tmp_path), str(tmp_path / 'out'), PORT,
                                PARAMS)
   (tmp_path / 'full').mkdir()
   (tmp_path / 'full' / 'x').write_text('')
   with pytest.raises(KitError, match='exists and is not empty'):
-    convert_checkpoint.convert(estimator_dir, str(tmp_path / 'full'), PORT,
+    estimator.convert(estimator_dir, str(tmp_path / 'full'), PORT,
                                PARAMS)
 
 
@@ -142,7 +145,7 @@ def test_no_checkpoint_and_non_empty_output(tmp_path, estimator_dir):
      'goes with --estimator_dir only'),
 ])
 def test_source_flags_fail_in_one_line(tmp_path, args, message):
-  result = run_module('migration_tools.convert_checkpoint',
+  result = run_module('migration_tools.checkpoint',
                       f'--output={tmp_path / "out"}', *args)
   assert result.returncode == 1
   assert message in last_line(result.stderr), result.stderr[-500:]
@@ -152,6 +155,6 @@ def test_source_flags_fail_in_one_line(tmp_path, args, message):
 def test_keras2_dir_refuses_an_estimator_checkpoint(tmp_path, estimator_dir):
   with pytest.raises(KitError, match='is a name-based .* convert it with '
                      '--estimator_dir'):
-    convert_checkpoint.convert_keras2(estimator_dir, str(tmp_path / 'out'),
+    keras2.convert_keras2(estimator_dir, str(tmp_path / 'out'),
                                       PORT, PARAMS)
   assert not os.path.exists(tmp_path / 'out')

@@ -5,18 +5,18 @@ import re
 import shutil
 import time
 
-import types
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from conftest import last_line, run_module
+from estimator_mnist import config
 from estimator_mnist import data
 from estimator_mnist import divergence
 from estimator_mnist import model
 from estimator_mnist import train
-from mnist_common import checkpoint_files
+from kit_core import checkpoint_files
 from mnist_common import tfrecords
 from mnist_common.errors import DivergedError
 from mnist_common.errors import NonFiniteExportError
@@ -182,7 +182,7 @@ def _assert_all_finite(path):
   assert not divergence.non_finite_names(checkpoint_files.read_all(path)), path
 
 
-def _flags(model_dir, **overrides):
+def _config(model_dir, **overrides):
   values = dict(
       tpu=None, tpu_zone=None, gcp_project=None, use_tpu=False,
       data_dir=None, data_source='auto', data_url='', model_dir=str(model_dir),
@@ -191,7 +191,7 @@ def _flags(model_dir, **overrides):
       seed=0, export_to_tpu=False, save_checkpoints_steps=5,
       skip_resource_checks=False)
   values.update(overrides)
-  return types.SimpleNamespace(**values)
+  return config.Config(**values)
 
 
 def test_non_finite_weights_under_a_finite_loss_are_never_saved(
@@ -203,7 +203,7 @@ def test_non_finite_weights_under_a_finite_loss_are_never_saved(
       tf.compat.v1.train.get_global_step() >= 9, np.inf, 0.1))
   model_dir = tmp_path / 'model'
   with pytest.raises(DivergedError) as raised:
-    train.run(_flags(model_dir), fake_data_dir)
+    train.run(_config(model_dir), fake_data_dir)
   message = str(raised.value)
   assert re.match(r'the weights became non-finite \(.*\) by step 10: training '
                   r'stopped, the latest checkpoint, model.ckpt-5, is the last '
@@ -224,7 +224,7 @@ def test_a_batch_holding_nan_stops_after_its_step(tmp_path, fake_data_dir,
   with pytest.raises(DivergedError, match=r'^the weights became non-finite '
                      r'\(conv1/kernel.*\).* by step 1: training stopped, the '
                      'latest checkpoint, model.ckpt-0, is the last good one'):
-    train.run(_flags(model_dir), fake_data_dir)
+    train.run(_config(model_dir), fake_data_dir)
   assert tf.train.latest_checkpoint(str(model_dir)).endswith('model.ckpt-0')
 
 

@@ -27,7 +27,7 @@ from mnist_common import prepare
 from mnist_common import resources
 from mnist_common import tfrecords
 from mnist_common.errors import DataError
-from mnist_common.errors import KitError
+from kit_core.errors import KitError
 
 # TensorFlow's C++ log lines: a user's shell must not see them on bad input.
 TF_CPP_LOG = re.compile(r'^(\d{4}-\d\d-\d\d \S+: [IWEF] |'
@@ -103,14 +103,14 @@ BAD_INPUTS = [
      ('--model_dir={migrate_ckpt}',), r'^error: --model_dir \S+ holds a '
      r'checkpoint written by tf.train.Checkpoint \(migrate, Keras\), ckpt-1, '
      'not by an Estimator; use another --model_dir', True),
-    ('converter output is a file', 'migration_tools.convert_checkpoint',
+    ('converter output is a file', 'migration_tools.checkpoint',
      ('--estimator_dir={estimator_ckpt}', '--output={a_file}'),
      r'^error: --output \S+ is a file; name a new folder', True),
-    ('converter source cut short', 'migration_tools.convert_checkpoint',
+    ('converter source cut short', 'migration_tools.checkpoint',
      ('--estimator_dir={corrupt_ckpt}', '--output={model}'),
      r'^error: checkpoint \S+model.ckpt-1 cannot be read \(', True),
     ('converter verifying with a non-callable model_fn',
-     'migration_tools.convert_checkpoint',
+     'migration_tools.checkpoint',
      ('--estimator_dir={estimator_ckpt}', '--output={model}', '--verify',
       '--legacy_model_fn=estimator_mnist.model:LOG_EVERY_STEPS'),
      r'^error: --legacy_model_fn: estimator_mnist.model:LOG_EVERY_STEPS is a '

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import last_line, run_compare
-from migration_tools import golden
+from migration_tools.compare import golden
 
 
 @pytest.fixture(scope='module')

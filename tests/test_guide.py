@@ -43,9 +43,12 @@ def _defined_names(path: str) -> set:
 
 def _all_flags() -> set:
   defined = set()
-  for path in glob.glob(os.path.join(REPO, '*', '*.py')):
-    with open(path) as f:
-      defined |= set(re.findall(r"DEFINE_\w+\(\s*'(\w+)'", f.read()))
+  for package in ('kit_core', 'mnist_common', 'estimator_mnist', 'migrate',
+                  'migration_tools', 'benchmarks'):
+    for path in glob.glob(os.path.join(REPO, package, '**', '*.py'),
+                          recursive=True):
+      with open(path) as f:
+        defined |= set(re.findall(r"DEFINE_\w+\(\s*'(\w+)'", f.read()))
   return defined
 
 

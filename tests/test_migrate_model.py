@@ -7,8 +7,9 @@ from conftest import cpu_strategy
 from migrate import data
 from migrate import model
 from mnist_common import batching
-from mnist_common import keras_compat
-from mnist_common.errors import KitError
+from kit_core import sharding
+from kit_core import keras_compat
+from kit_core.errors import KitError
 
 
 def _estimator_variables():
@@ -158,10 +159,10 @@ def test_learning_rate_decays_once_per_optimizer_step():
 
 
 def test_per_replica_batch_arithmetic():
-  assert batching.per_replica_batch(1024, 8, '--num_shards') == 128
+  assert sharding.per_replica_batch(1024, 8, '--num_shards') == 128
   with pytest.raises(KitError, match=r'--batch_size=1000 is not divisible by '
                      r'the number of replicas=3'):
-    batching.per_replica_batch(1000, 3, 'the number of replicas')
+    sharding.per_replica_batch(1000, 3, 'the number of replicas')
   # Eval batches shrink to small test splits but stay whole per replica.
   assert batching.eval_batch_size(1024, 497, 1) == 497
   assert batching.eval_batch_size(1024, 497, 8) == 496

@@ -8,29 +8,32 @@ import pytest
 import tensorflow as tf
 
 from conftest import cpu_strategy
+from migrate import cadence
 from migrate import checkpoints
+from migrate import config
 from migrate import custom_loop
 from migrate import data
 from migrate import divergence
 from migrate import fit_loop
 from migrate import model as model_lib
 from migrate import train
-from mnist_common import cpu
+from kit_core import cpu
 from mnist_common.errors import DivergedError
-from mnist_common.errors import KitError
+from kit_core.errors import KitError
 from mnist_common.errors import NonFiniteExportError
 
 
-def make_flags(model_dir, **overrides):
+def make_config(model_dir, **overrides):
   values = dict(
       strategy='auto', tpu=None, tpu_zone=None, gcp_project=None,
       data_dir=None, data_source='auto', data_url='', model_dir=str(model_dir),
       batch_size=64, train_steps=20, eval_steps=None, learning_rate=0.1,
       enable_predict=True, num_predictions=5, seed=0, steps_per_execution=5,
       loop='fit', checkpoint_steps=10, precision='float32',
-      worker_wait_seconds=300, skip_resource_checks=False)
+      worker_wait_seconds=300, skip_resource_checks=False, use_tpu=False,
+      num_cpu_devices=1)
   values.update(overrides)
-  return types.SimpleNamespace(**values)
+  return config.Config(**values)
 
 
 def _serve(export_dir, images):
@@ -42,12 +45,12 @@ def _serve(export_dir, images):
 @pytest.mark.parametrize('replicas', [1, 2])
 def test_trains_evaluates_predicts_and_exports(tmp_path, fake_data_dir, loop,
                                                replicas):
-  flags_obj = make_flags(tmp_path / 'model', loop=loop)
-  result = train.run(flags_obj, cpu_strategy(replicas), fake_data_dir)
+  config_ = make_config(tmp_path / 'model', loop=loop)
+  result = train.run(config_, cpu_strategy(replicas), fake_data_dir)
   assert result['replicas'] == replicas and result['global_step'] == 20
   assert result['eval']['accuracy'] > 0.5  # The fake data is easy.
   assert len(result['predictions']) == 5
-  assert tf.train.latest_checkpoint(flags_obj.model_dir).endswith('ckpt-20')
+  assert tf.train.latest_checkpoint(config_.model_dir).endswith('ckpt-20')
   # The served model gives the printed predictions.
   test = tf.data.TFRecordDataset(fake_data_dir.path('test')).take(5)
   images = np.stack([tf.io.decode_raw(tf.io.parse_single_example(
@@ -66,7 +69,7 @@ def test_trains_evaluates_predicts_and_exports(tmp_path, fake_data_dir, loop,
 def test_mixed_bfloat16_trains_exports_float32_and_resumes_in_float32(
     tmp_path, fake_data_dir, loop, replicas, caplog):
   model_dir = tmp_path / 'model'
-  mixed = train.run(make_flags(model_dir, loop=loop,
+  mixed = train.run(make_config(model_dir, loop=loop,
                                precision='mixed_bfloat16'),
                     cpu_strategy(replicas), fake_data_dir)
   assert mixed['eval']['accuracy'] > 0.5  # The fake data is easy.
@@ -79,7 +82,7 @@ def test_mixed_bfloat16_trains_exports_float32_and_resumes_in_float32(
   np.testing.assert_allclose(served['probabilities'].numpy().sum(axis=1), 1,
                              rtol=1e-5)
   # Its checkpoint is a float32 model's: it restores exactly in float32.
-  restored = train.run(make_flags(model_dir, loop=loop, enable_predict=False,
+  restored = train.run(make_config(model_dir, loop=loop, enable_predict=False,
                                   eval_steps=0),
                        cpu_strategy(replicas), fake_data_dir)
   assert restored['global_step'] == 20
@@ -94,17 +97,17 @@ def _checkpoint_steps(model_dir):
 def test_fit_refuses_checkpoints_between_executions(tmp_path, fake_data_dir):
   # Keras returns to Python (and its callbacks) only once per execution of 5
   # steps: a checkpoint every step cannot be kept, so it is refused up front.
-  flags_obj = make_flags(tmp_path / 'model', steps_per_execution=5,
+  config_ = make_config(tmp_path / 'model', steps_per_execution=5,
                          checkpoint_steps=1)
   with pytest.raises(KitError, match='--checkpoint_steps=1 is not a multiple '
                      'of --steps_per_execution=5'):
-    train.run(flags_obj, cpu_strategy(1), fake_data_dir)
+    train.run(config_, cpu_strategy(1), fake_data_dir)
   assert not os.path.exists(tmp_path / 'model')
   # The custom loop stops at every checkpoint boundary: it may.
-  flags_obj = make_flags(tmp_path / 'model', steps_per_execution=5,
+  config_ = make_config(tmp_path / 'model', steps_per_execution=5,
                          checkpoint_steps=3, loop='custom', train_steps=9,
                          enable_predict=False, eval_steps=0)
-  train.run(flags_obj, cpu_strategy(1), fake_data_dir)
+  train.run(config_, cpu_strategy(1), fake_data_dir)
   assert _checkpoint_steps(tmp_path / 'model') == [3, 6, 9]
 
 
@@ -123,10 +126,10 @@ def test_divergence_stops_at_the_last_good_checkpoint(tmp_path, fake_data_dir,
   depends on the CPU's kernels (with oneDNN it stays finite); the run stops
   on every CPU."""
   model_dir = tmp_path / 'model'
-  train.run(make_flags(model_dir, loop=loop, train_steps=10,
+  train.run(make_config(model_dir, loop=loop, train_steps=10,
                        enable_predict=False, eval_steps=0),
             cpu_strategy(1), fake_data_dir)
-  diverging = make_flags(model_dir, loop=loop, train_steps=40,
+  diverging = make_config(model_dir, loop=loop, train_steps=40,
                          learning_rate=1e30)
   with pytest.raises(DivergedError, match=r'^the (weights|training loss) '
                      r'became .* by step \d+: training stopped, the '
@@ -160,7 +163,7 @@ def test_non_finite_weights_under_a_finite_loss_are_never_saved(
                       lambda rate: _InfiniteFrom(9))  # The 10th update.
   model_dir = tmp_path / 'model'
   with pytest.raises(DivergedError) as raised:
-    train.run(make_flags(model_dir, loop=loop, train_steps=20,
+    train.run(make_config(model_dir, loop=loop, train_steps=20,
                          checkpoint_steps=5, steps_per_execution=5),
               cpu_strategy(1), fake_data_dir)
   message = str(raised.value)
@@ -181,7 +184,7 @@ def test_a_batch_holding_nan_stops_the_run(tmp_path, fake_data_dir, loop,
   the step's update makes that kernel NaN on any CPU (whether the loss is NaN
   depends on the kernels)."""
   model_dir = tmp_path / 'model'
-  train.run(make_flags(model_dir, loop=loop, train_steps=10,
+  train.run(make_config(model_dir, loop=loop, train_steps=10,
                        enable_predict=False, eval_steps=0),
             cpu_strategy(1), fake_data_dir)
   monkeypatch.setattr(data, 'scale_image',
@@ -189,7 +192,7 @@ def test_a_batch_holding_nan_stops_the_run(tmp_path, fake_data_dir, loop,
   with pytest.raises(DivergedError, match=r'^the weights became non-finite '
                      r'\(conv1/kernel.*\).* by step 15: training stopped, '
                      'the latest checkpoint, ckpt-10, is the last good one'):
-    train.run(make_flags(model_dir, loop=loop, train_steps=20),
+    train.run(make_config(model_dir, loop=loop, train_steps=20),
               cpu_strategy(1), fake_data_dir)
   assert _checkpoint_steps(model_dir) == [10]
   assert len(os.listdir(model_dir / 'export')) == 1  # The first run's.
@@ -210,7 +213,7 @@ def test_a_checkpoint_with_non_finite_weights_is_skipped_on_restore(
   model_dir = tmp_path / 'model'
   common = dict(loop='custom', checkpoint_steps=5, enable_predict=False,
                 eval_steps=0)
-  train.run(make_flags(model_dir, train_steps=10, **common), cpu_strategy(1),
+  train.run(make_config(model_dir, train_steps=10, **common), cpu_strategy(1),
             fake_data_dir)
   # What a diverged run saved before the kit guarded its saves.
   strategy = cpu_strategy(1)
@@ -224,7 +227,7 @@ def test_a_checkpoint_with_non_finite_weights_is_skipped_on_restore(
   kernel.assign(tf.fill(kernel.shape, np.nan))
   checkpoint.write(str(model_dir / 'ckpt-10'))
   with caplog.at_level('INFO', logger='absl'):
-    result = train.run(make_flags(model_dir, train_steps=15, **common),
+    result = train.run(make_config(model_dir, train_steps=15, **common),
                        cpu_strategy(1), fake_data_dir)
   assert re.search(r'Skipped \S+ckpt-10: its weights are not finite '
                    r'\(dense/kernel\); trying an older checkpoint',
@@ -252,11 +255,11 @@ def test_fit_trains_exactly_the_steps_asked(tmp_path, fake_data_dir,
                                             train_steps, per_execution,
                                             replicas, saved):
   """Keras 3 runs whole executions; the fit trainer must not."""
-  flags_obj = make_flags(tmp_path / 'model', train_steps=train_steps,
+  config_ = make_config(tmp_path / 'model', train_steps=train_steps,
                          steps_per_execution=per_execution,
                          checkpoint_steps=max(10, per_execution),
                          enable_predict=False, eval_steps=3)
-  result = train.run(flags_obj, cpu_strategy(replicas), fake_data_dir)
+  result = train.run(config_, cpu_strategy(replicas), fake_data_dir)
   assert result['global_step'] == train_steps
   assert _checkpoint_steps(tmp_path / 'model') == saved
   assert result['eval']['accuracy'] > 0
@@ -286,8 +289,8 @@ def test_custom_loop_runs_several_steps_per_call(tmp_path, fake_data_dir):
   checkpoint = tf.train.Checkpoint(model=net, optimizer=optimizer)
   manager = checkpoints.make_manager(checkpoint, str(tmp_path), strategy)
   dataset = data.distribute(strategy, fake_data_dir.data_dir, 'train', 64, True)
-  custom_loop.train(trainer, dataset, 23, 4, manager,
-                    tf.summary.create_noop_writer(), log_every=10)
+  custom_loop.train(trainer, dataset, 4, cadence.Cadence(manager, 10, 23),
+                    tf.summary.create_noop_writer())
   # Calls stop at each log boundary (10, 20) and at the end (23).
   assert calls == [4, 4, 2, 4, 4, 2, 3]
   assert int(optimizer.iterations.numpy()) == 23
@@ -298,17 +301,17 @@ def test_custom_loop_runs_several_steps_per_call(tmp_path, fake_data_dir):
 def test_restart_resumes_from_the_last_checkpoint(tmp_path, fake_data_dir,
                                                   loop):
   model_dir = tmp_path / 'model'
-  first = train.run(make_flags(model_dir, loop=loop, train_steps=10,
+  first = train.run(make_config(model_dir, loop=loop, train_steps=10,
                                enable_predict=False, eval_steps=0),
                     cpu_strategy(1), fake_data_dir)
   assert first['global_step'] == 10
-  second = train.run(make_flags(model_dir, loop=loop, train_steps=20,
+  second = train.run(make_config(model_dir, loop=loop, train_steps=20,
                                 enable_predict=False, eval_steps=0),
                      cpu_strategy(1), fake_data_dir)
   assert second['global_step'] == 20
   assert _checkpoint_steps(model_dir) == [10, 20]
   # A run that is already done trains no further.
-  third = train.run(make_flags(model_dir, loop=loop, train_steps=20,
+  third = train.run(make_config(model_dir, loop=loop, train_steps=20,
                                enable_predict=False, eval_steps=0),
                     cpu_strategy(1), fake_data_dir)
   assert third['global_step'] == 20
@@ -318,10 +321,10 @@ def test_restart_resumes_from_the_last_checkpoint(tmp_path, fake_data_dir,
 def test_resume_restores_weights_and_step_exactly(tmp_path, fake_data_dir):
   """Checkpoints written by one trainer restore in the other."""
   model_dir = tmp_path / 'model'
-  done = train.run(make_flags(model_dir, loop='fit', train_steps=10,
+  done = train.run(make_config(model_dir, loop='fit', train_steps=10,
                               enable_predict=False, eval_steps=0),
                    cpu_strategy(1), fake_data_dir)
-  again = train.run(make_flags(model_dir, loop='custom', train_steps=10,
+  again = train.run(make_config(model_dir, loop='custom', train_steps=10,
                                enable_predict=False, eval_steps=0),
                     cpu_strategy(2), fake_data_dir)
   assert again['global_step'] == 10
@@ -331,7 +334,7 @@ def test_resume_restores_weights_and_step_exactly(tmp_path, fake_data_dir):
 def test_batch_not_divisible_by_replicas(tmp_path, fake_data_dir):
   with pytest.raises(KitError, match=r'--batch_size=64 is not divisible by the '
                      r'number of replicas=3'):
-    train.run(make_flags(tmp_path / 'model'), cpu_strategy(3), fake_data_dir)
+    train.run(make_config(tmp_path / 'model'), cpu_strategy(3), fake_data_dir)
   assert not os.path.exists(tmp_path / 'model')
 
 
@@ -339,7 +342,7 @@ def test_checkpoint_of_another_model_is_refused(tmp_path, fake_data_dir):
   other = tf.keras.Sequential([tf.keras.layers.Dense(3, input_shape=(4,))])
   tf.train.Checkpoint(model=other).save(str(tmp_path / 'ckpt'))
   with pytest.raises(KitError, match=r'holds a checkpoint of another model'):
-    train.run(make_flags(tmp_path), cpu_strategy(1), fake_data_dir)
+    train.run(make_config(tmp_path), cpu_strategy(1), fake_data_dir)
 
 
 def test_estimator_checkpoint_is_refused_with_a_pointer_to_the_converter(
@@ -354,7 +357,7 @@ def test_estimator_checkpoint_is_refused_with_a_pointer_to_the_converter(
   with pytest.raises(KitError, match=r'holds a name-based \(Estimator or TF1\) '
                      r'checkpoint, model\.ckpt-100; convert it with '
                      r'migration-convert-checkpoint'):
-    train.run(make_flags(tmp_path), cpu_strategy(1), fake_data_dir)
+    train.run(make_config(tmp_path), cpu_strategy(1), fake_data_dir)
 
 
 def _truncate(path, keep=0.5):
@@ -367,7 +370,7 @@ def _truncate(path, keep=0.5):
 def test_an_unreadable_latest_checkpoint_falls_back_to_an_older_one(
     tmp_path, fake_data_dir, loop, caplog):
   model_dir = tmp_path / 'model'
-  train.run(make_flags(model_dir, loop=loop, train_steps=15,
+  train.run(make_config(model_dir, loop=loop, train_steps=15,
                        checkpoint_steps=5, enable_predict=False, eval_steps=0),
             cpu_strategy(1), fake_data_dir)
   assert _checkpoint_steps(model_dir) == [5, 10, 15]
@@ -378,7 +381,7 @@ def test_an_unreadable_latest_checkpoint_falls_back_to_an_older_one(
   (model_dir / 'ckpt-17_temp_mine').mkdir()
   (model_dir / 'notes_temp').write_text('mine')
   with caplog.at_level('INFO', logger='absl'):
-    result = train.run(make_flags(model_dir, loop=loop, train_steps=20,
+    result = train.run(make_config(model_dir, loop=loop, train_steps=20,
                                   checkpoint_steps=5, enable_predict=False,
                                   eval_steps=0),
                        cpu_strategy(1), fake_data_dir)
@@ -393,13 +396,13 @@ def test_an_unreadable_latest_checkpoint_falls_back_to_an_older_one(
 
 def test_no_readable_checkpoint_is_one_line(tmp_path, fake_data_dir):
   model_dir = tmp_path / 'model'
-  train.run(make_flags(model_dir, loop='custom', train_steps=10,
+  train.run(make_config(model_dir, loop='custom', train_steps=10,
                        checkpoint_steps=5, enable_predict=False, eval_steps=0),
             cpu_strategy(1), fake_data_dir)
   for step in (5, 10):
     _truncate(model_dir / f'ckpt-{step}.data-00000-of-00001', keep=0)
   with pytest.raises(KitError, match=r'no checkpoint in --model_dir \S+ can '
                      r'be used \(ckpt-10, ckpt-5\); move them away'):
-    train.run(make_flags(model_dir, loop='custom', train_steps=20,
+    train.run(make_config(model_dir, loop='custom', train_steps=20,
                          enable_predict=False, eval_steps=0),
               cpu_strategy(1), fake_data_dir)

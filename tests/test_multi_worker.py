@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import REPO, last_line
-from mnist_common import keras_compat
+from kit_core import keras_compat
 
 
 def _free_ports(count):

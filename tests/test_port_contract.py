@@ -6,18 +6,19 @@ import numpy as np
 import pytest
 
 from migrate import custom_loop
-from migration_tools import checks
+from migration_tools.compare import checks
 from migration_tools import cli
-from migration_tools import harness
-from migration_tools import kit_pair
+from migration_tools import pair
+from migration_tools.compare import harness
+from migrate import kit_pair
 from migration_tools import optimizers
 from migration_tools import port as port_lib
 from migration_tools import variable_map
-from mnist_common.errors import KitError
+from kit_core.errors import KitError
 
 
 def test_the_kit_pair_follows_the_contract():
-  port = port_lib.load_port(kit_pair.PORT)
+  port = port_lib.load_port(pair.KIT_PAIR['port'])
   assert isinstance(port, port_lib.Port)
   assert set(port_lib.TRAINER_METHODS) <= set(dir(custom_loop.Trainer))
 

@@ -177,7 +177,7 @@ def test_the_converter_carries_weights_slots_and_step_and_verifies(
   estimator_dir = str(tmp_path / 'legacy')
   _train_legacy(name, data_dirs[name], estimator_dir)
   output = tmp_path / 'converted'
-  result = run_module('migration_tools.convert_checkpoint',
+  result = run_module('migration_tools.checkpoint',
                       f'--estimator_dir={estimator_dir}', f'--output={output}',
                       *PAIRS[name].args(data_dirs[name]),
                       '--verify', '--verify_examples=300', env=ENV)

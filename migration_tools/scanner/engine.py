@@ -54,9 +54,15 @@ class Result:
 
 
 class Table:
-  """The rule rows, indexed by kind of match."""
+  """The rule rows, indexed by kind of match, and the API table (tf_api.py's
+  form: {path inside tf: entry}) that says what TF 2 did to each symbol.
 
-  def __init__(self, rules=rules_lib.RULES):
+  The engine reads nothing else: tests/test_scan_engine.py drives it with
+  toy tables.
+  """
+
+  def __init__(self, rules=rules_lib.RULES, api: dict | None = None):
+    self.api_table = tf_api.API if api is None else api
     self.api, self.keywords, self.methods = [], {}, {}
     self._api_cache = {}
     self.subscripts, self.imports, self.args, self.input_fn_calls = (
@@ -98,6 +104,15 @@ class Table:
     return self._api_cache[parts]
 
 
+  def api_entry(self, parts: tuple) -> tuple[tuple | None, int]:
+    """The API table's entry for the longest prefix of parts it knows, and
+    that prefix's length."""
+    for n in range(len(parts), 0, -1):
+      entry = self.api_table.get('.'.join(parts[:n]))
+      if entry:
+        return entry, n
+    return None, 0
+
   def import_rule(self, module: str) -> rules_lib.Rule | None:
     parts = tuple(module.split('.'))
     return next((rule for pattern, rule in self.imports
@@ -124,7 +139,7 @@ def _matches(pattern: tuple, parts: tuple) -> bool:
       for p, c in zip(window, core))
 
 
-_TABLE = Table()
+_DEFAULT_TABLE = Table()
 
 
 # How a use is spelt: through tf.compat.v1, through tf.compat.v2 (TF 2 by
@@ -151,16 +166,6 @@ def _canonical(path: str) -> tuple[tuple, str] | None:
   return None
 
 
-def _api_entry(parts: tuple) -> tuple[tuple | None, int]:
-  """tf_api.py's entry for the longest prefix of parts it knows, and that
-  prefix's length."""
-  for n in range(len(parts), 0, -1):
-    entry = tf_api.API.get('.'.join(parts[:n]))
-    if entry:
-      return entry, n
-  return None, 0
-
-
 @dataclasses.dataclass(frozen=True)
 class _Candidate:
   finding: Finding
@@ -172,8 +177,8 @@ class _Candidate:
 class _Scanner:
   """Collects the findings of one parsed file."""
 
-  def __init__(self, path: str, tree: ast.AST):
-    self.path = path
+  def __init__(self, path: str, tree: ast.AST, table: Table):
+    self.path, self.table = path, table
     self.nodes = list(ast.walk(tree))  # Breadth first, without recursion.
     self.aliases = {}  # local name -> full dotted path
     self.candidates = []
@@ -242,12 +247,12 @@ class _Scanner:
 
   def _imported(self, node: ast.AST, full: str) -> None:
     code = ast.unparse(node)
-    rule = _TABLE.import_rule(full)
+    rule = self.table.import_rule(full)
     resolved = _canonical(full)
     # A construct of its own (tensorflow.python.estimator) before a note on
     # the import's form (a private module).
     if rule and not (rule.severity == rules_lib.STYLE and resolved and
-                     _TABLE.api_rule(resolved[0])):
+                     self.table.api_rule(resolved[0])):
       self._add(node, rule, code)
     else:
       self._use(node, full, code)
@@ -261,7 +266,7 @@ class _Scanner:
     resolved = full and _canonical(full)
     if not resolved:
       return
-    entry, n = _api_entry(resolved[0])
+    entry, n = self.table.api_entry(resolved[0])
     is_object = (entry[0] == 'object' if entry and n == len(resolved[0])
                  else parts[-1].isupper())
     if is_object:
@@ -281,9 +286,9 @@ class _Scanner:
     parts, spelling = resolved
     if not parts or parts[-1].startswith('__'):
       return True  # tf itself; tf.__version__.
-    entry, n = _api_entry(parts)
+    entry, n = self.table.api_entry(parts)
     status = entry[1] if entry else 'unknown'
-    rule = _TABLE.api_rule(parts)
+    rule = self.table.api_rule(parts)
     if status == 'same':
       # TF 2 has it unchanged: at most a style note (tf.feature_column).
       if rule and rule.severity == rules_lib.STYLE:
@@ -313,8 +318,8 @@ class _Scanner:
     if full and _canonical(full):
       self._skip_inside(node)
       self._use(node, full, '.'.join(parts))
-    elif node.attr in _TABLE.methods:
-      self._add(node, _TABLE.methods[node.attr], f'.{node.attr}')
+    elif node.attr in self.table.methods:
+      self._add(node, self.table.methods[node.attr], f'.{node.attr}')
 
   def _name(self, node: ast.Name) -> None:
     full = self.aliases.get(node.id)
@@ -335,8 +340,9 @@ class _Scanner:
     if resolved:
       self._call_arguments(node, '.'.join(parts), *resolved)
     if (isinstance(node.func, ast.Attribute) and
-        node.func.attr in _TABLE.input_fn_calls and _gets_input_fn(node)):
-      self._add(node, _TABLE.input_fn_calls[node.func.attr],
+        node.func.attr in self.table.input_fn_calls and
+        _gets_input_fn(node)):
+      self._add(node, self.table.input_fn_calls[node.func.attr],
                 f'.{node.func.attr}(input_fn)')
 
   def _call_arguments(self, node: ast.Call, code: str, parts: tuple,
@@ -344,7 +350,7 @@ class _Scanner:
     """Arguments whose meaning TF 2 changed: the table's rows, else what
     tf_api.py records of both signatures."""
     path = '.'.join(parts)
-    entry = tf_api.API.get(path)
+    entry = self.table.api_table.get(path)
     positional = len(node.args)
     if any(isinstance(a, ast.Starred) for a in node.args):
       positional = 0  # Unknown: do not guess.
@@ -353,14 +359,14 @@ class _Scanner:
       return  # TF 2's signature by choice.
     ambiguous = bool(entry) and entry[1] == 'changed' and spelling == PLAIN
     compat_v1 = spelling == V1 and bool(entry) and entry[3]
-    rows = _TABLE.args.get(path)
+    rows = self.table.args.get(path)
     if rows:
       for key, rule in rows:
         if (positional > key if isinstance(key, int) else key in keywords):
           self._add(node, rule, code, compat_v1, ambiguous)
       return
     if (not entry or entry[1] != 'changed' or len(entry) < 8 or
-        _TABLE.api_rule(parts)):
+        self.table.api_rule(parts)):
       return  # A row for the symbol itself says it all (tf.summary.scalar).
     v1_names, v2_names, v2_varkw, most = entry[4:8]
     name = 'tf.' + path
@@ -381,17 +387,18 @@ class _Scanner:
                 v2=v2_names[moved])
 
   def _keyword(self, node: ast.keyword) -> None:
-    if node.arg in _TABLE.keywords:
-      self._add(node.value, _TABLE.keywords[node.arg], f'{node.arg}=')
+    if node.arg in self.table.keywords:
+      self._add(node.value, self.table.keywords[node.arg], f'{node.arg}=')
 
   def _subscript(self, node: ast.Subscript) -> None:
     # TPUEstimator passes params to model_fn and input_fn: only a name
     # params in a file with such a function is that dictionary.
     key = node.slice
-    if (isinstance(key, ast.Constant) and key.value in _TABLE.subscripts and
+    if (isinstance(key, ast.Constant) and
+        key.value in self.table.subscripts and
         isinstance(node.value, ast.Name) and node.value.id == 'params' and
         self.params_functions):
-      self._add(node, _TABLE.subscripts[key.value],
+      self._add(node, self.table.subscripts[key.value],
                 f"params[{key.value!r}]")
 
 
@@ -438,8 +445,9 @@ def _dedupe(candidates: list[_Candidate]) -> list[Finding]:
   return findings
 
 
-def scan_source(source: str, path: str) -> list[Finding]:
-  """Findings in one file's text.
+def scan_source(source: str, path: str,
+                table: Table | None = None) -> list[Finding]:
+  """Findings in one file's text, by table (the kit's rules by default).
 
   Raises:
     SyntaxError, ValueError: it does not parse.
@@ -448,7 +456,8 @@ def scan_source(source: str, path: str) -> list[Finding]:
   tree = ast.parse(source, filename=path)
   ignored = {number for number, line in enumerate(source.splitlines(), 1)
              if line.rstrip().endswith(IGNORE_LINE)}
-  return [f for f in _dedupe(_Scanner(path, tree).run())
+  scanner = _Scanner(path, tree, table or _DEFAULT_TABLE)
+  return [f for f in _dedupe(scanner.run())
           if f.line not in ignored]
 
 

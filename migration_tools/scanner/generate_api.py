@@ -33,6 +33,8 @@ import types
 from absl import app
 from absl import flags
 
+from kit_core import atomic
+
 _SKIP = ('keras', 'estimator', 'compat', 'raw_ops', 'contrib')
 _PACKAGES = ('tensorflow', 'tensorboard', 'keras', 'tf_keras')
 _API_MODULES = ('._api.', 'keras.api', 'tensorboard.summary')
@@ -257,10 +259,7 @@ def main(argv: list[str]) -> None:
     newest = _run(flags.FLAGS.newest_python, 'newest',
                   json.dumps(sorted(names)))
     text = combine(old, newest)
-    temporary = OUTPUT + '.tmp'
-    with open(temporary, 'w') as f:
-      f.write(text)
-    os.replace(temporary, OUTPUT)
+    atomic.write_text(OUTPUT, text)
     print(f'wrote {OUTPUT} ({text.count(chr(10))} lines, TF '
           f'{old["version"]} and {newest["version"]})', file=sys.stderr)
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from migration_tools import optimizers
+from migration_tools import outputs
 from migration_tools import tolerances
 
 PASSED, FAILED, ERROR, NOT_RUN = 'passed', 'failed', 'error', 'not run'
@@ -112,20 +113,6 @@ def _leaves(structure) -> dict[str, np.ndarray]:
   return {'': np.asarray(structure)}
 
 
-def _numeric(a: np.ndarray) -> bool:
-  return a.dtype.kind in 'biuf'
-
-
-def output_diff(a: np.ndarray, b: np.ndarray) -> float:
-  """Max |a - b|; inf if the shapes differ; 0/inf for non-numbers."""
-  if a.shape != b.shape:
-    return float('inf')
-  if not _numeric(a) or not _numeric(b):
-    return 0.0 if np.array_equal(a, b) else float('inf')
-  return float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max(
-      initial=0.0))
-
-
 def inputs(legacy_batch: tuple, port_batch: tuple | None) -> CheckResult:
   """The port's input pipeline gives the legacy input_fn's first batch.
 
@@ -157,12 +144,12 @@ def inputs(legacy_batch: tuple, port_batch: tuple | None) -> CheckResult:
         f'{sorted(theirs)}, port: {sorted(ours)}): the port\'s model must '
         'take the features as the legacy input_fn yields them',
         figures=figures)
-  diffs = {k: output_diff(theirs[k], ours[k]) for k in theirs}
+  diffs = {k: outputs.output_diff(theirs[k], ours[k]) for k in theirs}
   worst = max(diffs, key=diffs.get)
   figures.update(worst=worst, **{
       f'{side}_range': [float(d[worst].min()), float(d[worst].max())]
       for side, d in (('legacy', theirs), ('port', ours))
-      if _numeric(d[worst]) and d[worst].size})
+      if outputs.numeric(d[worst]) and d[worst].size})
   return judged('inputs', diffs[worst], tolerances.INPUT_ATOL, figures,
                 f'the port\'s input pipeline gives another {worst} than the '
                 'legacy input_fn for the same records' + (
@@ -176,41 +163,19 @@ def _range(pair: list) -> str:
   return f'[{pair[0]:.3g}, {pair[1]:.3g}]'
 
 
-def paired_outputs(theirs: dict, ours: dict, output_map: dict[str, str]
-                   ) -> tuple[dict, list[str]]:
-  """{legacy name: (legacy array, port array)} and the legacy names the port
-  lacks (through output_map)."""
-  pairs, missing = {}, []
-  for name, value in theirs.items():
-    mapped = output_map.get(name, name)
-    if mapped in ours:
-      pairs[name] = (np.asarray(value), np.asarray(ours[mapped]))
-    else:
-      missing.append(name)
-  return pairs, missing
-
-
-def worst_output(pairs: dict, diffs: dict, allowed) -> str:
-  """The output to report: one over its bar (allowed(name)) first, and
-  among those a float one, which says by how much (an integer one, a class
-  id, says only that it differs)."""
-  return max(diffs, key=lambda k: (diffs[k] > allowed(k),
-                                   pairs[k][0].dtype.kind == 'f', diffs[k]))
-
-
 def _compare_outputs(name: str, theirs: dict, ours: dict,
                      output_map: dict[str, str], tolerance: float,
                      hint: str) -> CheckResult:
   """Every legacy output against the port's of the same (mapped) name."""
-  pairs, missing = paired_outputs(theirs, ours, output_map)
+  pairs, missing = outputs.paired_outputs(theirs, ours, output_map)
   if missing or not pairs:
     return CheckResult(name, FAILED, f'the port has no output for '
                        f'{", ".join(missing) or "any legacy output"} (legacy:'
                        f' {sorted(theirs)}, port: {sorted(ours)}): name the '
                        'port\'s outputs as the legacy ones, or map them '
                        '(Port.output_map)')
-  diffs = {k: output_diff(*pair) for k, pair in pairs.items()}
-  worst = worst_output(pairs, diffs, lambda name: tolerance)
+  diffs = {k: outputs.output_diff(*pair) for k, pair in pairs.items()}
+  worst = outputs.worst_output(pairs, diffs, lambda name: tolerance)
   figures = {'outputs': {k: list(p[0].shape) for k, p in pairs.items()},
              'max_diff_by_output': diffs, 'worst_output': worst}
   return judged(name, diffs[worst], tolerance, figures,

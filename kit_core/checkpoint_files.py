@@ -3,8 +3,8 @@ once, in one line, rather than halfway through a restore or a conversion."""
 import numpy as np
 import tensorflow as tf
 
-from mnist_common.errors import KitError
-from mnist_common.errors import one_line
+from kit_core.errors import KitError
+from kit_core.errors import one_line
 
 # What TensorFlow raises for a checkpoint it cannot read: its OpErrors,
 # OSError, and IndexError for data cut short ('Read less bytes than

@@ -16,7 +16,7 @@ import time
 
 from absl import logging
 
-from mnist_common.errors import KitError
+from kit_core.errors import KitError
 
 _POLL_SECONDS = 0.2
 

@@ -1,10 +1,10 @@
 """Output paths: directories checked before any work, so bad ones fail at
-once; files written whole or not at all."""
+once; reading JSON (atomic.py writes it)."""
 import json
 import os
 import tempfile
 
-from mnist_common.errors import KitError
+from kit_core.errors import KitError
 
 
 def ensure_writable_dir(path: str | None, prefix: str) -> str:
@@ -36,12 +36,3 @@ def check_folder_exists(path: str, name: str) -> None:
 def read_json(path: str):
   with open(path) as f:
     return json.load(f)
-
-
-def write_json(path: str, value, indent: int = 1, default=None) -> None:
-  """Writes value as JSON to a temporary name, then renames it into place, so
-  a reader never sees half a file."""
-  tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
-    json.dump(value, f, indent=indent, default=default)
-  os.replace(tmp, path)

@@ -5,7 +5,7 @@ A team writes the same few lines for its own port (docs/MIGRATION.md, "Plug
 your own pair in") and names them with --port; tests/user_code/ holds three
 pairs unlike this one.
 """
-import json
+import importlib
 
 import tensorflow as tf
 
@@ -13,17 +13,8 @@ from migrate import custom_loop
 from migrate import data
 from migrate import model
 from migrate import train
-from migration_tools import cli
 from migration_tools import port as port_lib
 from mnist_common import prepare
-
-LEGACY_MODEL_FN = 'estimator_mnist.model:model_fn'
-LEGACY_INPUT_FN = 'migration_tools.kit_pair:legacy_input_fn'
-LEGACY_SERVING_INPUT_FN = 'estimator_mnist.train:serving_input_receiver_fn'
-PORT = 'migration_tools.kit_pair:make_port'
-# The model_fn reads params['learning_rate']; params['data_dir'] unset: the
-# kit's default data.
-PARAMS = json.dumps({'learning_rate': 0.05})
 
 # The migrated model names its layers as the model_fn does (conv1, conv2,
 # dense, logits), so each legacy variable keeps its name.
@@ -39,7 +30,8 @@ def _data_dir(params: dict) -> str:
 def legacy_input_fn(params: dict):
   """estimator_mnist's eval input_fn (the test split, in file order) on
   params['data_dir'], or on the kit's default data."""
-  input_fn = cli.load_callable('estimator_mnist.data:eval_input_fn')
+  # Imported here: migrate runs on TensorFlow without tf.estimator.
+  input_fn = importlib.import_module('estimator_mnist.data').eval_input_fn
   return input_fn({**params, 'data_dir': _data_dir(params)})
 
 

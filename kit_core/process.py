@@ -115,7 +115,8 @@ def _exit_code(exit_: SystemExit) -> int:
 def run_command(main: Callable[[], None]) -> NoReturn:
   """Runs main() (e.g. ``lambda: app.run(...)``), then ends the process at
   once with its exit code: 0, the SystemExit's code, 1 after an uncaught
-  exception (its traceback printed), 130 on Ctrl-C."""
+  exception (its traceback printed), 130 on Ctrl-C, 141 when the reader of
+  its output went away."""
   try:
     main()
     code = 0
@@ -123,6 +124,8 @@ def run_command(main: Callable[[], None]) -> NoReturn:
     code = _exit_code(e)
   except KeyboardInterrupt:
     code = 130
+  except BrokenPipeError:
+    code = 141  # The reader went away (| head): as a shell reports SIGPIPE.
   except BaseException:  # pylint: disable=broad-except
     traceback.print_exc()
     code = 1

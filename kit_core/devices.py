@@ -1,7 +1,7 @@
 """Logical CPU devices: N replicas on one CPU, as N TPU cores would be."""
 import tensorflow as tf
 
-from mnist_common.errors import KitError
+from kit_core.errors import KitError
 
 
 def split_cpu(num_devices: int) -> None:

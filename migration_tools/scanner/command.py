@@ -1,7 +1,7 @@
 """Finds what legacy TPUEstimator-era code still has to change for TF 2.
 
   migration-scan PATH... [--format=text|json|sarif] [--output=FILE]
-  python -m migration_tools.scan PATH...
+  python -m migration_tools.scanner PATH...
 
 Parses each Python file (the code is never imported or run) and reports
 every legacy construct with file, line, severity, what it is, what it
@@ -25,9 +25,11 @@ that could not be read, parsed or analysed (they are unchecked, not clean);
 import os
 import sys
 
-from absl import app
 from absl import flags
 
+from kit_core import atomic
+from kit_core.errors import KitError
+from migration_tools import cli
 from migration_tools.scanner import engine
 from migration_tools.scanner import report
 from migration_tools.scanner import rules
@@ -35,50 +37,40 @@ from migration_tools.scanner import rules
 # The library entry points, importable from the command's module too.
 scan, scan_source = engine.scan, engine.scan_source
 
-FLAGS = flags.FLAGS
 
-
-def _define_flags() -> None:
-  """Defined only when run as a command: importing this module defines none."""
+def define_flags(tool_flags: flags.FlagValues) -> None:
+  """The command's flags, on the tool's own FlagValues (see cli)."""
   flags.DEFINE_enum('format', 'text', sorted(report.FORMATS),
                     'text: grouped by file, with a plan; json; sarif: SARIF '
-                    '2.1.0 for code-review tools.')
+                    '2.1.0 for code-review tools.', flag_values=tool_flags)
   flags.DEFINE_string('output', None, 'Write the report to this file '
-                      '(written whole, or not at all) instead of stdout.')
+                      '(written whole, or not at all) instead of stdout.',
+                      flag_values=tool_flags)
 
 
 def _write(text: str, output: str | None) -> None:
   if output is None:
     print(text)
     return
-  temporary = f'{output}.tmp-{os.getpid()}'
   try:
-    with open(temporary, 'w', encoding='utf-8') as f:
-      f.write(text + '\n')
-    os.replace(temporary, output)
+    atomic.write_text(output, text + '\n')
   except OSError as e:
-    if os.path.exists(temporary):
-      os.remove(temporary)
-    raise ValueError(f'cannot write --output={output}: {e.strerror}') from e
+    raise KitError(f'cannot write --output={output}: {e.strerror}') from e
 
 
-def main(argv: list[str]) -> None:
-  paths = argv[1:]
+def main(tool_flags: flags.FlagValues, paths: list[str]) -> None:
+  """Scans paths, writes the report; exits 1 when something must change."""
   if not paths:
-    print('error: give one or more files or directories to scan, e.g. '
-          'migration-scan my_model/', file=sys.stderr)
-    sys.exit(2)
-  output = FLAGS.output
+    raise KitError('give one or more files or directories to scan, e.g. '
+                   'migration-scan my_model/')
+  output = tool_flags.output
   if output and os.path.isdir(output):
-    print(f'error: --output={output} is a directory: give a file name',
-          file=sys.stderr)
-    sys.exit(2)
+    raise KitError(f'--output={output} is a directory: give a file name')
   try:
     result = scan(paths)
-    _write(report.FORMATS[FLAGS.format](result), output)
   except ValueError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    raise KitError(str(e)) from e
+  _write(report.FORMATS[tool_flags.format](result), output)
   if output:
     print(report.summary_line(result), file=sys.stderr)
   # A file that could not be read or parsed is unchecked, not clean; style
@@ -89,9 +81,4 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
   """Console-script entry point (``migration-scan``)."""
-  _define_flags()
-  app.run(main)
-
-
-if __name__ == '__main__':
-  run()
+  cli.run(main, define_flags, __doc__, bad_input_exit=2)

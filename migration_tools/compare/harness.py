@@ -17,18 +17,23 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
-from migration_tools import checks
-from migration_tools import golden
+from kit_core import atomic
+from kit_core import keras_compat
+from kit_core.errors import one_line
 from migration_tools import legacy as legacy_lib
-from migration_tools import plot
 from migration_tools import port as port_lib
-from migration_tools import port_runner
+from migration_tools import runners
 from migration_tools import serving
 from migration_tools import variable_map
-from migration_tools.checks import CheckResult
-from mnist_common import keras_compat
-from mnist_common import paths
-from mnist_common.errors import one_line
+from migration_tools.compare import checks
+from migration_tools.compare import golden
+from migration_tools.compare import plot
+from migration_tools.compare import port_runner
+from migration_tools.compare.checks import CheckResult
+
+# The two sides, as the checks below ask them (runners.py declares them).
+Legacy = runners.LegacySide
+Port = runners.PortSide
 
 @dataclasses.dataclass(frozen=True)
 class Options:
@@ -118,7 +123,7 @@ class LiveSource:
     self.pair, self.options, self.tape = pair, options, tape
     self.serving_input_fn = pair.serving_input_fn
 
-  def data(self) -> legacy_lib.Data:
+  def data(self) -> runners.Data:
     data = legacy_lib.read_input_fn(
         self.pair.input_fn, self.options.params, self.options.global_batch,
         max(self.options.steps, self.options.eval_batches))
@@ -142,8 +147,8 @@ class ReplaySource:
     # Only passed back to the replayed runner, which ignores it.
     self.serving_input_fn = 'recorded' if bundle.serving else None
 
-  def data(self) -> legacy_lib.Data:
-    return legacy_lib.Data(None, self.bundle.batches)
+  def data(self) -> runners.Data:
+    return runners.Data(None, self.bundle.batches)
 
   def runner(self, shards: int, purpose: str):
     del shards  # Recorded with the run.
@@ -153,9 +158,9 @@ class ReplaySource:
 @dataclasses.dataclass
 class _Run:
   """What every stage shares: the data, the params and the initial state."""
-  source: LiveSource | ReplaySource
+  source: runners.LegacySource
   port: port_lib.Port
-  data: legacy_lib.Data
+  data: runners.Data
   batches: list
   options: Options
   pairs: dict = dataclasses.field(default_factory=dict)
@@ -177,12 +182,13 @@ class _Run:
     return runner
 
 
-def _slots_compared(legacy, runner) -> bool:
+def _slots_compared(legacy: Legacy, runner: Port) -> bool:
   theirs = legacy.describe_optimizer()
   return theirs is not None and theirs.kind == runner.describe_optimizer().kind
 
 
-def _one_step_check(name, legacy, runner, theirs, ours) -> CheckResult:
+def _one_step_check(name: str, legacy: Legacy, runner: Port, theirs,
+                    ours) -> CheckResult:
   both = _slots_compared(legacy, runner)
   return checks.one_step(
       name, theirs, ours, legacy.state(), runner.state(),
@@ -191,8 +197,8 @@ def _one_step_check(name, legacy, runner, theirs, ours) -> CheckResult:
       runner.slots(ours['learning_rate']) if both else None)
 
 
-def _run_trajectory(rec: Recorder, label: str, legacy, runner, run: _Run
-                    ) -> None:
+def _run_trajectory(rec: Recorder, label: str, legacy: Legacy, runner: Port,
+                    run: _Run) -> None:
   """one_step, learning_rate and trajectory on one strategy."""
   theirs, ours = [], []
 
@@ -235,8 +241,8 @@ def _run_trajectory(rec: Recorder, label: str, legacy, runner, run: _Run
       global_steps=(legacy.global_step(), runner.global_step())))
 
 
-def _resynced_steps(legacy, runner, run: _Run, dropout: bool = False
-                    ) -> tuple[np.ndarray, list[float]]:
+def _resynced_steps(legacy: Legacy, runner: Port, run: _Run,
+                    dropout: bool = False) -> tuple[np.ndarray, list[float]]:
   """Every step of the legacy trajectory at identical state: before each
   step the port takes the legacy state (weights, slots, step), so no
   difference can grow. Returns each step's max difference (loss, state,
@@ -265,12 +271,13 @@ def _resynced_steps(legacy, runner, run: _Run, dropout: bool = False
   return np.array(per_step), losses
 
 
-def _stepwise(label: str, legacy, runner, run: _Run) -> CheckResult:
+def _stepwise(label: str, legacy: Legacy, runner: Port,
+              run: _Run) -> CheckResult:
   return checks.stepwise(f'stepwise ({label})',
                          _resynced_steps(legacy, runner, run)[0])
 
 
-def _evaluate(legacy, runner, run: _Run) -> CheckResult:
+def _evaluate(legacy: Legacy, runner: Port, run: _Run) -> CheckResult:
   batches = run.data.batches[:run.options.eval_batches]
   runner.set_state(legacy.state())
   return checks.evaluation(legacy.evaluate(batches), runner.evaluate(batches),
@@ -278,7 +285,7 @@ def _evaluate(legacy, runner, run: _Run) -> CheckResult:
                            len(batches) * run.options.global_batch)
 
 
-def _served_predictions(legacy, runner, run: _Run, workdir: str
+def _served_predictions(legacy: Legacy, runner: Port, run: _Run, workdir: str
                         ) -> CheckResult:
   """Both SavedModels, loaded back, on the same receiver inputs."""
   serving_input_fn = run.source.serving_input_fn
@@ -330,8 +337,8 @@ def _dropout(rec: Recorder, run: _Run) -> None:
   rec.run('dropout (1 replica)', check)
 
 
-def _single_replica_checks(rec: Recorder, legacy, runner, run: _Run,
-                           workdir: str) -> None:
+def _single_replica_checks(rec: Recorder, legacy: Legacy, runner: Port,
+                           run: _Run, workdir: str) -> None:
   """optimizer, inputs, inference, the 1-replica training checks,
   evaluation, serving."""
   rec.run('optimizer', lambda: checks.optimizer(
@@ -354,7 +361,7 @@ def _single_replica_checks(rec: Recorder, legacy, runner, run: _Run,
       run.port_runner(runner.strategy), run))
 
 
-def _inventory(rec: Recorder, run: _Run, legacy, runner) -> bool:
+def _inventory(rec: Recorder, run: _Run, legacy: Legacy, runner: Port) -> bool:
   """Pairs the variables (given or inferred map) and checks them; False if
   they cannot be aligned."""
   def check():
@@ -426,7 +433,7 @@ def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
   return results, bundle
 
 
-def run_checks(source: LiveSource | ReplaySource, port: port_lib.Port,
+def run_checks(source: runners.LegacySource, port: port_lib.Port,
                workdir: str, strategies: dict[str, tf.distribute.Strategy],
                options: Options) -> list[CheckResult]:
   """compare() on a legacy source, live or replayed."""
@@ -492,7 +499,7 @@ def write_report(results: list[CheckResult], path: str, figures: dict) -> str:
   it wrote, for the user. Each is written to a temporary name and renamed; a
   plot that fails costs the plot only."""
   rows = [r.to_json() for r in results]
-  paths.write_json(path, {'passed': not any(r.failed for r in results),
+  atomic.write_json(path, {'passed': not any(r.failed for r in results),
                           'checks': rows, **figures},
                    default=lambda value: value.item())
   plot_path = os.path.splitext(path)[0] + '.png'

@@ -27,57 +27,32 @@ import os
 # so set here, in the command's own module, before anything imports it.
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
 
-from mnist_common import process  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core import process  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 process.quiet_tensorflow_startup()  # Before TensorFlow loads.
 
-import dataclasses  # pylint: disable=g-import-not-at-top,wrong-import-position
-import tempfile  # pylint: disable=g-import-not-at-top,wrong-import-position
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import dataclasses
+import tempfile
 
-from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import flags
+import tensorflow as tf
 
-import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-from migration_tools import cli  # pylint: disable=wrong-import-position
-from migration_tools import golden  # pylint: disable=wrong-import-position
-from migration_tools import harness  # pylint: disable=wrong-import-position
-from migration_tools import kit_pair  # pylint: disable=wrong-import-position
-from migration_tools import port as port_lib  # pylint: disable=wrong-import-position
-from migration_tools import variable_map  # pylint: disable=wrong-import-position
-from mnist_common import batching  # pylint: disable=wrong-import-position
-from mnist_common import devices  # pylint: disable=wrong-import-position
-from mnist_common import paths  # pylint: disable=wrong-import-position
-from mnist_common.errors import KitError  # pylint: disable=wrong-import-position
+from kit_core import sharding
+from kit_core import devices
+from kit_core import paths
+from kit_core.errors import KitError
+from migration_tools import cli
+from migration_tools import pair as pair_lib
+from migration_tools.compare import golden
+from migration_tools.compare import harness
+# pylint: enable=g-import-not-at-top,wrong-import-position
 
 
 def define_flags(tool_flags: flags.FlagValues) -> None:
   """The command's flags, on the tool's own FlagValues (see cli)."""
   define = dict(flag_values=tool_flags)
-  flags.DEFINE_string('legacy_model_fn', kit_pair.LEGACY_MODEL_FN,
-                      'The legacy model_fn, as package.module:name.', **define)
-  flags.DEFINE_string('legacy_input_fn', kit_pair.LEGACY_INPUT_FN,
-                      'A legacy input_fn that yields (features, labels), or '
-                      'features, batched by params["batch_size"], in a fixed '
-                      'order (no shuffling): its batches feed both sides.',
-                      **define)
-  flags.DEFINE_string('legacy_serving_input_fn',
-                      kit_pair.LEGACY_SERVING_INPUT_FN,
-                      'The legacy serving_input_receiver_fn the Estimator '
-                      'exported with; empty: skip the served-predictions '
-                      'check.', **define)
-  flags.DEFINE_string('port', kit_pair.PORT,
-                      'A function returning the migration_tools.port.Port to '
-                      'check, as package.module:name.', **define)
-  cli.define_legacy_flags(tool_flags)
-  flags.DEFINE_string('params', kit_pair.PARAMS,
-                      'The params of the legacy input_fn and model_fn, as a '
-                      'JSON object (what TPUEstimator(params=...) got); '
-                      'batch_size and use_tpu=False are added as TPUEstimator '
-                      'adds them.', **define)
-  flags.DEFINE_string('variable_map', None,
-                      'A JSON file {"legacy/name": "port/name"} pairing the '
-                      'models\' variables; unset: the port\'s variable_map, '
-                      'or inferred from names and shapes.', **define)
+  pair_lib.define_pair_flags(tool_flags, serving=True)
   flags.DEFINE_integer('steps', 100, 'Training steps compared.', lower_bound=1,
                        **define)
   flags.DEFINE_integer('batch_size', 64, 'Global batch (params["batch_size"]).',
@@ -111,16 +86,8 @@ def _replica_counts(values: list[str], global_batch: int) -> list[int]:
     raise KitError('--replicas must start with 1, the legacy single '
                    'replica reference')
   for count in counts:
-    batching.per_replica_batch(global_batch, count, '--replicas')
+    sharding.per_replica_batch(global_batch, count, '--replicas')
   return counts
-
-
-def _load_port(tool_flags: flags.FlagValues) -> port_lib.Port:
-  port = port_lib.load_port(tool_flags.port)
-  if tool_flags.variable_map:
-    port = dataclasses.replace(
-        port, variable_map=variable_map.read(tool_flags.variable_map))
-  return port
 
 
 def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
@@ -132,11 +99,11 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
   devices.split_cpu(max(counts))
   serving = tool_flags.legacy_serving_input_fn
   pair = harness.LegacyPair(
-      cli.load_callable(tool_flags.legacy_model_fn, '--legacy_model_fn'),
-      cli.load_callable(tool_flags.legacy_input_fn, '--legacy_input_fn'),
-      cli.load_callable(serving, '--legacy_serving_input_fn')
+      pair_lib.legacy_callable(tool_flags, 'legacy_model_fn'),
+      pair_lib.legacy_callable(tool_flags, 'legacy_input_fn'),
+      pair_lib.legacy_callable(tool_flags, 'legacy_serving_input_fn')
       if serving else None)
-  port = _load_port(tool_flags)
+  port = pair_lib.load_port(tool_flags)
   cli.set_legacy_flags(tool_flags.legacy_flags)
   if not tool_flags.record_bundle:
     return harness.compare(pair, port, workdir,
@@ -156,7 +123,8 @@ def _replayed(tool_flags: flags.FlagValues, workdir: str
   print(f'Bundle: {tool_flags.bundle}, recorded with TensorFlow '
         f'{bundle.versions.get("tensorflow")}; replicas '
         f'{",".join(map(str, bundle.replica_counts))}')
-  results = harness.check_bundle(bundle, _load_port(tool_flags), workdir)
+  results = harness.check_bundle(bundle, pair_lib.load_port(tool_flags),
+                                 workdir)
   return results, {**bundle.options, 'bundle': tool_flags.bundle,
                    'recorded_with': bundle.versions}
 
@@ -195,6 +163,3 @@ def run() -> None:
   """Console-script entry point (``migration-compare``)."""
   cli.run(main, define_flags, __doc__)
 
-
-if __name__ == '__main__':
-  run()

@@ -2,8 +2,8 @@
 
 A process killed while TensorFlow writes a checkpoint leaves ``<prefix>-N_temp/``
 (TF writes the shards there, then renames them into place); one killed while
-the kit writes data leaves ``.tmp-XXXXXXXX.tfrecords`` or ``.gz`` (mkstemp's
-names). Only those exact names of the kit's own prefixes are touched.
+the kit writes a file or folder leaves ``.tmp-XXXXXXXX`` and its suffix
+(``atomic.TEMP_NAME``). Only those exact names are touched.
 """
 import os
 import re
@@ -11,8 +11,7 @@ import shutil
 
 from absl import logging
 
-# mkstemp's random part: 8 characters of [a-z0-9_].
-DATA_TEMP = re.compile(r'\.tmp-[a-z0-9_]{8}\.(tfrecords|gz)')
+from kit_core import atomic
 
 
 _ANY_CHECKPOINT_TEMP = re.compile(r'[\w.]+-\d+_temp')
@@ -56,7 +55,7 @@ def remove_unfinished(path: str | None) -> None:
   parts = os.path.abspath(path).split(os.sep)
   for depth in range(len(parts), 1, -1):
     name = parts[depth - 1]
-    if _ANY_CHECKPOINT_TEMP.fullmatch(name) or DATA_TEMP.fullmatch(name):
+    if _ANY_CHECKPOINT_TEMP.fullmatch(name) or atomic.TEMP_NAME.fullmatch(name):
       remove(os.sep.join(parts[:depth - 1]) or os.sep, re.compile(
           re.escape(name)), 'an unfinished write')
       return

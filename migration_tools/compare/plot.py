@@ -1,11 +1,11 @@
 """The loss-curve plot of the equivalence harness (``migration-compare``)."""
-import os
 
 import matplotlib
 matplotlib.use('Agg')  # Files only: no display on a server or in CI.
 from matplotlib import pyplot  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from kit_core import atomic
 from migration_tools import tolerances  # pylint: disable=wrong-import-position
 
 # Differences below this are drawn on a linear scale, so that exact zeros
@@ -49,7 +49,6 @@ def loss_curves(checks: list, path: str) -> None:
   diffs.legend(loc='upper left', fontsize='x-small')
   figure.suptitle('migration-compare: legacy model_fn vs port')
   figure.tight_layout()
-  tmp = path + '.tmp.png'
-  figure.savefig(tmp, dpi=100)
+  with atomic.temporary_path(path) as tmp:
+    figure.savefig(tmp, dpi=100)
   pyplot.close(figure)
-  os.replace(tmp, path)

@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from migration_tools import legacy as legacy_lib
 from migration_tools import optimizers
+from migration_tools import outputs as outputs_lib
 from migration_tools import port as port_lib
-from mnist_common import keras_compat
-from mnist_common import process
+from migration_tools import runners
+from kit_core import keras_compat
+from kit_core import process
 
 
 @contextlib.contextmanager
@@ -61,7 +62,7 @@ def local_concat(strategy: tf.distribute.Strategy, value):
       *strategy.experimental_local_results(value))
 
 
-class PortRunner:
+class PortRunner(runners.PortSide):
   """The port's model, optimizer and trainer under one strategy, fed the
   legacy batches; state is read and written under the legacy names."""
 
@@ -89,7 +90,7 @@ class PortRunner:
     self._legacy_name: dict[str, str] = {}
     dataset = distribute_batches(strategy, batches, self.global_batch)
     # Kept: dropping a distributed iterator can block for a minute on TF 2.15
-    # (mnist_common/process.py), and a comparison makes many.
+    # (kit_core/process.py), and a comparison makes many.
     self._iterator = process.keep_alive(iter(dataset))
     self._probe = process.keep_alive(iter(dataset))
 
@@ -146,7 +147,7 @@ class PortRunner:
       outputs = self.port.predict(self.model, features)
     else:
       outputs = self.model(features, training=False)
-    return {k: np.asarray(v) for k, v in legacy_lib.as_dict(outputs).items()}
+    return {k: np.asarray(v) for k, v in outputs_lib.as_dict(outputs).items()}
 
   @tf.function
   def _probe_step(self):
@@ -214,7 +215,7 @@ class PortRunner:
       return None
     dataset = self.port.input_pipeline(self.strategy, dict(self.params))
     element = next(process.keep_alive(iter(dataset)))
-    features, labels = legacy_lib.split_element(element)
+    features, labels = runners.split_element(element)
     return (local_concat(self.strategy, features),
             None if labels is None else local_concat(self.strategy, labels))
 

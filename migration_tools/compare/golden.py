@@ -19,22 +19,19 @@ batches and the tape) as a string entry.
 import dataclasses
 import hashlib
 import json
-import os
-import tempfile
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
+from kit_core import atomic
 from migration_tools import optimizers
-from mnist_common import paths
-from mnist_common.errors import KitError
+from migration_tools import runners
+from kit_core import paths
+from kit_core.errors import KitError
 
 FORMAT = 1
 _MANIFEST = '__manifest__'
-# What the harness asks of a legacy run; set_state only restores the start.
-RECORDED_METHODS = ('state', 'slots', 'global_step', 'describe_optimizer',
-                    'predict', 'evaluate', 'receiver_spec', 'serve', 'step')
 
 
 @dataclasses.dataclass
@@ -59,10 +56,10 @@ class _Keys:
     return f'{base}|{count}'
 
 
-class RecordingRunner:
+class RecordingRunner(runners.LegacySide):
   """A LegacyRunner whose answers are written to a tape as they are given."""
 
-  def __init__(self, runner, tape: Tape, purpose: str):
+  def __init__(self, runner: runners.LegacySide, tape: Tape, purpose: str):
     self._runner, self._tape, self._keys = runner, tape, _Keys(purpose)
     self.shards = runner.shards
     tape.shards[purpose] = runner.shards
@@ -70,26 +67,20 @@ class RecordingRunner:
   def set_state(self, values) -> None:
     self._runner.set_state(values)
 
-  def __getattr__(self, name: str):
-    if name not in RECORDED_METHODS:
-      raise AttributeError(name)
-    method = getattr(self._runner, name)
-
-    def recorded(*args, **kwargs):
-      first_step = self._keys.steps == 0
-      key = self._keys.next(name)
-      answer = method(*args, **kwargs)
-      kept = answer
-      if name == 'step' and not first_step:
-        # Only a run's first gradients are compared (one_step): the others
-        # would double the bundle.
-        kept = {k: v for k, v in answer.items() if k != 'gradients'}
-      self._tape.answers[key] = kept
-      return answer
-    return recorded
+  def _answer(self, name: str, *args, **kwargs):
+    first_step = self._keys.steps == 0
+    key = self._keys.next(name)
+    answer = getattr(self._runner, name)(*args, **kwargs)
+    kept = answer
+    if name == 'step' and not first_step:
+      # Only a run's first gradients are compared (one_step): the others
+      # would double the bundle.
+      kept = {k: v for k, v in answer.items() if k != 'gradients'}
+    self._tape.answers[key] = kept
+    return answer
 
 
-class ReplayedRunner:
+class ReplayedRunner(runners.LegacySide):
   """Answers as the recorded legacy run did, without running it."""
 
   def __init__(self, tape: Tape, purpose: str):
@@ -102,19 +93,30 @@ class ReplayedRunner:
   def set_state(self, values) -> None:
     del values  # The recorded run started from the same state.
 
-  def __getattr__(self, name: str):
-    if name not in RECORDED_METHODS:
-      raise AttributeError(name)
+  def _answer(self, name: str, *args, **kwargs):
+    del args, kwargs  # The harness asks the same questions in each run.
+    key = self._keys.next(name)
+    if key not in self._tape.answers:
+      raise KitError(f'the bundle holds no answer to {key!r}: it was '
+                     'recorded with other options or another version of '
+                     'the kit; record it again')
+    return self._tape.answers[key]
 
-    def replayed(*args, **kwargs):
-      del args, kwargs  # The harness asks the same questions in each run.
-      key = self._keys.next(name)
-      if key not in self._tape.answers:
-        raise KitError(f'the bundle holds no answer to {key!r}: it was '
-                       'recorded with other options or another version of '
-                       'the kit; record it again')
-      return self._tape.answers[key]
-    return replayed
+
+def _question(name: str):
+  """The method that answers question name through the runner's _answer."""
+
+  def method(self, *args, **kwargs):
+    return self._answer(name, *args, **kwargs)  # pylint: disable=protected-access
+  method.__name__ = method.__qualname__ = name
+  method.__doc__ = getattr(runners.LegacySide, name).__doc__
+  return method
+
+
+# Every question of the interface, recorded and replayed alike.
+for _name in runners.QUESTIONS:
+  setattr(RecordingRunner, _name, _question(_name))
+  setattr(ReplayedRunner, _name, _question(_name))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,16 +151,9 @@ def save(path: str, bundle: Bundle) -> str:
                   bundle.tape.answers.items()}}
   arrays[_MANIFEST] = np.array(json.dumps(manifest))
   paths.check_folder_exists(path, path)
-  folder = os.path.dirname(os.path.abspath(path))
-  handle, tmp = tempfile.mkstemp(dir=folder, prefix='.tmp-bundle-',
-                                 suffix='.npz')
-  try:
-    with os.fdopen(handle, 'wb') as f:
+  with atomic.temporary_path(path) as tmp:
+    with open(tmp, 'wb') as f:
       np.savez_compressed(f, **arrays)
-    os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
   return path
 
 

@@ -1,0 +1,15 @@
+"""What a run of estimator_mnist takes: the common options and its own
+(TPUConfig's and RunConfig's), as one frozen dataclass (main.py builds it
+from the flags)."""
+import dataclasses
+
+from mnist_common import config
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(config.CommonConfig):
+  """The flags of estimator_mnist/main.py, by name; their help says more."""
+  iterations: int
+  save_checkpoints_steps: int | None
+  num_shards: int
+  export_to_tpu: bool

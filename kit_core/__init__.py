@@ -1,0 +1,16 @@
+"""The kit's core: what the tools and the example both use, naming no
+dataset and no model.
+
+  errors            the error types shown as one line; exits: how a command
+                    ends on one
+  process           ending the kit's processes promptly
+  atomic, stale     files written whole, and what a killed run left removed
+  paths             output folders checked before any work
+  checkpoint_files  a checkpoint read whole, or one clear error
+  devices, cpu      logical CPU devices (replicas); what the CPU can do
+  sharding          the per-replica share of a global batch
+  keras_compat      the few places Keras 2 and Keras 3 differ
+
+Nothing here imports the example (estimator_mnist, migrate, mnist_common)
+or the tools (migration_tools); tests/test_boundaries.py checks it.
+"""

@@ -1,0 +1,60 @@
+"""Files and folders written whole or not at all.
+
+Everything the kit writes (data, reports, bundles, plots, converted
+checkpoints, exports) is made under a temporary name in its destination's
+folder and renamed into place, so a reader never sees half of it. There is
+one naming scheme, ``.tmp-XXXXXXXX`` and the destination's suffix
+(``TEMP_NAME``), so that ``stale`` can find and remove what a killed process
+left, and touch nothing else.
+"""
+import contextlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from typing import Iterator
+
+PREFIX = '.tmp-'
+# mkstemp's and mkdtemp's random part is 8 characters of [a-z0-9_]; a file
+# keeps its destination's suffix (savefig and the TFRecord writer read it).
+TEMP_NAME = re.compile(r'\.tmp-[a-z0-9_]{8}(\.[A-Za-z0-9]+)*')
+
+
+@contextlib.contextmanager
+def temporary_path(path: str, directory: bool = False) -> Iterator[str]:
+  """Yields a temporary name beside path to write into; renames it to path
+  when the block ends normally, removes it when the block raises.
+
+  Args:
+    path: the destination. A file there is replaced; a folder there must be
+      empty (it is replaced too).
+    directory: make a folder, not a file.
+  """
+  folder = os.path.dirname(os.path.abspath(path))
+  if directory:
+    tmp = tempfile.mkdtemp(dir=folder, prefix=PREFIX)
+  else:
+    handle, tmp = tempfile.mkstemp(dir=folder, prefix=PREFIX,
+                                   suffix=os.path.splitext(path)[1])
+    os.close(handle)
+  try:
+    yield tmp
+    if directory and os.path.isdir(path):
+      os.rmdir(path)  # Empty, or this raises: nothing is overwritten.
+    os.replace(tmp, path)
+  finally:
+    if os.path.isdir(tmp):
+      shutil.rmtree(tmp, ignore_errors=True)
+    elif os.path.exists(tmp):
+      os.remove(tmp)
+
+
+def write_text(path: str, text: str) -> None:
+  with temporary_path(path) as tmp:
+    with open(tmp, 'w', encoding='utf-8') as f:
+      f.write(text)
+
+
+def write_json(path: str, value, indent: int = 1, default=None) -> None:
+  write_text(path, json.dumps(value, indent=indent, default=default))

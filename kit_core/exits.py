@@ -1,0 +1,76 @@
+"""How a command ends on an error: its one line on stderr and its exit
+code; a write the disk refused leaves nothing half-written behind."""
+import errno
+import re
+import sys
+from typing import Callable
+
+from kit_core import stale
+from kit_core.errors import KitError
+from kit_core.errors import Preempted
+from kit_core.errors import StorageError
+
+
+def exit_with_one_line(run: Callable[[], None], error_exit: int = 1) -> None:
+  """Runs run(), a command's work. A KitError, or a write the disk refused,
+  ends the command with its one line on stderr and its exit code
+  (error_exit for errors; the unfinished checkpoint or data file of a
+  refused write removed); other errors pass."""
+  try:
+    run()
+    return
+  except KitError as e:
+    message, code = exit_message(e, error_exit)
+  except Exception as e:  # pylint: disable=broad-except
+    refused = storage_error(e)
+    if refused is None:
+      raise
+    stale.remove_unfinished(refused.path)
+    message, code = exit_message(refused, error_exit)
+  print(message, file=sys.stderr)
+  sys.exit(code)
+
+
+def exit_message(error: KitError, error_exit: int = 1) -> tuple[str, int]:
+  """The line a command prints for error, and its exit code."""
+  if isinstance(error, Preempted):
+    return f'stopped: {error}', Preempted.EXIT_CODE
+  return f'error: {error}', error_exit
+
+
+# What the OS says, by errno and as TensorFlow's C++ quotes it.
+_STORAGE = ((errno.ENOSPC, 'No space left on device'),
+            (errno.EROFS, 'Read-only file system'),
+            (errno.EDQUOT, 'Disk quota exceeded'),
+            (errno.EACCES, 'Permission denied'))
+
+
+def storage_error(error: BaseException) -> StorageError | None:
+  """A KitError for a write the disk refused (full, read-only, no
+  permission), from Python (OSError) or TensorFlow (an OpError quoting the
+  OS); None for any other error."""
+  # OSError, or TensorFlow's OpError (which carries an error_code).
+  if not isinstance(error, OSError) and not hasattr(error, 'error_code'):
+    return None
+  text = str(error)
+  for number, reason in _STORAGE:
+    if isinstance(error, OSError) and error.errno == number:
+      path = error.filename
+      break
+    if reason in text:
+      # The first absolute path that starts a word ('device_/job:...' does
+      # not).
+      found = re.search(r'(?:^|\s)(/[^\s;\'"]+)', text)
+      path = found.group(1) if found else None
+      break
+  else:
+    return None
+  where = f' {path}' if path else ''
+  flags = '--model_dir (or --data_dir, --output)'
+  advice = (f'free space there, or point {flags} elsewhere'
+            if number in (errno.ENOSPC, errno.EDQUOT) else
+            f'point {flags} at a folder you can write')
+  return StorageError(f'cannot write{where}: {reason.lower()}; {advice}',
+                      path)
+
+

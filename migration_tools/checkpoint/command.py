@@ -1,0 +1,112 @@
+r"""Carries a trained Estimator checkpoint over to the port, or the port's
+own checkpoint from TF 2.15 (Keras 2) over to Keras 3.
+
+  migration-convert-checkpoint --estimator_dir=OLD_MODEL_DIR \
+      --output=NEW_MODEL_DIR [--port=my_port:make_port] [--params=JSON] \
+      [--variable_map=map.json] [--verify]
+  migration-convert-checkpoint --keras2_dir=PORT_MODEL_DIR_ON_TF_2_15 \
+      --output=NEW_MODEL_DIR [--port=my_port:make_port] [--params=JSON]
+
+Reads the latest name-based checkpoint in --estimator_dir and writes an
+object-based checkpoint (model and optimizer) into --output, a directory the
+port restores and resumes from (the kit's: ``python -m migrate
+--model_dir=NEW_MODEL_DIR``). What is carried: every model variable (weights
+and e.g. batch-norm moving statistics), paired by the port's variable map,
+--variable_map, or inferred from names and shapes (``variable_map``); the
+optimizer's slots (TF 1 Momentum and Adam, in the port's convention:
+``optimizers``); the global step, as the optimizer's step. Anything left
+unpaired on either side is an error that lists it. --verify then feeds the
+same batches of the legacy input_fn to the legacy model_fn in PREDICT mode
+(old checkpoint) and to the port's predict (new checkpoint), and requires
+every output to agree (floats within tolerances.CONVERSION_ATOL, integers
+exactly).
+
+--keras2_dir reads a checkpoint the port wrote with Keras 2 (its layout,
+``model/layer_with_weights-N/...``, is not Keras 3's) by the names the object
+graph kept, and writes the same weights, optimizer slots and step in the
+layout of the same port built on Keras 3.
+"""
+import shutil
+
+from kit_core import process
+
+process.quiet_tensorflow_startup()  # Before TensorFlow loads.
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import flags
+from absl import logging
+import tensorflow as tf
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+from migration_tools import cli
+from migration_tools import pair
+from migration_tools.checkpoint import estimator
+from migration_tools.checkpoint import keras2
+from migration_tools.checkpoint import verify
+from kit_core.errors import KitError
+from kit_core.errors import one_line
+
+
+def define_flags(tool_flags: flags.FlagValues) -> None:
+  """The command's flags, on the tool's own FlagValues (see cli)."""
+  define = dict(flag_values=tool_flags)
+  flags.DEFINE_string('estimator_dir', None, 'Estimator model_dir to read.',
+                      **define)
+  flags.DEFINE_string('keras2_dir', None,
+                      'Instead of --estimator_dir: a model_dir the port '
+                      'wrote on TF 2.15 (Keras 2), to carry over to the same '
+                      'port on Keras 3 (TF 2.16 and later).', **define)
+  flags.DEFINE_string('output', None, 'New directory for the TF2 checkpoint.',
+                      **define)
+  flags.DEFINE_bool('verify', False, 'Check that every output of both sides '
+                    'agrees.', **define)
+  flags.DEFINE_integer('verify_examples', 1000,
+                       'How many examples --verify predicts, at most.',
+                       lower_bound=1, **define)
+  pair.define_pair_flags(tool_flags, serving=False)
+  flags.mark_flags_as_required(['output'], flag_values=tool_flags)
+
+
+def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
+  """Converts, and with --verify checks the outputs of both sides."""
+  if args:
+    raise KitError(f'unexpected arguments {args}; flags take the form '
+                   '--name=value (see --help)')
+  logging.set_verbosity(logging.INFO)
+  tf.get_logger().handlers.clear()
+  if bool(tool_flags.estimator_dir) == bool(tool_flags.keras2_dir):
+    raise KitError('give one of --estimator_dir (an Estimator checkpoint) or '
+                   '--keras2_dir (the port\'s own, from TF 2.15)')
+  if tool_flags.keras2_dir and tool_flags.verify:
+    raise KitError('--verify runs the legacy model_fn: it goes with '
+                   '--estimator_dir only')
+  params = cli.parse_params(tool_flags.params)
+  port = pair.load_port(tool_flags)
+  if tool_flags.verify:
+    model_fn = pair.legacy_callable(tool_flags, 'legacy_model_fn')
+    input_fn = pair.legacy_callable(tool_flags, 'legacy_input_fn')
+    cli.set_legacy_flags(tool_flags.legacy_flags)
+  if tool_flags.keras2_dir:
+    path = keras2.convert_keras2(tool_flags.keras2_dir, tool_flags.output, port,
+                          params)
+  else:
+    path = estimator.convert(tool_flags.estimator_dir, tool_flags.output,
+                             port, params)
+  print(f'Checkpoint: {path}')
+  if tool_flags.verify:
+    try:
+      result = verify.verify(tool_flags.estimator_dir, tool_flags.output, port,
+                      model_fn, input_fn, params, tool_flags.verify_examples)
+    except Exception as e:  # pylint: disable=broad-except
+      shutil.rmtree(tool_flags.output, ignore_errors=True)
+      raise KitError(f'{one_line(e)}; {tool_flags.output} was removed') from e
+    shown = ', '.join(f'{k} {v:.2e}' for k, v in
+                      sorted(result.max_diff_by_output.items()))
+    print(f'Verified on {result.examples} examples: every output agrees '
+          f'(max differences: {shown})')
+
+
+def run() -> None:
+  """Console-script entry point (``migration-convert-checkpoint``)."""
+  cli.run(main, define_flags, __doc__)
+

@@ -1,0 +1,145 @@
+"""An Estimator's name-based checkpoint carried over to the port: every
+model variable by the variable map, the optimizer's slots in the port's
+convention (``optimizers``), the global step as the optimizer's step."""
+import dataclasses
+
+from absl import logging
+import tensorflow as tf
+
+from kit_core.errors import KitError
+from migration_tools import optimizers
+from migration_tools import port as port_lib
+from migration_tools import variable_map as variable_map_lib
+from migration_tools.checkpoint import files
+
+STEP_NAME = 'global_step'  # -> optimizer.iterations
+
+
+@dataclasses.dataclass(frozen=True)
+class LegacyCheckpoint:
+  """A name-based checkpoint, split as the converter reads it.
+
+  model: {variable name: value}, in the checkpoint's (sorted) order.
+  slots: {(variable name, canonical slot): value}; kind: their optimizer's.
+  step: the global step (0 if absent).
+  """
+  path: str
+  model: dict
+  slots: dict
+  kind: str | None
+  step: int
+
+
+def read_checkpoint(estimator_dir: str) -> LegacyCheckpoint:
+  """The latest checkpoint in estimator_dir, split into model, slots, step.
+
+  Raises:
+    KitError: no checkpoint, or one already object-based (TF 2).
+  """
+  path = tf.train.latest_checkpoint(estimator_dir)
+  if path is None:
+    raise KitError(f'no checkpoint in --estimator_dir {estimator_dir}')
+  reader = files.CheckedReader(path)
+  names = reader.get_variable_to_shape_map()
+  if files.OBJECT_GRAPH_KEY in names:
+    raise KitError(f'{path} is already a TF 2 (object-based) checkpoint: '
+                   'restore it with tf.train.Checkpoint; if the port wrote '
+                   'it on TF 2.15 (Keras 2) and now runs on Keras 3, carry it '
+                   'over with --keras2_dir')
+  model, slots, kinds = {}, {}, set()
+  for name in sorted(names):
+    if (name == STEP_NAME or
+        name.rpartition('/')[2] in optimizers.LEGACY_DERIVED):
+      continue
+    found = optimizers.legacy_slot(name, names)
+    if found:
+      kinds.add(found[1])
+      slots[(found[0], found[2])] = reader.get_tensor(name)
+    else:
+      model[name] = reader.get_tensor(name)
+  if len(kinds) > 1:
+    raise KitError(f'{path} holds slots of several optimizers '
+                   f'({", ".join(sorted(kinds))}); the converter carries one')
+  step = int(reader.get_tensor(STEP_NAME)) if STEP_NAME in names else 0
+  return LegacyCheckpoint(path, model, slots, kinds.pop() if kinds else None,
+                          step)
+
+
+def _current_rate(optimizer) -> float:
+  """The optimizer's learning rate at its step."""
+  current = getattr(optimizer, '_get_current_learning_rate', None)
+  rate = current() if current else optimizer.learning_rate
+  return float(tf.convert_to_tensor(rate).numpy())
+
+
+def _carry_slots(checkpoint: LegacyCheckpoint, optimizer,
+                 names: dict[str, str]) -> int:
+  """Assigns the checkpoint's slots to the port optimizer's; returns how
+  many. names: {port variable name: legacy name}."""
+  theirs = optimizers.describe_port(optimizer).kind
+  ours = optimizers.port_slots(optimizer, names)
+  if checkpoint.slots and checkpoint.kind != theirs:
+    raise KitError(f'the checkpoint holds {checkpoint.kind} slots and the '
+                   f'port\'s optimizer is {theirs}: give the port the legacy '
+                   'optimizer, or convert without slots by building the port '
+                   'with a plain SGD optimizer')
+  missing = sorted('/'.join(k) for k in set(ours) - set(checkpoint.slots))
+  extra = sorted('/'.join(k) for k in set(checkpoint.slots) - set(ours))
+  if missing or extra:
+    raise KitError('the optimizer slots do not pair: ' + '; '.join(
+        f'{label}: {", ".join(items[:4])}' for label, items in (
+            ('not in the checkpoint', missing), ('not in the port', extra))
+        if items))
+  rate = _current_rate(optimizer) if ours else 0.0
+  for key, variable in ours.items():
+    try:
+      value = optimizers.to_port(theirs, key[1], checkpoint.slots[key], rate)
+    except ValueError as e:
+      raise KitError(f'{e}; give the port its learning rate (--params)') from e
+    variable.assign(value)
+  return len(ours)
+
+
+def convert(estimator_dir: str, output: str, port: port_lib.Port,
+            params: dict | None = None) -> str:
+  """Writes the converted checkpoint into the new directory output.
+
+  Args:
+    estimator_dir: an Estimator model_dir (its latest checkpoint is read).
+    output: a new (or empty) directory.
+    port: builds the model and optimizer; its variable_map (or an inferred
+      one) pairs the variables.
+    params: the legacy params, handed to port.build_model and
+      port.make_optimizer (batch_size and use_tpu are not added: there is no
+      batch here).
+
+  Returns:
+    The checkpoint path. Nothing is left at output on failure.
+
+  Raises:
+    KitError: no checkpoint, an output in the way, or a checkpoint that does
+      not match the port's model (every mismatch listed).
+  """
+  output = files.check_output(output)
+  checkpoint = read_checkpoint(estimator_dir)
+  model, optimizer = files.build(port, params)
+  ours = port_lib.state_variables(model)
+  pairs = port.variable_map
+  if pairs is None:
+    try:
+      pairs = variable_map_lib.infer(
+          {k: v.shape for k, v in checkpoint.model.items()},
+          {k: tuple(v.shape) for k, v in ours.items()}).pairs
+    except KitError as e:
+      raise KitError(f'the checkpoint does not match the port\'s model: {e}'
+                     ) from e
+  files.check_pairs(checkpoint.model, ours, pairs)
+  for name, target in pairs.items():
+    ours[target].assign(checkpoint.model[name])
+  optimizer.iterations.assign(checkpoint.step)
+  slots = _carry_slots(checkpoint, optimizer,
+                       {v: k for k, v in pairs.items()})
+  path = files.save(model, optimizer, output, checkpoint.step)
+  logging.info('Converted %s (step %d, %d variables, %d slots) into %s',
+               checkpoint.path, checkpoint.step, len(pairs), slots, path)
+  return path

@@ -1,0 +1,76 @@
+"""What both converters share: a checkpoint read whole (a truncated or
+corrupt one fails in one line), the port built with its slots, the pairs
+checked, and the new checkpoint written whole into a new folder."""
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from kit_core import atomic
+from kit_core import checkpoint_files
+from kit_core.errors import KitError
+from migration_tools import port as port_lib
+
+OBJECT_GRAPH_KEY = '_CHECKPOINTABLE_OBJECT_GRAPH'
+
+
+class CheckedReader:
+  """A checkpoint reader over checkpoint_files.read_all: a truncated or
+  corrupt checkpoint fails here, in one line, not halfway through."""
+
+  def __init__(self, path: str):
+    self._values = checkpoint_files.read_all(path)
+
+  def get_variable_to_shape_map(self) -> dict:
+    return {name: np.shape(value) for name, value in self._values.items()}
+
+  def get_tensor(self, name: str):
+    return self._values[name]
+
+
+def build(port: port_lib.Port, params: dict | None):
+  """The port's model and its optimizer, slots created."""
+  params = dict(params or {})
+  model = port.build_model(params)
+  optimizer = port.make_optimizer(params)
+  optimizer.build(model.trainable_variables)
+  return model, optimizer
+
+
+def check_output(output: str) -> str:
+  output = os.path.abspath(output)
+  if os.path.exists(output) and not os.path.isdir(output):
+    raise KitError(f'--output {output} is a file; name a new folder')
+  if os.path.exists(output) and os.listdir(output):
+    raise KitError(f'--output {output} exists and is not empty; choose a new '
+                   'directory')
+  return output
+
+
+def check_pairs(values: dict, ours: dict, pairs: dict[str, str]) -> None:
+  """Raises KitError listing every missing, extra or wrong-shaped variable."""
+  missing = sorted(set(pairs) - set(values))
+  extra = sorted(set(values) - set(pairs))
+  unmapped = sorted(set(ours) - set(pairs.values()))
+  shapes = [f'{name} {list(values[name].shape)} -> '
+            f'{pairs[name]} {ours[pairs[name]].shape.as_list()}'
+            for name in sorted(set(pairs) & set(values))
+            if values[name].shape != tuple(ours[pairs[name]].shape)]
+  problems = [f'{label}: {", ".join(items)}' for label, items in (
+      ('missing from the checkpoint', missing), ('extra in the checkpoint',
+                                                 extra),
+      ('model variables with no source', unmapped), ('wrong shape', shapes))
+              if items]
+  if problems:
+    raise KitError('the checkpoint does not match the port\'s model; ' +
+                   '; '.join(problems))
+
+
+def save(model, optimizer, output: str, step: int) -> str:
+  """Writes under a temporary name, then renames it to output."""
+  os.makedirs(os.path.dirname(output), exist_ok=True)
+  with atomic.temporary_path(output, directory=True) as tmp:
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    tf.train.CheckpointManager(checkpoint, tmp, max_to_keep=1).save(
+        checkpoint_number=step)
+  return tf.train.latest_checkpoint(output)

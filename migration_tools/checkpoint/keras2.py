@@ -1,0 +1,137 @@
+"""The port's own checkpoint from Keras 2 (TF 2.15) carried over to the
+same port on Keras 3: Keras 2's layout (``model/layer_with_weights-N/...``)
+is not Keras 3's, so the weights, slots and step are read by the names the
+object graph kept."""
+import dataclasses
+
+from absl import logging
+import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+from kit_core import keras_compat
+from kit_core.errors import KitError
+from migration_tools import optimizers
+from migration_tools import port as port_lib
+from migration_tools.checkpoint import files
+
+# Keras 2 optimizer variables that are no state to carry: the step is read
+# apart, and a schedule's rate is derived from it.
+_KERAS2_STEP = 'iteration'
+_KERAS2_DERIVED = ('current_learning_rate', 'learning_rate', 'save_counter')
+
+
+@dataclasses.dataclass(frozen=True)
+class Keras2Checkpoint:
+  """A checkpoint the port wrote with Keras 2 (TF 2.15), by variable name.
+
+  model: {variable path: value}; slots: {(variable path, Keras 2 slot
+  token): value}; step: the optimizer's step.
+  """
+  path: str
+  model: dict
+  slots: dict
+  step: int
+
+
+def read_keras2_checkpoint(model_dir: str) -> Keras2Checkpoint:
+  """The latest object-based checkpoint in model_dir, read by the names its
+  variables had when Keras 2 saved them (the object graph keeps them).
+
+  Raises:
+    KitError: no checkpoint, a name-based one, or one not written by Keras 2.
+  """
+  path = tf.train.latest_checkpoint(model_dir)
+  if path is None:
+    raise KitError(f'no checkpoint in --keras2_dir {model_dir}')
+  reader = files.CheckedReader(path)
+  keys = reader.get_variable_to_shape_map()
+  if files.OBJECT_GRAPH_KEY not in keys:
+    raise KitError(f'{path} is a name-based (Estimator or TF 1) checkpoint: '
+                   'convert it with --estimator_dir')
+  if not keras_compat.written_by_keras2(keys):
+    raise KitError(f'{path} was not written by Keras 2 (no model/layer... '
+                   'keys); a Keras 3 checkpoint restores as it is')
+  graph = trackable_object_graph_pb2.TrackableObjectGraph()
+  graph.ParseFromString(reader.get_tensor(files.OBJECT_GRAPH_KEY))
+  # Dropout's random state (migrate saves it as 'random') is Keras 2's own
+  # generator's; Keras 3 draws from another kind, which starts afresh.
+  values = {attribute.full_name: reader.get_tensor(attribute.checkpoint_key)
+            for node in graph.nodes for attribute in node.attributes
+            if attribute.name == 'VARIABLE_VALUE' and
+            not attribute.checkpoint_key.startswith('random/')}
+  tokens = {token for _, token in optimizers.PORT_SLOTS[2]}
+  model, slots, step = {}, {}, 0
+  for name, value in values.items():
+    parts = name.split('/')
+    # A slot is '<token>/<variable>', behind the optimizer's name when Keras
+    # 2 built it inside fit ('Adam/m/dense/kernel').
+    for start in (0, 1):
+      owner = '/'.join(parts[start + 1:])
+      if parts[start:start + 1] and parts[start] in tokens and owner in values:
+        slots[(owner, parts[start])] = value
+        break
+    else:
+      if parts[-1] == _KERAS2_STEP:
+        step = int(value)
+      elif parts[-1] not in _KERAS2_DERIVED:
+        model[name] = value
+  return Keras2Checkpoint(path, model, slots, step)
+
+
+def _carry_keras2_slots(checkpoint: Keras2Checkpoint, optimizer) -> int:
+  """Assigns the Keras 2 slots to the optimizer's; returns how many."""
+  kind = optimizers.describe_port(optimizer).kind
+  table = optimizers.PORT_SLOTS[2]
+  theirs, unused = {}, []
+  for (name, token), value in checkpoint.slots.items():
+    if (kind, token) in table:
+      theirs[(name, table[(kind, token)])] = value
+    elif (kind, token) not in optimizers.PORT_UNUSED_SLOTS[2]:
+      unused.append(f'{token}/{name}')
+  if unused:
+    raise KitError(f'the checkpoint holds optimizer slots the port\'s {kind} '
+                   f'has no use for ({", ".join(sorted(unused)[:4])}): give '
+                   'the port the optimizer it was trained with')
+  ours = optimizers.port_slots(optimizer,
+                               {n: n for n in checkpoint.model})
+  missing = sorted('/'.join(k) for k in set(ours) - set(theirs))
+  if missing:
+    raise KitError(f'the checkpoint lacks optimizer slots of the port\'s '
+                   f'{kind}: {", ".join(missing[:4])}')
+  for key, variable in ours.items():
+    variable.assign(theirs[key])
+  return len(ours)
+
+
+def convert_keras2(model_dir: str, output: str, port: port_lib.Port,
+                   params: dict | None = None) -> str:
+  """Carries a checkpoint the port wrote with Keras 2 (TF 2.15) over to the
+  same port on Keras 3: weights, optimizer slots and step, by name.
+
+  Args:
+    model_dir: the port's model_dir on TF 2.15 (its latest checkpoint).
+    output: a new (or empty) directory.
+    port: builds the model and optimizer (the same code as on TF 2.15).
+    params: handed to port.build_model and port.make_optimizer.
+
+  Returns:
+    The checkpoint path. Nothing is left at output on failure.
+
+  Raises:
+    KitError: no Keras 2 checkpoint, an output in the way, or one that does
+      not match the port (every mismatch listed).
+  """
+  output = files.check_output(output)
+  checkpoint = read_keras2_checkpoint(model_dir)
+  model, optimizer = files.build(port, params)
+  ours = port_lib.state_variables(model)
+  pairs = {name: name for name in checkpoint.model if name in ours}
+  files.check_pairs(checkpoint.model, ours, pairs)
+  for name, value in checkpoint.model.items():
+    ours[name].assign(value)
+  optimizer.iterations.assign(checkpoint.step)
+  slots = _carry_keras2_slots(checkpoint, optimizer)
+  path = files.save(model, optimizer, output, checkpoint.step)
+  logging.info('Carried %s (step %d, %d variables, %d slots) over into %s',
+               checkpoint.path, checkpoint.step, len(pairs), slots, path)
+  return path

@@ -1,0 +1,70 @@
+"""--verify: the same batches predicted by the legacy model_fn on the old
+checkpoint and by the port on the converted one; every output must agree
+(floats within tolerances.CONVERSION_ATOL, integers exactly)."""
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from kit_core.errors import KitError
+from migration_tools import legacy
+from migration_tools import outputs as outputs_lib
+from migration_tools import port as port_lib
+from migration_tools import tolerances
+
+
+@dataclasses.dataclass(frozen=True)
+class Verification:
+  """What --verify compared: examples, and each output's max difference."""
+  examples: int
+  max_diff_by_output: dict[str, float]
+
+
+def verify(estimator_dir: str, output: str, port: port_lib.Port, model_fn,
+           input_fn, params: dict, count: int) -> Verification:
+  """Predicts the same batches with both checkpoints; raises on mismatch.
+
+  Args:
+    estimator_dir, output: the old and the converted checkpoint's folders.
+    port: builds the model the converted checkpoint is restored into, and
+      predicts with it (Port.predict, output_map).
+    model_fn: the legacy model_fn, run in PREDICT mode on the old checkpoint.
+    input_fn: the legacy input_fn whose features are fed to both sides (each
+      applies its own preprocessing after it).
+    params: the user's params for input_fn and model_fn.
+    count: how many examples, at most.
+
+  Raises:
+    KitError: an output differs, or the port lacks one.
+  """
+  batch = min(count, 64)
+  data = legacy.read_input_fn(input_fn, params, batch, -(-count // batch))
+  features = tf.nest.map_structure(lambda *xs: np.concatenate(xs)[:count],
+                                   *[f for f, _ in data.batches])
+  theirs = legacy.predict(model_fn, tf.train.latest_checkpoint(estimator_dir),
+                          features, legacy.model_params(params, batch))
+  model = port.build_model(legacy.model_params(params, batch))
+  tf.train.Checkpoint(model=model).restore(
+      tf.train.latest_checkpoint(output)).expect_partial()
+  outputs = (port.predict(model, features) if port.predict else
+             model(features, training=False))
+  ours = {k: np.asarray(v) for k, v in outputs_lib.as_dict(outputs).items()}
+  pairs, missing = outputs_lib.paired_outputs(theirs, ours, port.output_map)
+  if missing:
+    raise KitError(f'verification failed: the port has no output '
+                   f'{", ".join(missing)} (port: {sorted(ours)}); map it '
+                   '(Port.output_map)')
+  diffs = {k: outputs_lib.output_diff(*pair) for k, pair in pairs.items()}
+  floats = {k for k, pair in pairs.items() if pair[0].dtype.kind == 'f'}
+
+  def allowed(name):
+    return tolerances.CONVERSION_ATOL if name in floats else 0
+
+  worst = outputs_lib.worst_output(pairs, diffs, allowed)
+  examples = len(tf.nest.flatten(features)[0])
+  if diffs[worst] > allowed(worst):
+    raise KitError(f'verification failed: {worst} differs by up to '
+                   f'{diffs[worst]:.3g} on {examples} examples (allowed '
+                   f'{allowed(worst):.0e}); is a variable mis-paired or a '
+                   'kernel transposed?')
+  return Verification(examples, diffs)

@@ -1,0 +1,37 @@
+"""A callable the user names on the command line, as package.module:name."""
+import importlib
+
+from kit_core.errors import KitError
+from kit_core.errors import one_line
+
+
+def load_callable(spec: str, what: str = 'it'):
+  """'package.module:name' -> the callable it names.
+
+  Args:
+    spec: the user's name for it, as given on the command line.
+    what: the flag that gave it, for the message.
+
+  Raises:
+    KitError: a malformed spec, a module that cannot be imported (or raises
+      when imported), a missing name, or an object that is not callable.
+  """
+  module_name, _, attribute = spec.partition(':')
+  if not module_name or not attribute:
+    raise KitError(f'{what} {spec!r}: expected package.module:name')
+  try:
+    module = importlib.import_module(module_name)
+  except ImportError as e:
+    raise KitError(f'{what}: cannot import {module_name} ({e}); is its code '
+                   'on PYTHONPATH?') from e
+  except Exception as e:  # pylint: disable=broad-except
+    # The user's module ran code at import and it failed: say so in a line.
+    raise KitError(f'{what}: importing {module_name} raised '
+                   f'{one_line(e)}') from e
+  if not hasattr(module, attribute):
+    raise KitError(f'{what}: {module_name} has no {attribute}')
+  value = getattr(module, attribute)
+  if not callable(value):
+    raise KitError(f'{what}: {spec} is a {type(value).__name__}, not a '
+                   'function or class')
+  return value

@@ -1,0 +1,75 @@
+"""The front end of the commands that take a pair (compare, checkpoint):
+the flags that name the legacy code and the port, and their loading."""
+import dataclasses
+
+from absl import flags
+
+from migration_tools import cli
+from migration_tools import loading
+from migration_tools import port as port_lib
+from migration_tools import variable_map
+
+# The commands' defaults: the kit's own pair (migrate/kit_pair.py), named as
+# a team names its own, so that the tools import nothing of the example.
+KIT_PAIR = {
+    'legacy_model_fn': 'estimator_mnist.model:model_fn',
+    'legacy_input_fn': 'migrate.kit_pair:legacy_input_fn',
+    'legacy_serving_input_fn':
+        'estimator_mnist.train:serving_input_receiver_fn',
+    'port': 'migrate.kit_pair:make_port',
+    # Its model_fn reads params['learning_rate']; params['data_dir'] unset:
+    # the kit's default data.
+    'params': '{"learning_rate": 0.05}',
+}
+
+
+def define_pair_flags(tool_flags: flags.FlagValues, serving: bool) -> None:
+  """The flags that name the pair: the legacy model_fn and input_fn (and,
+  if serving, its serving_input_receiver_fn), their params and flags, the
+  port and the variable map. The defaults name the kit's own pair."""
+  define = dict(flag_values=tool_flags)
+  flags.DEFINE_string('legacy_model_fn', KIT_PAIR['legacy_model_fn'],
+                      'The legacy model_fn, as package.module:name.', **define)
+  flags.DEFINE_string('legacy_input_fn', KIT_PAIR['legacy_input_fn'],
+                      'A legacy input_fn that yields (features, labels), or '
+                      'features, batched by params["batch_size"], in a fixed '
+                      'order (no shuffling): its batches feed both sides.',
+                      **define)
+  if serving:
+    flags.DEFINE_string('legacy_serving_input_fn',
+                        KIT_PAIR['legacy_serving_input_fn'],
+                        'The legacy serving_input_receiver_fn the Estimator '
+                        'exported with; empty: skip the served-predictions '
+                        'check.', **define)
+  flags.DEFINE_string('port', KIT_PAIR['port'],
+                      'A function returning the migration_tools.port.Port, '
+                      'as package.module:name.', **define)
+  cli.define_legacy_flags(tool_flags)
+  flags.DEFINE_string('params', KIT_PAIR['params'],
+                      'The params of the legacy input_fn and model_fn, as a '
+                      'JSON object (what TPUEstimator(params=...) got), also '
+                      'handed to the port\'s build_model and make_optimizer; '
+                      'batch_size and use_tpu=False are added as TPUEstimator '
+                      'adds them.', **define)
+  flags.DEFINE_string('variable_map', None,
+                      'A JSON file {"legacy/name": "port/name"} pairing the '
+                      'models\' variables; unset: the port\'s variable_map, '
+                      'or inferred from names and shapes.', **define)
+
+
+def load_port(tool_flags: flags.FlagValues):
+  """The port --port names, with --variable_map's pairs if given.
+
+  Raises:
+    KitError: as port.load_port and variable_map.read.
+  """
+  port = port_lib.load_port(tool_flags.port)
+  if tool_flags.variable_map:
+    port = dataclasses.replace(
+        port, variable_map=variable_map.read(tool_flags.variable_map))
+  return port
+
+
+def legacy_callable(tool_flags: flags.FlagValues, name: str):
+  """The callable the flag name ('legacy_model_fn', ...) names."""
+  return loading.load_callable(getattr(tool_flags, name), f'--{name}')

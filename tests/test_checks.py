@@ -1,0 +1,159 @@
+"""Each check of migration-compare on numpy inputs: what it passes, what it
+fails, and what its message says. The harness feeds them what the runners
+computed; here the figures are made by hand."""
+import numpy as np
+import pytest
+
+from migration_tools import tolerances
+from migration_tools.compare import checks
+
+W = {'dense/kernel': np.ones((2, 3), np.float32),
+     'dense/bias': np.zeros(3, np.float32)}
+
+
+def _step(loss=1.0, scale=1.0, rate=0.1, examples=64):
+  """What a runner's step returns: its loss, gradients and rate."""
+  return {'loss': loss, 'learning_rate': rate, 'examples': examples,
+          'gradients': {k: v * 0.5 * scale + 0.25 for k, v in W.items()}}
+
+
+def _state(delta=0.0, moving=None):
+  state = {k: v + delta for k, v in W.items()}
+  if moving is not None:
+    state['bn/moving_mean'] = np.full(3, moving, np.float32)
+  return state
+
+
+def test_one_step_passes_equal_steps():
+  result = checks.one_step('one_step (1 replica)', _step(), _step(),
+                           _state(), _state(), 1)
+  assert result.passed and result.max_abs_diff == 0.0
+
+
+def test_one_step_names_a_gradient_scale_of_the_replica_count():
+  ours = _step()
+  ours['gradients'] = {k: v * 2 for k, v in ours['gradients'].items()}
+  result = checks.one_step('one_step (2 replicas)', _step(), ours, _state(),
+                           _state(), 2)
+  assert result.failed
+  assert result.figures['gradient_scale_ratio'] == pytest.approx(2.0)
+  assert "the port's gradients are 2x the legacy ones" in result.message
+  assert 'averaged over each replica' in result.message
+
+
+def test_one_step_puts_other_examples_before_the_gradients():
+  result = checks.one_step('one_step (2 replicas)', _step(),
+                           _step(scale=3, examples=128), _state(), _state(),
+                           2)
+  assert result.message.startswith(
+      "one step differs: the port's replicas took 128 examples")
+
+
+def test_one_step_blames_the_update_when_loss_and_gradients_agree():
+  result = checks.one_step('one_step (1 replica)', _step(), _step(),
+                           _state(), _state(delta=1e-3), 1)
+  assert result.failed
+  assert 'the updated weights differ by 0.001' in result.message
+
+
+def test_one_step_names_state_updated_outside_the_optimizer():
+  result = checks.one_step('one_step (1 replica)', _step(), _step(),
+                           _state(moving=0.5), _state(moving=0.25), 1)
+  assert result.failed
+  assert 'bn/moving_mean differs by 0.25' in result.message
+
+
+def test_one_step_compares_slots_when_both_sides_read_them():
+  slot = ('dense/kernel', 'momentum')
+  result = checks.one_step('one_step (1 replica)', _step(), _step(),
+                           _state(), _state(), 1, {slot: np.ones(3)},
+                           {slot: np.ones(3) * 2})
+  assert result.failed and result.figures['worst_slot'] == (
+      'dense/kernel/momentum')
+  assert 'slot dense/kernel/momentum differs by 1' in result.message
+
+
+def test_one_step_says_when_a_slot_is_missing_in_the_port():
+  slot = ('dense/kernel', 'momentum')
+  result = checks.one_step('one_step (1 replica)', _step(), _step(),
+                           _state(), _state(), 1, {slot: np.ones(3)}, {})
+  assert result.failed and result.figures['slots_diff'] == float('inf')
+
+
+def test_learning_rate_names_the_step_where_the_rates_part():
+  result = checks.learning_rate('learning_rate (1 replica)',
+                                [0.1, 0.1, 0.09], [0.1, 0.1, 0.1])
+  assert result.failed and result.figures['first_step_over_tolerance'] == 3
+  assert 'part at step 3 (0.09 vs 0.1)' in result.message
+  assert checks.learning_rate('lr', [0.1, 0.2], [0.1, 0.2]).passed
+
+
+def test_trajectory_judged_each_step_names_where_losses_part():
+  theirs = [1.0, 0.9, 0.8, 0.7]
+  ours = [1.0, 0.9, 0.8 + 1e-3, 0.7 + 2e-3]
+  result = checks.trajectory('trajectory (1 replica)', theirs, ours, W, W)
+  assert result.failed and result.figures['first_step_over_tolerance'] == 3
+  assert 'earlier steps agree, so something builds up' in result.message
+  same = checks.trajectory('trajectory (1 replica)', theirs, theirs, W, W)
+  assert same.passed and same.figures['bit_identical']
+
+
+def test_trajectory_not_judged_each_step_needs_finite_losses():
+  free = checks.trajectory('trajectory (2 replicas)', [1.0, 0.9],
+                           [1.0, 0.5], W, W, judge_each_step=False)
+  assert free.passed and free.tolerance is None
+  diverged = checks.trajectory('trajectory (2 replicas)', [1.0, 0.9],
+                               [1.0, float('nan')], W, W,
+                               judge_each_step=False)
+  assert diverged.failed
+  assert "the port's loss is not finite at step 2" in diverged.message
+
+
+def test_trajectory_needs_equal_global_steps():
+  result = checks.trajectory('trajectory (2 replicas)', [1.0], [1.0], W, W,
+                             global_steps=(10, 20))
+  assert result.failed
+  assert 'legacy global step is 10 and the port\'s optimizer step 20' in (
+      result.message)
+
+
+def test_stepwise_names_the_first_step_over_its_bar():
+  per_step = np.array([0.0, 1e-7, 3e-6, 0.0])
+  result = checks.stepwise('stepwise (1 replica)', per_step)
+  assert result.failed and result.figures['first_step_over_tolerance'] == 3
+  assert result.max_abs_diff == pytest.approx(3e-6)
+  assert checks.stepwise('stepwise', np.zeros(4)).passed
+
+
+def test_evaluation_holds_metrics_relative_to_their_size():
+  theirs = {'accuracy': 0.5, 'loss': 100.0}
+  assert checks.evaluation(theirs, {'accuracy': 0.5, 'loss': 100.0001}, {},
+                           64).passed
+  result = checks.evaluation(theirs, {'acc': 0.5, 'loss': 100.0},
+                             {}, 64)
+  assert result.failed and 'no metric for accuracy' in result.message
+  assert checks.evaluation(theirs, {'acc': 0.5, 'loss': 100.0},
+                           {'accuracy': 'acc'}, 64).passed
+
+
+def test_inventory_lists_missing_extra_and_reshaped_variables():
+  theirs = {'a': np.zeros(2), 'b': np.zeros(3), 'c': np.zeros(4)}
+  ours = {'a': np.zeros(2), 'b': np.zeros(4), 'd': np.zeros(1)}
+  result = checks.inventory(theirs, ours)
+  assert result.failed
+  assert result.figures['missing_in_port'] == ['c']
+  assert result.figures['extra_in_port'] == ['d']
+  assert result.figures['wrong_shape'] == ['b']
+  assert checks.inventory(theirs, dict(theirs)).passed
+
+
+def test_a_summary_line_shows_the_figure_against_its_bar():
+  result = checks.judged('inference', 2e-6, tolerances.INFERENCE_ATOL, {},
+                         'the outputs differ')
+  assert result.summary() == ('FAIL inference: max diff 2e-06 (tolerance '
+                              '1e-06); the outputs differ')
+  not_run = checks.CheckResult('stepwise (2 replicas)', checks.NOT_RUN,
+                               'inventory failed')
+  assert not_run.summary() == 'NOT RUN stepwise (2 replicas): inventory failed'
+  assert not_run.failed
+  assert not checks.CheckResult('inputs', checks.SKIPPED).failed

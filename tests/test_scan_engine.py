@@ -1,0 +1,105 @@
+"""The scanner's engine driven by toy rule and API tables, apart from the
+kit's real ones (tests/test_scan.py holds those to one case per rule), as
+tf_upgrade_v2's ast_edits_test drives its engine with toy specs."""
+import pytest
+
+from migration_tools.scanner import engine
+from migration_tools.scanner import rules
+
+
+def _rule(rule_id: str, match: str, severity: str = rules.BREAKS):
+  return rules.Rule(rule_id, match, 'tf1-api', severity, rule_id,
+                    'something else', 'toy-section')
+
+
+# What TF 2 did to each toy symbol, in tf_api.py's form: (kind, status, TF 2
+# name, still in tf.compat.v1).
+API = {
+    'toy.Gone': ('class', 'removed', '', True),
+    'toy.Kept': ('function', 'same', '', True),
+    'toy.call': ('function', 'removed', '', True),
+    'toy.dropped': ('function', 'removed', '', False),
+}
+TABLE = engine.Table([
+    _rule('gone', 'api:toy.Gone'),
+    _rule('kept', 'api:toy.Kept'),
+    _rule('dropped', 'api:toy.dropped'),
+    _rule('call-args', 'arg:toy.call:1'),
+    _rule('keep-prob', 'keyword:keep_prob', rules.SILENT),
+    _rule('one-shot', 'method:make_one_shot_iterator'),
+    _rule('batch-size', 'subscript:batch_size'),
+    _rule('contrib', 'import:tensorflow.contrib.*'),
+], API)
+
+
+def found(source: str) -> list[tuple[int, str, str]]:
+  """(line, rule, severity) of each finding in source, under TABLE."""
+  return [(f.line, f.rule, f.severity)
+          for f in engine.scan_source(source, 'toy.py', TABLE)]
+
+
+def test_an_api_row_fires_on_a_symbol_tf2_removed():
+  assert found('import tensorflow as tf\ntf.toy.Gone()\n') == [
+      (2, 'gone', rules.BREAKS)]
+
+
+def test_through_compat_v1_a_break_only_warns_while_v1_has_it():
+  source = 'import tensorflow.compat.v1 as tf\ntf.toy.{}()\n'
+  assert found(source.format('Gone')) == [(2, 'gone', rules.COMPAT)]
+  # tf.compat.v1 no longer has it: it breaks all the same.
+  assert found(source.format('dropped')) == [(2, 'dropped', rules.BREAKS)]
+
+
+def test_a_symbol_tf2_kept_unchanged_is_no_finding():
+  assert found('import tensorflow as tf\ntf.toy.Kept()\n') == []
+
+
+def test_imports_and_aliases_are_followed():
+  assert found('from tensorflow import toy as t\nt.Gone()\n') == [
+      (2, 'gone', rules.BREAKS)]
+  assert found('import tensorflow as tf\ntoy = tf.toy\ntoy.Gone()\n') == [
+      (3, 'gone', rules.BREAKS)]
+
+
+def test_code_outside_tensorflow_is_no_finding():
+  assert found('import numpy as tf\ntf.toy.Gone()\n') == []
+
+
+def test_an_arg_row_counts_positional_arguments():
+  source = 'import tensorflow as tf\ntf.toy.call({})\n'
+  assert ('call-args' in
+          [rule for _, rule, _ in found(source.format('a, b'))])
+  assert ('call-args' not in
+          [rule for _, rule, _ in found(source.format('a'))])
+
+
+def test_keyword_method_and_import_rows():
+  assert found('f(x, keep_prob=0.5)\n') == [(1, 'keep-prob', rules.SILENT)]
+  assert found('it = ds.make_one_shot_iterator()\n') == [
+      (1, 'one-shot', rules.BREAKS)]
+  assert found('from tensorflow.contrib import slim\n') == [
+      (1, 'contrib', rules.BREAKS)]
+
+
+def test_a_subscript_row_counts_only_in_a_file_with_params_functions():
+  with_params = ('def model_fn(features, params):\n'
+                 '  return params["batch_size"]\n')
+  assert found(with_params) == [(2, 'batch-size', rules.BREAKS)]
+  assert found('params = {}\nparams["batch_size"]\n') == []
+
+
+def test_the_ignore_pragma_drops_its_line_only():
+  source = ('import tensorflow as tf\n'
+            f'tf.toy.Gone()  {engine.IGNORE_LINE}\n'
+            'tf.toy.Gone()\n')
+  assert found(source) == [(3, 'gone', rules.BREAKS)]
+
+
+def test_one_finding_per_construct_per_line():
+  assert found('import tensorflow as tf\nx = tf.toy.Gone(tf.toy.Gone())\n'
+               ) == [(2, 'gone', rules.BREAKS)]
+
+
+def test_a_row_of_an_unknown_kind_is_refused():
+  with pytest.raises(ValueError, match='unknown match'):
+    engine.Table([_rule('bad', 'regex:.*')], API)
