@@ -1,5 +1,5 @@
-"""Runs one test file under pytest (setup.cfg's options: the slow test left
-out): the main of every Bazel py_test here.
+"""Runs one test file under pytest (setup.cfg's options: the default run,
+no slow test, no catalogue): the main of every Bazel py_test here.
 
   bazel test //tests:test_scan     (BUILD passes the file as the argument)
 """

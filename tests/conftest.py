@@ -37,6 +37,15 @@ tf.config.set_logical_device_configuration(
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# Further cases of a behaviour one case of the same test already covers in
+# the default run: left out of it, run by CI and `pytest -m "not slow"`.
+CATALOGUE = pytest.mark.catalogue
+
+
+def catalogue(*values, **kwargs):
+  """A parametrize case of the catalogue (see CATALOGUE)."""
+  return pytest.param(*values, marks=CATALOGUE, **kwargs)
+
 # On a TensorFlow without tf.estimator (the newest-TF profile) the test files
 # that run the legacy half are not collected, and tests marked 'estimator'
 # are deselected; the header says so (pytest_report_header).
@@ -67,6 +76,10 @@ def pytest_report_header(config):
   if 'slow' not in (config.option.markexpr or '').replace('not slow', ''):
     lines.append('left out: the test marked "slow", the full default '
                  'estimator_mnist job (run it with -m slow)')
+  if 'not catalogue' in (config.option.markexpr or ''):
+    lines.append('left out: the tests marked "catalogue", further cases of '
+                 'behaviours the default run covers (run them with -m '
+                 '"not slow", as CI does)')
   lines.append(f'TF 2.15 artifacts: {TF215_DIR}' if TF215_DIR else
                'left out: the tests marked "from_tf215" (set KIT_TF215_DIR '
                'to the output of tests/tf215_artifacts.py)')

@@ -21,6 +21,9 @@ from kit_core import keras_compat
 sys.path.insert(0, os.path.join(TESTS, 'user_code'))
 import wide_deep_port  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+# Commands in subprocesses and training jobs: apart from the fast tier.
+pytestmark = pytest.mark.e2e
+
 pytestmark = pytest.mark.from_tf215
 # A converted checkpoint predicts as its source: the same weights through
 # the same float32 ops, up to kernels that round otherwise between versions.

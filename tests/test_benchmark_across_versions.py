@@ -10,6 +10,9 @@ import tensorflow as tf
 
 from conftest import HAS_ESTIMATOR, REPO, TF215_PYTHON, last_line
 
+# Commands in subprocesses and training jobs: apart from the fast tier.
+pytestmark = pytest.mark.e2e
+
 SCRIPT = os.path.join(REPO, 'benchmarks', 'across_versions.py')
 THROUGHPUT = os.path.join(REPO, 'benchmarks', 'throughput.py')
 

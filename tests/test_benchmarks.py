@@ -9,7 +9,10 @@ import sys
 
 import pytest
 
-from conftest import HAS_ESTIMATOR, REPO, last_line
+from conftest import CATALOGUE, HAS_ESTIMATOR, REPO, last_line
+
+# Commands in subprocesses and training jobs: apart from the fast tier.
+pytestmark = pytest.mark.e2e
 
 BENCHMARKS = os.path.join(REPO, 'benchmarks')
 
@@ -26,6 +29,7 @@ def _run(*args, script='throughput.py'):
 
 
 @pytest.mark.estimator
+@CATALOGUE
 def test_throughput_smoke_run_writes_table_and_json(tmp_path, fake_data_dir):
   report = tmp_path / 'throughput.json'
   result = _run(f'--data_dir={fake_data_dir.data_dir}', '--batch_size=32',
@@ -95,6 +99,7 @@ def _in_layer(layer: str, op: str) -> bool:
   return re.search(rf'/{layer}(_\d+)?/', op) is not None
 
 
+@CATALOGUE
 def test_kit_trainers_run_no_fused_filter_and_bias_gradient(tmp_path,
                                                            fake_data_dir):
   """The tape's gradients make oneDNN fuse each convolution's weight and bias

@@ -4,7 +4,10 @@ import json
 
 import pytest
 
-from conftest import last_line, run_compare
+from conftest import catalogue, last_line, run_compare
+
+# Commands in subprocesses and training jobs: apart from the fast tier.
+pytestmark = pytest.mark.e2e
 
 
 def _compare(tmp_path, fake_data_dir, *args):
@@ -56,20 +59,22 @@ def test_kit_pair_passes_bit_identical_on_one_replica(tmp_path,
     ('loss_averaged_per_replica', 'one_step (2 replicas)',
      'gradients are 2x the legacy ones (e.g. a loss averaged over each '
      'replica', False),
-    ('global_batch_per_replica', 'inputs (2 replicas)',
-     'gives 128 examples per step where the legacy input_fn gives 64', True),
-    ('lr_per_replica', 'learning_rate (2 replicas)',
-     'not per replica, not per epoch', False),
-    ('lr_per_epoch', 'learning_rate (1 replica)',
-     'not per replica, not per epoch', False),
-    ('pixels_zero_to_one', 'inputs',
-     'legacy range [-0.5, 0.5], port range [0, 1]', False),
-    ('missing_relu', 'inference', 'before any training step', False),
-    ('relu_on_logits', 'inference', 'before any training step', False),
-    ('wrong_dropout_rate', 'dropout (1 replica)', 'compare the dropout rate',
-     True),
-    ('sparse_labels_as_one_hot', 'one_step (1 replica)', 'sparse vs one-hot',
-     False),
+    catalogue('global_batch_per_replica', 'inputs (2 replicas)',
+              'gives 128 examples per step where the legacy input_fn gives '
+              '64', True),
+    catalogue('lr_per_replica', 'learning_rate (2 replicas)',
+              'not per replica, not per epoch', False),
+    catalogue('lr_per_epoch', 'learning_rate (1 replica)',
+              'not per replica, not per epoch', False),
+    catalogue('pixels_zero_to_one', 'inputs',
+              'legacy range [-0.5, 0.5], port range [0, 1]', False),
+    catalogue('missing_relu', 'inference', 'before any training step', False),
+    catalogue('relu_on_logits', 'inference', 'before any training step',
+              False),
+    catalogue('wrong_dropout_rate', 'dropout (1 replica)',
+              'compare the dropout rate', True),
+    catalogue('sparse_labels_as_one_hot', 'one_step (1 replica)',
+              'sparse vs one-hot', False),
     ('transposed_kernel', 'inference', 'a kernel read in another layout',
      False),
     ('mis_mapped_kernels', 'inventory', 'of another shape: dense/kernel, '

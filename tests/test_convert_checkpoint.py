@@ -20,6 +20,9 @@ from migration_tools.checkpoint import verify
 from migrate import kit_pair
 from kit_core.errors import KitError
 
+# Commands in subprocesses and training jobs: apart from the fast tier.
+pytestmark = pytest.mark.e2e
+
 PORT = kit_pair.make_port()
 PARAMS = json.loads(pair.KIT_PAIR['params'])
 

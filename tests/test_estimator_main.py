@@ -21,6 +21,9 @@ from mnist_common import tfrecords
 from mnist_common.errors import DivergedError
 from mnist_common.errors import NonFiniteExportError
 
+# Commands in subprocesses and training jobs: apart from the fast tier.
+pytestmark = pytest.mark.e2e
+
 FLAG_NAMES = ('tpu', 'tpu_zone', 'gcp_project', 'data_dir', 'data_source',
               'data_url', 'model_dir', 'batch_size', 'train_steps',
               'eval_steps', 'learning_rate', 'iterations', 'num_shards',

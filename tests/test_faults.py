@@ -22,12 +22,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, TOOLS_PYTHONPATH, last_line, run_module
+from conftest import CATALOGUE, REPO, TOOLS_PYTHONPATH, catalogue, last_line
+from conftest import run_module
 from mnist_common import prepare
 from mnist_common import resources
 from mnist_common import tfrecords
 from mnist_common.errors import DataError
 from kit_core.errors import KitError
+
+# Commands in subprocesses and training jobs: apart from the fast tier.
+pytestmark = pytest.mark.e2e
 
 # TensorFlow's C++ log lines: a user's shell must not see them on bad input.
 TF_CPP_LOG = re.compile(r'^(\d{4}-\d\d-\d\d \S+: [IWEF] |'
@@ -228,9 +232,9 @@ def _wait_for(process, log, pattern, timeout=300):
 
 @pytest.mark.parametrize('module, args, first_save', [
     pytest.param('migrate', ('--loop=custom',), r'step 10/', id='custom'),
-    pytest.param('migrate', ('--loop=custom', '--num_cpu_devices=2'),
-                 r'step 10/', id='custom, 2 replicas'),
-    pytest.param('migrate', ('--loop=fit',), r'step 10/', id='fit'),
+    catalogue('migrate', ('--loop=custom', '--num_cpu_devices=2'),
+              r'step 10/', id='custom, 2 replicas'),
+    catalogue('migrate', ('--loop=fit',), r'step 10/', id='fit'),
     pytest.param('estimator_mnist', ('--save_checkpoints_steps=10',),
                  r'Saving checkpoints for 10 ', id='estimator',
                  marks=pytest.mark.estimator),
@@ -272,6 +276,7 @@ def _fingerprint(text):
   return found[-1]
 
 
+@CATALOGUE
 def test_ten_seeded_kill9_cycles_end_bit_identical_to_an_uninterrupted_run(
     tmp_path, fake_data_dir):
   """The custom loop on 2 replicas, killed at ten seeded moments (twice the

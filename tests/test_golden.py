@@ -12,6 +12,9 @@ import pytest
 from conftest import last_line, run_compare
 from migration_tools.compare import golden
 
+# Commands in subprocesses and training jobs: apart from the fast tier.
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope='module')
 def recorded(tmp_path_factory, fake_data_dir):

@@ -13,6 +13,9 @@ import tensorflow as tf
 
 from conftest import REPO, last_line, run_module
 
+# Commands in subprocesses and training jobs: apart from the fast tier.
+pytestmark = pytest.mark.e2e
+
 FLAG_NAMES = ('tpu', 'tpu_zone', 'gcp_project', 'data_dir', 'data_source',
               'data_url', 'model_dir', 'batch_size', 'train_steps',
               'eval_steps', 'learning_rate', 'use_tpu', 'enable_predict',

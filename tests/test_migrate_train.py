@@ -22,6 +22,9 @@ from mnist_common.errors import DivergedError
 from kit_core.errors import KitError
 from mnist_common.errors import NonFiniteExportError
 
+# Commands in subprocesses and training jobs: apart from the fast tier.
+pytestmark = pytest.mark.e2e
+
 
 def make_config(model_dir, **overrides):
   values = dict(

@@ -12,8 +12,11 @@ import time
 
 import pytest
 
-from conftest import REPO, last_line
+from conftest import CATALOGUE, REPO, catalogue, last_line
 from kit_core import keras_compat
+
+# Commands in subprocesses and training jobs: apart from the fast tier.
+pytestmark = pytest.mark.e2e
 
 
 def _free_ports(count):
@@ -59,7 +62,7 @@ def _wait(processes, timeout=400):
   return codes, [path.read_text() for _, path in processes]
 
 
-@pytest.mark.parametrize('loop', ['custom', 'fit'])
+@pytest.mark.parametrize('loop', ['custom', catalogue('fit')])
 def test_two_workers_train_in_step(tmp_path, fake_data_dir, loop):
   codes, logs = _wait(_start_workers(tmp_path, fake_data_dir, loop, 12))
   if loop == 'fit' and keras_compat.is_keras3():
@@ -128,6 +131,7 @@ def test_a_port_in_use_is_one_line(tmp_path, fake_data_dir):
   assert not (tmp_path / 'model').exists()
 
 
+@CATALOGUE
 def test_sigterm_to_one_worker_saves_both_at_one_step_and_both_resume(
     tmp_path, fake_data_dir):
   processes = _start_workers(tmp_path, fake_data_dir, 'custom', 100000)

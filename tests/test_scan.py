@@ -303,6 +303,7 @@ def test_estimator_mnist_lists_every_legacy_construct():
   assert not result.unchecked and not result.skipped
 
 
+@pytest.mark.e2e
 def test_exit_codes(tmp_path):
   clean = run_module('migration_tools.scanner', 'migrate', 'migration_tools',
                      'mnist_common', os.path.join(SOURCES, 'tf2_clean.py'))
@@ -338,6 +339,7 @@ def test_exit_codes(tmp_path):
     # A flag value absl refuses is bad input too, in the same one line.
     (('--format=xml', 'migrate'), 2, 'error: flag --format=xml'),
 ])
+@pytest.mark.e2e
 def test_bad_input_exits_non_zero_in_one_line(args, code, message):
   result = run_module('migration_tools.scanner', *args)
   assert result.returncode == code
@@ -361,6 +363,7 @@ def test_text_report_groups_by_file_and_ends_with_a_plan():
   assert text[-1].startswith(f'{len(result.findings)} legacy construct(s)')
 
 
+@pytest.mark.e2e
 def test_json_report_round_trips(tmp_path):
   out = tmp_path / 'report.json'
   result = run_module('migration_tools.scanner', SOURCES, '--format=json',
@@ -377,6 +380,7 @@ def test_json_report_round_trips(tmp_path):
   assert finding['section'].startswith('docs/MIGRATION.md#')
 
 
+@pytest.mark.e2e
 def test_sarif_validates_against_the_schema_and_reads_back(tmp_path):
   out = tmp_path / 'scan.sarif'
   result = run_module('migration_tools.scanner', SOURCES, '--format=sarif',

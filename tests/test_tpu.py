@@ -62,6 +62,7 @@ def test_an_address_where_no_grpc_server_answers_is_no_tpu():
     server.server_close()
 
 
+@pytest.mark.e2e
 def test_a_grpc_server_passes_the_probe(tmp_path):
   """TensorFlow's own gRPC server, in a process of its own (it cannot be
   stopped otherwise), is taken for what a TPU worker would be."""

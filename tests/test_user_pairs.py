@@ -15,7 +15,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, run_module
+from conftest import REPO, catalogue, run_module
+
+# Commands in subprocesses and training jobs: apart from the fast tier.
+pytestmark = pytest.mark.e2e
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 USER_CODE = os.path.join(TESTS, 'user_code')
@@ -90,7 +93,8 @@ def _compare(name, data_dirs, tmp_path, *args, port='make_port'):
   return result, checks
 
 
-@pytest.mark.parametrize('name', list(PAIRS))
+@pytest.mark.parametrize('name', [
+    name if name == 'resnet' else catalogue(name) for name in PAIRS])
 def test_the_correct_port_passes_on_1_2_and_4_replicas(name, data_dirs,
                                                        tmp_path):
   result, checks = _compare(name, data_dirs, tmp_path, '--steps=10',
@@ -132,19 +136,24 @@ def test_the_correct_port_passes_on_1_2_and_4_replicas(name, data_dirs,
 
 
 @pytest.mark.parametrize('name, port, failing, cause', [
-    ('cnn', 'without_scaling', 'inference', 'before any training step'),
-    ('cnn', 'loss_averaged_per_replica', 'one_step (2 replicas)',
-     'gradients are 2x the legacy ones'),
+    catalogue('cnn', 'without_scaling', 'inference',
+              'before any training step'),
+    catalogue('cnn', 'loss_averaged_per_replica', 'one_step (2 replicas)',
+              'gradients are 2x the legacy ones'),
     ('resnet', 'keras_bn_momentum', 'one_step (1 replica)',
      'moving_variance differs'),
-    ('resnet', 'keras_bn_epsilon', 'inference', 'batch-norm epsilon'),
-    ('resnet', 'top_5_with_k_1', 'evaluation', 'top_5_accuracy differs'),
-    ('resnet', 'nesterov_momentum', 'optimizer',
-     'nesterov is False in the legacy Momentum and True in the port'),
+    catalogue('resnet', 'keras_bn_epsilon', 'inference',
+              'batch-norm epsilon'),
+    catalogue('resnet', 'top_5_with_k_1', 'evaluation',
+              'top_5_accuracy differs'),
+    catalogue('resnet', 'nesterov_momentum', 'optimizer',
+              'nesterov is False in the legacy Momentum and True in the port'),
     ('tabular', 'keras_adam_epsilon', 'optimizer',
      'epsilon is 1e-08 in the legacy Adam and 1e-07 in the port'),
-    ('tabular', 'scaled_embedding', 'inference', 'before any training step'),
-    ('tabular', 'precision_on_logits', 'evaluation', 'precision differs'),
+    catalogue('tabular', 'scaled_embedding', 'inference',
+              'before any training step'),
+    catalogue('tabular', 'precision_on_logits', 'evaluation',
+              'precision differs'),
 ])
 def test_each_deliberate_bug_fails_the_check_named_for_it_first(
     name, port, failing, cause, data_dirs, tmp_path):
@@ -170,8 +179,8 @@ def _train_legacy(name, data_dir, estimator_dir, steps=5):
   assert result.returncode == 0, result.stderr[-2000:]
 
 
-@pytest.mark.parametrize('name, slots', [('cnn', 0), ('resnet', 11),
-                                         ('tabular', 12)])
+@pytest.mark.parametrize('name, slots', [
+    catalogue('cnn', 0), ('resnet', 11), catalogue('tabular', 12)])
 def test_the_converter_carries_weights_slots_and_step_and_verifies(
     name, slots, data_dirs, tmp_path):
   estimator_dir = str(tmp_path / 'legacy')

@@ -4,8 +4,13 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 from estimator_mnist import versions
+
+# Commands in subprocesses and training jobs: apart from the fast tier.
+pytestmark = pytest.mark.e2e
 
 NIGHTLY = 'tf-estimator-nightly==2.16.0.dev2024012409'
 
