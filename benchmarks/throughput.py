@@ -36,12 +36,12 @@ import tensorflow as tf
 import trainers  # pylint: disable=g-bad-import-order
 
 from estimator_mnist import data as estimator_data  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core import cpu  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import data as migrate_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import model as model_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from kit_core import cpu  # pylint: disable=g-import-not-at-top,wrong-import-position
-from kit_core import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common import prepare  # pylint: disable=g-import-not-at-top,wrong-import-position
-from kit_core.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 flags.DEFINE_integer('batch_size', 1024, 'Global batch, for every trainer.',
                      lower_bound=2)

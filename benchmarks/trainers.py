@@ -23,12 +23,12 @@ import tensorflow as tf
 from kit_core import devices  # pylint: disable=g-bad-import-order
 devices.split_cpu(2)
 
+from kit_core import process  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import custom_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import data as migrate_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import fit_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import model as model_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from kit_core import process  # pylint: disable=g-import-not-at-top,wrong-import-position
-from kit_core.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 HAS_ESTIMATOR = importlib.util.find_spec('tensorflow_estimator') is not None
 

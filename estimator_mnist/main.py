@@ -26,8 +26,8 @@ import tensorflow as tf
 
 from estimator_mnist import config as config_lib
 from estimator_mnist import train
-from mnist_common import flags as common_flags
 from kit_core.exits import exit_with_one_line
+from mnist_common import flags as common_flags
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 common_flags.define_common_flags()

@@ -14,19 +14,19 @@ from estimator_mnist import config as config_lib
 from estimator_mnist import data as data_lib
 from estimator_mnist import divergence
 from estimator_mnist import model
-from mnist_common import batching
-from kit_core import sharding
 from kit_core import checkpoint_files
 from kit_core import paths
+from kit_core import sharding
+from kit_core import stale
+from kit_core.errors import KitError
+from kit_core.errors import Preempted
+from mnist_common import batching
 from mnist_common import prepare
 from mnist_common import report
 from mnist_common import resources
 from mnist_common import sources
-from kit_core import stale
 from mnist_common import tfrecords
 from mnist_common import tpu as tpu_lib
-from kit_core.errors import KitError
-from kit_core.errors import Preempted
 from mnist_common.errors import describe_names
 
 
@@ -40,9 +40,10 @@ def serving_input_receiver_fn(
       data_lib.scale_image(image), {'image': image})
 
 
-def make_estimator(config: config_lib.Config, model_dir: str, data_dir: str, eval_batch: int,
+def make_estimator(config: config_lib.Config, model_dir: str, data_dir: str,
+                   eval_batch: int,
                    cluster=None) -> tf.estimator.tpu.TPUEstimator:
-  """A TPUEstimator configured from the flags."""
+  """A TPUEstimator configured from the run's config."""
   run_config = tf.estimator.tpu.RunConfig(
       cluster=cluster,
       model_dir=model_dir,
@@ -176,7 +177,8 @@ def _predict(estimator, info: prepare.DatasetInfo, count: int) -> list:
   labels = [int(label) for _, label in
             test.map(tfrecords.parse_example).as_numpy_iterator()]
   results = []
-  for pred, label in zip(estimator.predict(data_lib.predict_input_fn), labels):
+  predictions = estimator.predict(data_lib.predict_input_fn)
+  for pred, label in zip(predictions, labels):
     class_id = int(pred['class_ids'])
     results.append(report.print_prediction(
         class_id, float(pred['probabilities'][class_id]), label))

@@ -12,15 +12,15 @@ import tempfile
 from absl import logging
 import tensorflow as tf
 
-from migrate import divergence
-from migrate import strategy as strategy_lib
 from kit_core import checkpoint_files
 from kit_core import keras_compat
 from kit_core import process
 from kit_core import stale
 from kit_core.errors import KitError
-from mnist_common.errors import describe_names
 from kit_core.errors import one_line
+from migrate import divergence
+from migrate import strategy as strategy_lib
+from mnist_common.errors import describe_names
 
 # Present in every object-based (TF2) checkpoint, absent from name-based ones.
 _OBJECT_GRAPH_KEY = '_CHECKPOINTABLE_OBJECT_GRAPH'

@@ -8,9 +8,9 @@ steps per tf.function call with ``tf.range``, as ``iterations_per_loop`` did.
 """
 import tensorflow as tf
 
+from kit_core import process
 from migrate import cadence as cadence_lib
 from migrate import model as model_lib
-from kit_core import process
 
 
 class Trainer:

@@ -26,15 +26,15 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
+from kit_core import devices
+from kit_core.errors import KitError
+from kit_core.exits import exit_with_one_line
 from migrate import config as config_lib
 from migrate import model as model_lib
 from migrate import strategy as strategy_lib
 from migrate import train
-from kit_core import devices
 from mnist_common import flags as common_flags
 from mnist_common import resources
-from kit_core.errors import KitError
-from kit_core.exits import exit_with_one_line
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 common_flags.define_common_flags()

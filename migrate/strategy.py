@@ -9,9 +9,9 @@ import os
 
 import tensorflow as tf
 
+from kit_core.errors import KitError
 from migrate import rendezvous
 from mnist_common import tpu as tpu_lib
-from kit_core.errors import KitError
 
 STRATEGIES = ('auto', 'tpu', 'mirrored', 'multi_worker', 'one_device')
 

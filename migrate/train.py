@@ -15,6 +15,12 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from kit_core import atomic
+from kit_core import cpu
+from kit_core import keras_compat
+from kit_core import paths
+from kit_core import sharding
+from kit_core.errors import KitError
 from migrate import cadence as cadence_lib
 from migrate import checkpoints
 from migrate import config as config_lib
@@ -25,17 +31,11 @@ from migrate import fit_loop
 from migrate import model as model_lib
 from migrate import preemption
 from migrate import strategy as strategy_lib
-from kit_core import atomic
 from mnist_common import batching
-from kit_core import sharding
-from kit_core import cpu
-from kit_core import keras_compat
-from kit_core import paths
 from mnist_common import prepare
 from mnist_common import report
 from mnist_common import resources
 from mnist_common import tfrecords
-from kit_core.errors import KitError
 
 LOOPS = ('fit', 'custom')
 

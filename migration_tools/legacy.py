@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from kit_core import process
+from kit_core.errors import KitError
+from kit_core.errors import one_line
 from migration_tools import optimizers
 from migration_tools import outputs
 from migration_tools import runners
 from migration_tools import serving
-from kit_core import process
-from kit_core.errors import KitError
-from kit_core.errors import one_line
 
 # Keys TPUEstimator reserves in params; a user's params must not hold them.
 RESERVED = ('batch_size', 'context', 'use_tpu')

@@ -1,6 +1,6 @@
-"""Code shared by both halves of the kit and the tools: MNIST data preparation,
-common flags, and the Keras 2/3 differences (keras_compat).
+"""What the example's two halves share: MNIST data preparation, the common
+flags and the config they give, the example's errors, TPU lookup.
 
-Nothing here imports ``tensorflow_estimator``, so the migrated package can use it
-without pulling in the legacy stack.
+Nothing here imports ``tensorflow_estimator``, so the migrated half can use
+it without pulling in the legacy stack; the tools use none of it.
 """

@@ -13,11 +13,11 @@ import os
 
 from absl import logging
 
+from kit_core import atomic
+from kit_core import stale
 from mnist_common import download
 from mnist_common import idx
-from kit_core import atomic
 from mnist_common import sources
-from kit_core import stale
 from mnist_common import tfrecords
 from mnist_common.errors import DataError
 

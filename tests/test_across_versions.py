@@ -14,9 +14,9 @@ import pytest
 import tensorflow as tf
 
 from conftest import TESTS, TOOLS_PYTHONPATH, last_line, run_compare, run_module
+from kit_core import keras_compat
 from migration_tools import optimizers
 from migration_tools import port as port_lib
-from kit_core import keras_compat
 
 sys.path.insert(0, os.path.join(TESTS, 'user_code'))
 import wide_deep_port  # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -12,13 +12,13 @@ import tensorflow as tf
 from conftest import last_line, run_module
 from estimator_mnist import data as estimator_data
 from estimator_mnist import model as estimator_model
+from kit_core.errors import KitError
+from migrate import kit_pair
 from migrate import model as model_lib
 from migration_tools import pair
 from migration_tools.checkpoint import estimator
 from migration_tools.checkpoint import keras2
 from migration_tools.checkpoint import verify
-from migrate import kit_pair
-from kit_core.errors import KitError
 
 # Commands in subprocesses and training jobs: apart from the fast tier.
 pytestmark = pytest.mark.e2e

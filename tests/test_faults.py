@@ -24,11 +24,11 @@ import tensorflow as tf
 
 from conftest import CATALOGUE, REPO, TOOLS_PYTHONPATH, catalogue, last_line
 from conftest import run_module
+from kit_core.errors import KitError
 from mnist_common import prepare
 from mnist_common import resources
 from mnist_common import tfrecords
 from mnist_common.errors import DataError
-from kit_core.errors import KitError
 
 # Commands in subprocesses and training jobs: apart from the fast tier.
 pytestmark = pytest.mark.e2e

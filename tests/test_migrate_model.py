@@ -4,12 +4,12 @@ import pytest
 import tensorflow as tf
 
 from conftest import cpu_strategy
+from kit_core import keras_compat
+from kit_core import sharding
+from kit_core.errors import KitError
 from migrate import data
 from migrate import model
 from mnist_common import batching
-from kit_core import sharding
-from kit_core import keras_compat
-from kit_core.errors import KitError
 
 
 def _estimator_variables():
@@ -113,11 +113,15 @@ def test_fit_step_is_keras_own_step_on_two_replicas(steps_per_execution):
   assert not isinstance(net, model.Classifier)
   assert our_loss > 0.1  # The mean loss of 3 steps, not a tracker left at 0.
   assert our_loss == pytest.approx(keras_loss, rel=1e-6)
-  moved = 0
+  # The same updates, held relative to their size: a scaling bug (a loss
+  # averaged per replica) doubles them, a lost gradient zeroes them. Not to
+  # the bit: on an AVX-512 EPYC with oneDNN's kernels, in 2 of about 12 runs
+  # of the fast tier, two replicas in one process ended these three steps at
+  # rate 0.5 apart by up to 4% of an update in a single element.
   for before, a, b in zip(weights, ours, keras):
-    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    moved += not np.array_equal(a, before)
-  assert moved == len(weights)
+    update = np.linalg.norm(b - before)
+    assert update > 0
+    assert np.linalg.norm(a - b) <= 0.1 * update
 
 
 def test_mixed_bfloat16_has_the_float32_variables_and_logits():

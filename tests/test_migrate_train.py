@@ -8,6 +8,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import cpu_strategy
+from kit_core import cpu
+from kit_core.errors import KitError
 from migrate import cadence
 from migrate import checkpoints
 from migrate import config
@@ -17,9 +19,7 @@ from migrate import divergence
 from migrate import fit_loop
 from migrate import model as model_lib
 from migrate import train
-from kit_core import cpu
 from mnist_common.errors import DivergedError
-from kit_core.errors import KitError
 from mnist_common.errors import NonFiniteExportError
 
 # Commands in subprocesses and training jobs: apart from the fast tier.

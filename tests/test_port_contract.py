@@ -5,16 +5,16 @@ import os
 import numpy as np
 import pytest
 
+from kit_core.errors import KitError
 from migrate import custom_loop
-from migration_tools.compare import checks
-from migration_tools import cli
-from migration_tools import pair
-from migration_tools.compare import harness
 from migrate import kit_pair
+from migration_tools import cli
 from migration_tools import optimizers
+from migration_tools import pair
 from migration_tools import port as port_lib
 from migration_tools import variable_map
-from kit_core.errors import KitError
+from migration_tools.compare import checks
+from migration_tools.compare import harness
 
 
 def test_the_kit_pair_follows_the_contract():

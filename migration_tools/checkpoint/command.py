@@ -38,13 +38,13 @@ from absl import logging
 import tensorflow as tf
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
+from kit_core.errors import KitError
+from kit_core.errors import one_line
 from migration_tools import cli
 from migration_tools import pair
 from migration_tools.checkpoint import estimator
 from migration_tools.checkpoint import keras2
 from migration_tools.checkpoint import verify
-from kit_core.errors import KitError
-from kit_core.errors import one_line
 
 
 def define_flags(tool_flags: flags.FlagValues) -> None:

@@ -38,9 +38,9 @@ import tempfile
 from absl import flags
 import tensorflow as tf
 
-from kit_core import sharding
 from kit_core import devices
 from kit_core import paths
+from kit_core import sharding
 from kit_core.errors import KitError
 from migration_tools import cli
 from migration_tools import pair as pair_lib

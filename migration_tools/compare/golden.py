@@ -25,10 +25,10 @@ import numpy as np
 import tensorflow as tf
 
 from kit_core import atomic
-from migration_tools import optimizers
-from migration_tools import runners
 from kit_core import paths
 from kit_core.errors import KitError
+from migration_tools import optimizers
+from migration_tools import runners
 
 FORMAT = 1
 _MANIFEST = '__manifest__'

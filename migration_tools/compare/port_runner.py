@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from kit_core import keras_compat
+from kit_core import process
 from migration_tools import optimizers
 from migration_tools import outputs as outputs_lib
 from migration_tools import port as port_lib
 from migration_tools import runners
-from kit_core import keras_compat
-from kit_core import process
 
 
 @contextlib.contextmanager
