@@ -10,6 +10,7 @@ import dataclasses
 from typing import Callable
 
 from absl import logging
+import tensorflow as tf
 
 from migrate import checkpoints
 from migrate import divergence
@@ -17,7 +18,7 @@ from migrate import divergence
 
 @dataclasses.dataclass
 class Cadence:
-  """Save / log / finite-check / preemption, every `every_steps` steps.
+  """Save / log / finite-check / preemption, every checkpoint_steps steps.
 
   manager: saves (and refuses non-finite weights); total_steps: where the
   run ends; sigterm: migrate/preemption.py's handler, asked after each
@@ -25,9 +26,9 @@ class Cadence:
   from.
   """
   manager: divergence.FiniteCheckpointManager
-  every_steps: int
+  checkpoint_steps: int
   total_steps: int
-  sigterm: object | None = None
+  sigterm: tf.distribute.experimental.PreemptionCheckpointHandler | None = None
   start: int = 0
 
   def __post_init__(self):
@@ -35,7 +36,7 @@ class Cadence:
 
   def steps_to_boundary(self, step: int) -> int:
     """Steps from step to the next save, or to the end if sooner."""
-    return min(self.every_steps - step % self.every_steps,
+    return min(self.checkpoint_steps - step % self.checkpoint_steps,
                self.total_steps - step)
 
   def after_execution(self, step: int, loss: float,
@@ -58,7 +59,8 @@ class Cadence:
     # Before anything else: a diverged run stops here.
     divergence.check_execution(loss, step, self.manager)
     logged = None
-    passed = step // self.every_steps > self._last_saved // self.every_steps
+    every = self.checkpoint_steps
+    passed = step // every > self._last_saved // every
     if passed or step >= self.total_steps:
       self.manager.save(checkpoint_number=step)
       self._last_saved = step

@@ -62,7 +62,7 @@ def train(model: tf.keras.Model, optimizer, dataset,
   remaining = cadence.total_steps - int(step.numpy())
   callbacks = [
       tf.keras.callbacks.TensorBoard(model_dir,
-                                     update_freq=cadence.every_steps),
+                                     update_freq=cadence.checkpoint_steps),
       SaveAndLog(cadence, step),
   ]
   for steps, per_execution in executions(max(remaining, 0),

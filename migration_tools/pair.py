@@ -57,7 +57,7 @@ def define_pair_flags(tool_flags: flags.FlagValues, serving: bool) -> None:
                       'or inferred from names and shapes.', **define)
 
 
-def load_port(tool_flags: flags.FlagValues):
+def load_port(tool_flags: flags.FlagValues) -> port_lib.Port:
   """The port --port names, with --variable_map's pairs if given.
 
   Raises:

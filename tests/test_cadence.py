@@ -43,7 +43,7 @@ def _metrics(events):
 
 def test_saves_and_logs_when_an_execution_passes_a_boundary():
   manager, events = FakeManager(), []
-  plan = cadence.Cadence(manager, every_steps=10, total_steps=25,
+  plan = cadence.Cadence(manager, checkpoint_steps=10, total_steps=25,
                          sigterm=FakeSigterm(events))
   for step in (5, 10, 15, 20, 25):
     plan.after_execution(step, 1.0, _metrics(events))
@@ -58,21 +58,23 @@ def test_saves_and_logs_when_an_execution_passes_a_boundary():
 
 def test_an_execution_that_jumps_a_boundary_still_saves_once():
   manager = FakeManager()
-  plan = cadence.Cadence(manager, every_steps=10, total_steps=100, start=8)
+  plan = cadence.Cadence(manager, checkpoint_steps=10, total_steps=100,
+                         start=8)
   plan.after_execution(14, 1.0, _metrics([]))
   plan.after_execution(18, 1.0, _metrics([]))
   assert manager.saved == [14]
 
 
 def test_steps_to_boundary_stops_at_saves_and_at_the_end():
-  plan = cadence.Cadence(FakeManager(), every_steps=10, total_steps=23)
+  plan = cadence.Cadence(FakeManager(), checkpoint_steps=10,
+                         total_steps=23)
   assert [plan.steps_to_boundary(s) for s in (0, 4, 10, 19, 20)] == [
       10, 6, 10, 1, 3]
 
 
 def test_divergence_stops_before_anything_is_saved():
   manager = FakeManager()
-  plan = cadence.Cadence(manager, every_steps=10, total_steps=30)
+  plan = cadence.Cadence(manager, checkpoint_steps=10, total_steps=30)
   plan.after_execution(10, 1.0, _metrics([]))
   manager.non_finite = ['dense/kernel']
   with pytest.raises(DivergedError, match=r'dense/kernel\) by step 20: .*'
@@ -86,7 +88,7 @@ def test_divergence_stops_before_anything_is_saved():
 
 def test_end_saves_unless_the_last_execution_did():
   manager = FakeManager()
-  plan = cadence.Cadence(manager, every_steps=10, total_steps=20)
+  plan = cadence.Cadence(manager, checkpoint_steps=10, total_steps=20)
   plan.after_execution(20, 1.0, _metrics([]))
   plan.end(20)
   assert manager.saved == [20]
