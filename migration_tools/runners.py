@@ -6,7 +6,7 @@ answer to a tape; ``golden.ReplayedRunner`` answers from the tape on any
 TensorFlow. The port side is a ``PortSide``: ``port_runner.PortRunner``. The
 harness is typed against these Protocols, and ``golden`` makes its recording
 and replaying methods from ``LegacySide`` itself (``QUESTIONS``): a question
-added here reaches every legacy runner, and tests/test_runners.py
+added here reaches every legacy runner, and tests/tools/test_runners.py
 fails until each runner answers it.
 """
 import dataclasses

@@ -51,9 +51,9 @@ def catalogue(*values, **kwargs):
 # are deselected; the header says so (pytest_report_header).
 HAS_ESTIMATOR = importlib.util.find_spec('tensorflow_estimator') is not None
 ESTIMATOR_TEST_FILES = (
-    'test_compare.py', 'test_convert_checkpoint.py',
-    'test_estimator_main.py', 'test_estimator_model.py', 'test_user_pairs.py',
-    'test_versions.py')
+    'tools/test_compare.py', 'tools/test_convert_checkpoint.py',
+    'example/test_estimator_main.py', 'example/test_estimator_model.py',
+    'tools/test_user_pairs.py', 'example/test_versions.py')
 collect_ignore = [] if HAS_ESTIMATOR else list(ESTIMATOR_TEST_FILES)
 
 

@@ -11,7 +11,7 @@ OUT_DIR/wide_deep_<opt>/  a team port's checkpoint with Adam or momentum
 OUT_DIR/expected.npz      what each must give: predictions on fixed inputs,
                           and the wide-deep ports' weights, slots and steps.
 
-tests/test_across_versions.py reads OUT_DIR through $KIT_TF215_DIR (.ci/run
+tests/tools/test_across_versions.py reads OUT_DIR through $KIT_TF215_DIR (.ci/run
 sets it). Each training runs as the command a user would run.
 """
 import json

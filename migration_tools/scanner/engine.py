@@ -57,7 +57,7 @@ class Table:
   """The rule rows, indexed by kind of match, and the API table (tf_api.py's
   form: {path inside tf: entry}) that says what TF 2 did to each symbol.
 
-  The engine reads nothing else: tests/test_scan_engine.py drives it with
+  The engine reads nothing else: tests/tools/test_scan_engine.py drives it with
   toy tables.
   """
 

@@ -3,7 +3,7 @@
 A row says what it matches, how bad it is, what it becomes and which section
 of docs/MIGRATION.md explains it. The engine (engine.py) knows nothing of
 TensorFlow beyond this table and the generated tf_api.py. To add a rule, add
-a row here and a line to tests/test_scan.py's RULE_CASES.
+a row here and a line to tests/tools/test_scan.py's RULE_CASES.
 
 ``match`` is one of:
   api:PATH       the TF API symbol PATH (its path inside ``tf``, with imports,

@@ -1,7 +1,7 @@
 """A team's small wide-and-deep port, written to run on Keras 2 and 3 alike:
 an embedding, batch normalization and Adam or momentum slots, the state a
 port checkpoint carries from TF 2.15 (Keras 2) to Keras 3
-(tests/test_across_versions.py)."""
+(tests/tools/test_across_versions.py)."""
 import numpy as np
 import tensorflow as tf
 

@@ -15,12 +15,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, catalogue, run_module
+from conftest import REPO, TESTS, catalogue, run_module
 
 # Commands in subprocesses and training jobs: apart from the fast tier.
 pytestmark = pytest.mark.e2e
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
 USER_CODE = os.path.join(TESTS, 'user_code')
 ENV = {'PYTHONPATH': os.pathsep.join([REPO, TESTS, USER_CODE])}
 

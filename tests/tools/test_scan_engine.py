@@ -1,5 +1,5 @@
 """The scanner's engine driven by toy rule and API tables, apart from the
-kit's real ones (tests/test_scan.py holds those to one case per rule), as
+kit's real ones (tests/tools/test_scan.py holds those to one case per rule), as
 tf_upgrade_v2's ast_edits_test drives its engine with toy specs."""
 import pytest
 
