@@ -185,6 +185,20 @@ def _predict(estimator, info: prepare.DatasetInfo, count: int) -> list:
   return results
 
 
+def export(estimator: tf.estimator.tpu.TPUEstimator, model_dir: str) -> str:
+  """Exports the latest checkpoint, as migrate's export does its weights;
+  returns the SavedModel's folder.
+
+  Raises:
+    NonFiniteExportError: a weight is not finite; nothing is written.
+  """
+  latest = estimator.latest_checkpoint()
+  divergence.check_export(latest)
+  return estimator.export_saved_model(
+      os.path.join(model_dir, 'export'), serving_input_receiver_fn,
+      checkpoint_path=latest).decode()
+
+
 def run(config: config_lib.Config,
         data: prepare.DatasetInfo | None = None) -> dict:
   """Trains, evaluates, predicts and exports; returns what it measured.
@@ -244,12 +258,7 @@ def run(config: config_lib.Config,
   if config.enable_predict:
     result['predictions'] = _predict(estimator, info, config.num_predictions)
 
-  latest = estimator.latest_checkpoint()
-  divergence.check_export(latest)
-  export_dir = estimator.export_saved_model(
-      os.path.join(model_dir, 'export'), serving_input_receiver_fn,
-      checkpoint_path=latest)
-  result['export_dir'] = export_dir.decode()
+  result['export_dir'] = export(estimator, model_dir)
   print(f'SavedModel: {result["export_dir"]}')
   return result
 
