@@ -1,6 +1,9 @@
 """The error types every command of the kit shows as one line, and how an
 error becomes that line. Nothing here touches files: exits.py ends a
 command on them."""
+import os
+import re
+import traceback
 
 
 class KitError(Exception):
@@ -39,9 +42,58 @@ class StorageError(KitError):
 
 def one_line(error: BaseException) -> str:
   """An exception as the one line a user is shown: a KitError's message, else
-  'Type: the first line of its message' (at most 300 characters)."""
-  lines = str(error).strip().splitlines()
-  text = lines[0][:300] if lines else ''
+  'Type: its cause' (at most 300 characters), and where in the user's own
+  code it was raised, if it was.
+
+  The cause of an error raised inside a tf.function is the last line of its
+  message (the first is 'in user code:'); the user's frame is the innermost
+  one outside Python, its packages and the kit's tools.
+  """
+  text = str(error).strip()
+  lines = [line.strip() for line in text.splitlines() if line.strip()]
   if isinstance(error, KitError):
-    return text
-  return f'{type(error).__name__}: {text}' if text else type(error).__name__
+    return lines[0][:300] if lines else ''
+  if lines and lines[0] == 'in user code:':
+    frames = [line for line in lines if line.startswith('File "') and
+              not any(part in line for part in _NOT_USER)]
+    shown = lines[-1][:300]
+    where = _frame_text(frames[-1]) if frames else ''
+  else:
+    shown = f'{type(error).__name__}: {lines[0][:300]}' if lines else (
+        type(error).__name__)
+    where = _user_frame(error.__traceback__)
+  return f'{shown} (at {where})' if where else shown
+
+
+# Frames that are not the user's: Python's, its packages', the kit's tools'.
+_NOT_USER = (os.sep + 'site-packages' + os.sep, os.sep + 'dist-packages' +
+             os.sep, os.path.dirname(os.__file__) + os.sep,
+             os.path.dirname(os.path.abspath(__file__)) + os.sep,
+             os.sep + 'migration_tools' + os.sep)
+
+
+def _user_frame(trace) -> str:
+  """'file.py:12 in name' of the innermost frame of trace in the user's code
+  ('' if none)."""
+  frames = [f for f in traceback.extract_tb(trace)
+            if not any(part in os.path.abspath(f.filename)
+                       for part in _NOT_USER)]
+  if not frames:
+    return ''
+  frame = frames[-1]
+  return f'{_short(frame.filename)}:{frame.lineno} in {frame.name}'
+
+
+def _frame_text(line: str) -> str:
+  """'file.py:12 in name' of a tf.function message's 'File "...", line 12,
+  in name' line."""
+  match = re.match(r'File "([^"]+)", line (\d+), in (\S+)', line)
+  if not match:
+    return ''
+  return f'{_short(match.group(1))}:{match.group(2)} in {match.group(3)}'
+
+
+def _short(path: str) -> str:
+  """path relative to the working directory if inside it."""
+  relative = os.path.relpath(path)
+  return path if relative.startswith('..') else relative
