@@ -186,6 +186,12 @@ def fit_unsupported_reason(strategy: tf.distribute.Strategy) -> str | None:
 
 
 def written_by_keras2(checkpoint_keys) -> bool:
-  """Whether an object-based checkpoint holds a Keras 2 model's layout
-  (``model/layer_with_weights-0/...``), which Keras 3 does not restore."""
-  return any(key.startswith('model/layer') for key in checkpoint_keys)
+  """Whether an object-based checkpoint was written by Keras 2, whose layout
+  Keras 3 does not restore: a functional model's
+  ``model/layer_with_weights-0/...``, or a subclassed model's attributes
+  beside a Keras 2 optimizer (Keras 3's also tracks the variables it trains,
+  ``optimizer/_trainable_variables/N``; Keras 2's does not)."""
+  keys = list(checkpoint_keys)
+  if any('optimizer/_trainable_variables/' in key for key in keys):
+    return False
+  return any(key.startswith(('model/layer', 'optimizer/')) for key in keys)

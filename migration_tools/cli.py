@@ -24,8 +24,14 @@ from kit_core.exits import exit_with_one_line
 _HELP = ('-h', '-help', '--help', '--helpshort', '--helpfull', '-?')
 
 
-def parse_params(text: str) -> dict:
+def parse_params(text: str, batch_flag: str | None = '--batch_size') -> dict:
   """--params: a JSON object -> dict.
+
+  Args:
+    text: the flag's value.
+    batch_flag: the command's flag for the global batch, which TPUEstimator
+      sets as params['batch_size']; None: the command has no batch, and a
+      batch_size in --params is the user's own.
 
   Raises:
     KitError: not JSON, not an object, or a key TPUEstimator reserves.
@@ -37,10 +43,12 @@ def parse_params(text: str) -> dict:
                    '\'{"data_dir": "/data", "learning_rate": 0.1}\'') from e
   if not isinstance(params, dict):
     raise KitError(f'--params must be a JSON object, not {text!r}')
-  reserved = sorted(set(params) & {'batch_size', 'context', 'use_tpu'})
+  reserved = sorted(set(params) & ({'context', 'use_tpu'} | (
+      {'batch_size'} if batch_flag else set())))
   if reserved:
     raise KitError(f'--params holds {", ".join(reserved)}, which TPUEstimator '
-                   'sets itself (batch_size: use --batch_size)')
+                   'sets itself' + (f' (batch_size: use {batch_flag})'
+                                    if 'batch_size' in reserved else ''))
   return params
 
 

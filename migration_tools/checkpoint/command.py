@@ -14,7 +14,10 @@ port restores and resumes from (the kit's: ``python -m migrate
 and e.g. batch-norm moving statistics), paired by the port's variable map,
 --variable_map, or inferred from names and shapes (``variable_map``); the
 optimizer's slots (TF 1 Momentum and Adam, in the port's convention:
-``optimizers``); the global step, as the optimizer's step. Anything left
+``optimizers``; any other optimizer's '<variable>/<slot>', e.g. BERT's
+adam_m and adam_v, paired with the port optimizer's slots by Port.slot_map,
+equal names or creation order; --no_slots drops them, and says so); the
+global step, as the optimizer's step. Anything left
 unpaired on either side is an error that lists it. --verify then feeds the
 same batches of the legacy input_fn to the legacy model_fn in PREDICT mode
 (old checkpoint) and to the port's predict (new checkpoint), and requires
@@ -38,9 +41,11 @@ from absl import logging
 import tensorflow as tf
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
+from kit_core import keras_compat
 from kit_core.errors import KitError
 from kit_core.errors import one_line
 from migration_tools import cli
+from migration_tools import legacy
 from migration_tools import pair
 from migration_tools.checkpoint import estimator
 from migration_tools.checkpoint import keras2
@@ -58,6 +63,9 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
                       'port on Keras 3 (TF 2.16 and later).', **define)
   flags.DEFINE_string('output', None, 'New directory for the TF2 checkpoint.',
                       **define)
+  flags.DEFINE_bool('slots', True, 'Carry the optimizer\'s slots (--no_slots: '
+                    'the model and step alone, the optimizer starting '
+                    'afresh).', **define)
   flags.DEFINE_bool('verify', False, 'Check that every output of both sides '
                     'agrees.', **define)
   flags.DEFINE_integer('verify_examples', 1000,
@@ -80,19 +88,31 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   if tool_flags.keras2_dir and tool_flags.verify:
     raise KitError('--verify runs the legacy model_fn: it goes with '
                    '--estimator_dir only')
-  params = cli.parse_params(tool_flags.params)
+  # No batch here: a batch_size in --params goes to the port as it is.
+  params = cli.parse_params(tool_flags.params, batch_flag=None)
   port = pair.load_port(tool_flags)
-  if tool_flags.verify:
-    model_fn = pair.legacy_callable(tool_flags, 'legacy_model_fn')
-    input_fn = pair.legacy_callable(tool_flags, 'legacy_input_fn')
-    cli.set_legacy_flags(tool_flags.legacy_flags)
   if tool_flags.keras2_dir:
-    path = keras2.convert_keras2(tool_flags.keras2_dir, tool_flags.output, port,
-                          params)
+    path = keras2.convert_keras2(tool_flags.keras2_dir, tool_flags.output,
+                                 port, params)
   else:
+    if tool_flags.verify or tool_flags['legacy_model_fn'].present:
+      model_fn = pair.legacy_callable(tool_flags, 'legacy_model_fn')
+      input_fn = pair.legacy_callable(tool_flags, 'legacy_input_fn')
+      cli.set_legacy_flags(tool_flags.legacy_flags)
+    order = None
+    if port.variable_map is None and tool_flags['legacy_model_fn'].present:
+      # A map inferred by shape and order follows the legacy creation order,
+      # which the checkpoint (sorted by name) does not keep.
+      order = legacy.creation_order(model_fn, input_fn, params)
     path = estimator.convert(tool_flags.estimator_dir, tool_flags.output,
-                             port, params)
+                             port, params, tool_flags.slots, order)
   print(f'Checkpoint: {path}')
+  if not keras_compat.is_keras3():
+    # Keras 3 tracks a model's variables otherwise: it would restore this
+    # layout in part.
+    print(f'Written by Keras 2: on TF 2.16 and later (Keras 3), carry it '
+          f'over first: migration-convert-checkpoint '
+          f'--keras2_dir={tool_flags.output} --output=NEW_DIR')
   if tool_flags.verify:
     try:
       result = verify.verify(tool_flags.estimator_dir, tool_flags.output, port,

@@ -1,6 +1,8 @@
 """An Estimator's name-based checkpoint carried over to the port: every
 model variable by the variable map, the optimizer's slots in the port's
-convention (``optimizers``), the global step as the optimizer's step."""
+convention (``optimizers``: TF 1 Momentum and Adam by their tables, any other
+optimizer's '<variable>/<slot>' through a slot map), the global step as the
+optimizer's step."""
 import dataclasses
 
 from absl import logging
@@ -20,7 +22,9 @@ class LegacyCheckpoint:
   """A name-based checkpoint, split as the converter reads it.
 
   model: {variable name: value}, in the checkpoint's (sorted) order.
-  slots: {(variable name, canonical slot): value}; kind: their optimizer's.
+  slots: {(variable name, slot): value}; kind: their optimizer's, by the
+    tables (the slot its canonical name), or None (the slot the suffix the
+    legacy optimizer named it with, e.g. 'adam_m').
   step: the global step (0 if absent).
   """
   path: str
@@ -60,6 +64,10 @@ def read_checkpoint(estimator_dir: str) -> LegacyCheckpoint:
   if len(kinds) > 1:
     raise KitError(f'{path} holds slots of several optimizers '
                    f'({", ".join(sorted(kinds))}); the converter carries one')
+  if not slots:  # Another optimizer's: '<variable>/<slot>' of its shape.
+    for key, name in optimizers.generic_slots(
+        {k: v.shape for k, v in model.items()}).items():
+      slots[key] = model.pop(name)
   step = int(reader.get_tensor(STEP_NAME)) if STEP_NAME in names else 0
   return LegacyCheckpoint(path, model, slots, kinds.pop() if kinds else None,
                           step)
@@ -72,28 +80,52 @@ def _current_rate(optimizer) -> float:
   return float(tf.convert_to_tensor(rate).numpy())
 
 
+def _port_slots(checkpoint: LegacyCheckpoint, optimizer,
+                names: dict[str, str], given: dict[str, str]) -> dict:
+  """{(legacy name, legacy slot): port slot variable} for the checkpoint's
+  slots: by the tables for their kind, else through a slot map."""
+  if checkpoint.kind is not None or not checkpoint.slots:
+    theirs = optimizers.describe_port(optimizer).kind
+    if checkpoint.slots and checkpoint.kind != theirs:
+      raise KitError(f'the checkpoint holds {checkpoint.kind} slots and the '
+                     f'port\'s optimizer is {theirs}: give the port the legacy '
+                     'optimizer, or convert the model alone (--no_slots)')
+    return optimizers.port_slots(optimizer, names)
+  found = optimizers.port_slot_variables(optimizer, names)
+  slot_map = optimizers.resolve_slot_map(
+      list(dict.fromkeys(slot for _, slot in checkpoint.slots)),
+      list(dict.fromkeys(token for _, token in found)), given)
+  if slot_map.legacy_only:
+    raise KitError(f'the checkpoint\'s slots {", ".join(slot_map.legacy_only)}'
+                   ' pair with none of the port optimizer\'s ('
+                   f'{", ".join(slot_map.port_only) or "it has none"}): pair '
+                   'them (Port.slot_map), or convert the model alone '
+                   '(--no_slots)')
+  logging.info('Slots paired: %s', slot_map)
+  suffix = {token: theirs for theirs, token in slot_map.pairs.items()}
+  return {(name, suffix[token]): variable
+          for (name, token), variable in found.items() if token in suffix}
+
+
 def _carry_slots(checkpoint: LegacyCheckpoint, optimizer,
-                 names: dict[str, str]) -> int:
+                 names: dict[str, str], given: dict[str, str]) -> int:
   """Assigns the checkpoint's slots to the port optimizer's; returns how
   many. names: {port variable name: legacy name}."""
-  theirs = optimizers.describe_port(optimizer).kind
-  ours = optimizers.port_slots(optimizer, names)
-  if checkpoint.slots and checkpoint.kind != theirs:
-    raise KitError(f'the checkpoint holds {checkpoint.kind} slots and the '
-                   f'port\'s optimizer is {theirs}: give the port the legacy '
-                   'optimizer, or convert without slots by building the port '
-                   'with a plain SGD optimizer')
+  ours = _port_slots(checkpoint, optimizer, names, given)
   missing = sorted('/'.join(k) for k in set(ours) - set(checkpoint.slots))
   extra = sorted('/'.join(k) for k in set(checkpoint.slots) - set(ours))
   if missing or extra:
-    raise KitError('the optimizer slots do not pair: ' + '; '.join(
-        f'{label}: {", ".join(items[:4])}' for label, items in (
-            ('not in the checkpoint', missing), ('not in the port', extra))
-        if items))
-  rate = _current_rate(optimizer) if ours else 0.0
+    raise KitError('the optimizer slots do not pair (' + '; '.join(
+        f'{label}: {", ".join(items[:4])}' + (' ...' if len(items) > 4 else '')
+        for label, items in (('not in the checkpoint', missing),
+                             ('not in the port', extra)) if items) +
+                   '): give the port the legacy optimizer, or convert the '
+                   'model alone (--no_slots)')
+  kind = checkpoint.kind
+  rate = _current_rate(optimizer) if ours and kind else 0.0
   for key, variable in ours.items():
     try:
-      value = optimizers.to_port(theirs, key[1], checkpoint.slots[key], rate)
+      value = optimizers.to_port(kind, key[1], checkpoint.slots[key], rate)
     except ValueError as e:
       raise KitError(f'{e}; give the port its learning rate (--params)') from e
     variable.assign(value)
@@ -101,7 +133,8 @@ def _carry_slots(checkpoint: LegacyCheckpoint, optimizer,
 
 
 def convert(estimator_dir: str, output: str, port: port_lib.Port,
-            params: dict | None = None) -> str:
+            params: dict | None = None, slots: bool = True,
+            order: list[str] | None = None) -> str:
   """Writes the converted checkpoint into the new directory output.
 
   Args:
@@ -112,6 +145,11 @@ def convert(estimator_dir: str, output: str, port: port_lib.Port,
     params: the legacy params, handed to port.build_model and
       port.make_optimizer (batch_size and use_tpu are not added: there is no
       batch here).
+    slots: carry the optimizer's slots; False drops them (said in the log),
+      the optimizer starting afresh at the checkpoint's step.
+    order: the legacy variables in creation order (legacy.creation_order),
+      for a map inferred by shape and order; None: the checkpoint's sorted
+      order.
 
   Returns:
     The checkpoint path. Nothing is left at output on failure.
@@ -126,9 +164,11 @@ def convert(estimator_dir: str, output: str, port: port_lib.Port,
   ours = port_lib.state_variables(model)
   pairs = port.variable_map
   if pairs is None:
+    ranks = {name: i for i, name in enumerate(order or ())}
+    shapes = {k: checkpoint.model[k].shape for k in sorted(
+        checkpoint.model, key=lambda k: (ranks.get(k, len(ranks)), k))}
     try:
-      pairs = variable_map_lib.infer(
-          {k: v.shape for k, v in checkpoint.model.items()},
+      pairs = variable_map_lib.infer(shapes,
           {k: tuple(v.shape) for k, v in ours.items()}).pairs
     except KitError as e:
       raise KitError(f'the checkpoint does not match the port\'s model: {e}'
@@ -137,9 +177,15 @@ def convert(estimator_dir: str, output: str, port: port_lib.Port,
   for name, target in pairs.items():
     ours[target].assign(checkpoint.model[name])
   optimizer.iterations.assign(checkpoint.step)
-  slots = _carry_slots(checkpoint, optimizer,
-                       {v: k for k, v in pairs.items()})
+  carried = 0
+  if slots:
+    carried = _carry_slots(checkpoint, optimizer,
+                           {v: k for k, v in pairs.items()}, port.slot_map)
+  elif checkpoint.slots:
+    logging.info('--no_slots: the %d optimizer slots of %s are dropped; the '
+                 'optimizer starts afresh at step %d', len(checkpoint.slots),
+                 checkpoint.path, checkpoint.step)
   path = files.save(model, optimizer, output, checkpoint.step)
   logging.info('Converted %s (step %d, %d variables, %d slots) into %s',
-               checkpoint.path, checkpoint.step, len(pairs), slots, path)
+               checkpoint.path, checkpoint.step, len(pairs), carried, path)
   return path

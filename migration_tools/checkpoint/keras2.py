@@ -1,10 +1,12 @@
 """The port's own checkpoint from Keras 2 (TF 2.15) carried over to the
-same port on Keras 3: Keras 2's layout (``model/layer_with_weights-N/...``)
-is not Keras 3's, so the weights, slots and step are read by the names the
-object graph kept."""
+same port on Keras 3: Keras 2's layout (a functional model's
+``model/layer_with_weights-N/...``, a subclassed model's attributes, which
+Keras 3 tracks otherwise: ``_kernel`` for ``kernel``) is not Keras 3's, so
+the weights, slots and step are read by the names the object graph kept."""
 import dataclasses
 
 from absl import logging
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
@@ -49,8 +51,9 @@ def read_keras2_checkpoint(model_dir: str) -> Keras2Checkpoint:
     raise KitError(f'{path} is a name-based (Estimator or TF 1) checkpoint: '
                    'convert it with --estimator_dir')
   if not keras_compat.written_by_keras2(keys):
-    raise KitError(f'{path} was not written by Keras 2 (no model/layer... '
-                   'keys); a Keras 3 checkpoint restores as it is')
+    raise KitError(f'{path} was written by Keras 3 (its optimizer tracks '
+                   'optimizer/_trainable_variables): it restores as it is '
+                   'into the same port on Keras 3')
   graph = trackable_object_graph_pb2.TrackableObjectGraph()
   graph.ParseFromString(reader.get_tensor(files.OBJECT_GRAPH_KEY))
   # Dropout's random state (migrate saves it as 'random') is Keras 2's own
@@ -59,15 +62,15 @@ def read_keras2_checkpoint(model_dir: str) -> Keras2Checkpoint:
             for node in graph.nodes for attribute in node.attributes
             if attribute.name == 'VARIABLE_VALUE' and
             not attribute.checkpoint_key.startswith('random/')}
-  tokens = {token for _, token in optimizers.PORT_SLOTS[2]}
   model, slots, step = {}, {}, 0
   for name, value in values.items():
     parts = name.split('/')
-    # A slot is '<token>/<variable>', behind the optimizer's name when Keras
-    # 2 built it inside fit ('Adam/m/dense/kernel').
+    # A slot is '<token>/<variable>' of the variable's shape, behind the
+    # optimizer's name when Keras 2 built it inside fit ('Adam/m/dense/kernel').
     for start in (0, 1):
       owner = '/'.join(parts[start + 1:])
-      if parts[start:start + 1] and parts[start] in tokens and owner in values:
+      if (len(parts) > start + 1 and owner in values and
+          np.shape(values[owner]) == np.shape(value)):
         slots[(owner, parts[start])] = value
         break
     else:
@@ -78,26 +81,45 @@ def read_keras2_checkpoint(model_dir: str) -> Keras2Checkpoint:
   return Keras2Checkpoint(path, model, slots, step)
 
 
-def _carry_keras2_slots(checkpoint: Keras2Checkpoint, optimizer) -> int:
-  """Assigns the Keras 2 slots to the optimizer's; returns how many."""
+def _carry_keras2_slots(checkpoint: Keras2Checkpoint, optimizer,
+                        slot_map: dict[str, str]) -> int:
+  """Assigns the Keras 2 slots to the optimizer's; returns how many.
+
+  A table optimizer's slots are renamed by its tables (Keras 2's 'm' is
+  Keras 3's 'momentum'); any other optimizer's keep their token (the same
+  code names them the same on both), or pair through slot_map.
+  """
   kind = optimizers.describe_port(optimizer).kind
   table = optimizers.PORT_SLOTS[2]
-  theirs, unused = {}, []
-  for (name, token), value in checkpoint.slots.items():
-    if (kind, token) in table:
-      theirs[(name, table[(kind, token)])] = value
-    elif (kind, token) not in optimizers.PORT_UNUSED_SLOTS[2]:
-      unused.append(f'{token}/{name}')
-  if unused:
-    raise KitError(f'the checkpoint holds optimizer slots the port\'s {kind} '
-                   f'has no use for ({", ".join(sorted(unused)[:4])}): give '
-                   'the port the optimizer it was trained with')
-  ours = optimizers.port_slots(optimizer,
-                               {n: n for n in checkpoint.model})
+  names = {n: n for n in checkpoint.model}
+  if any(k == kind for k, _ in table):
+    theirs, unused = {}, []
+    for (name, token), value in checkpoint.slots.items():
+      if (kind, token) in table:
+        theirs[(name, table[(kind, token)])] = value
+      elif (kind, token) not in optimizers.PORT_UNUSED_SLOTS[2]:
+        unused.append(f'{token}/{name}')
+    if unused:
+      raise KitError(f'the checkpoint holds optimizer slots the port\'s '
+                     f'{kind} has no use for ({", ".join(sorted(unused)[:4])}'
+                     '): give the port the optimizer it was trained with')
+    ours = optimizers.port_slots(optimizer, names)
+  else:
+    found = optimizers.port_slot_variables(optimizer, names)
+    pairs = optimizers.resolve_slot_map(
+        list(dict.fromkeys(t for _, t in checkpoint.slots)),
+        list(dict.fromkeys(t for _, t in found)), slot_map).pairs
+    suffix = {token: theirs for theirs, token in pairs.items()}
+    ours = {(name, suffix[token]): variable
+            for (name, token), variable in found.items() if token in suffix}
+    theirs = checkpoint.slots
   missing = sorted('/'.join(k) for k in set(ours) - set(theirs))
-  if missing:
-    raise KitError(f'the checkpoint lacks optimizer slots of the port\'s '
-                   f'{kind}: {", ".join(missing[:4])}')
+  extra = sorted('/'.join(k) for k in set(theirs) - set(ours))
+  if missing or extra:
+    raise KitError('the optimizer slots do not pair (' + '; '.join(
+        f'{label}: {", ".join(items[:4])}' for label, items in (
+            ('not in the checkpoint', missing), ('not in the port', extra))
+        if items) + '): give the port the optimizer it was trained with')
   for key, variable in ours.items():
     variable.assign(theirs[key])
   return len(ours)
@@ -130,7 +152,7 @@ def convert_keras2(model_dir: str, output: str, port: port_lib.Port,
   for name, value in checkpoint.model.items():
     ours[name].assign(value)
   optimizer.iterations.assign(checkpoint.step)
-  slots = _carry_keras2_slots(checkpoint, optimizer)
+  slots = _carry_keras2_slots(checkpoint, optimizer, port.slot_map)
   path = files.save(model, optimizer, output, checkpoint.step)
   logging.info('Carried %s (step %d, %d variables, %d slots) over into %s',
                checkpoint.path, checkpoint.step, len(pairs), slots, path)
