@@ -11,7 +11,6 @@ The tools that compare against legacy code (``convert_checkpoint --verify``,
 ``tf.compat.v1.estimator``.
 """
 # migration-scan: skip-file (it runs legacy code on purpose, to compare with it)
-import dataclasses
 import os
 from typing import Any
 
@@ -21,6 +20,7 @@ import tensorflow as tf
 from kit_core import process
 from kit_core.errors import KitError
 from kit_core.errors import one_line
+from migration_tools import legacy_optimizer
 from migration_tools import optimizers
 from migration_tools import outputs
 from migration_tools import runners
@@ -104,11 +104,35 @@ def predict(model_fn, checkpoint_path: str, features, params: dict) -> dict:
       return sess.run(outputs.as_dict(spec.predictions))
 
 
+def creation_order(model_fn, input_fn, params: dict) -> list[str]:
+  """The model_fn's variables in the order it creates them (PREDICT mode),
+  which a name-based checkpoint does not keep: it sorts them, so a query,
+  key and value of one shape would pair with a port's in the wrong order.
+
+  Raises:
+    KitError: as read_input_fn, if the input_fn fails.
+  """
+  try:
+    dataset = input_fn(input_params(params, 1))
+  except Exception as e:  # pylint: disable=broad-except
+    raise KitError(f'the legacy input_fn raised {one_line(e)}') from e
+  spec = runners.split_element(dataset.element_spec)
+  with tf.Graph().as_default():
+    tf.compat.v1.train.create_global_step()
+    model_fn(_placeholders(spec[0], 1), None,
+             tf.compat.v1.estimator.ModeKeys.PREDICT, model_params(params, 1))
+    return [v.op.name for v in tf.compat.v1.global_variables()]
+
+
 class _Graph:
-  """One mode of a model_fn in a graph and session of its own."""
+  """One mode of a model_fn in a graph and session of its own, initialised
+  as TPUEstimator initialises it: the variables' initializers (which
+  tf.compat.v1.train.init_from_checkpoint redirects to a checkpoint), after
+  the spec's scaffold_fn ran in the graph, then the Scaffold's init_fn; in
+  TRAIN, the Estimator's warm_start_from."""
 
   def __init__(self, model_fn, mode, params: dict, spec: tuple,
-               batch_size: int):
+               batch_size: int, warm_start_from: str = ''):
     self.graph = tf.Graph()
     with self.graph.as_default():
       self.features = _placeholders(spec[0], batch_size)
@@ -117,6 +141,9 @@ class _Graph:
                      _placeholders(spec[1], batch_size))
       self.global_step = tf.compat.v1.train.create_global_step()
       self.spec = model_fn(self.features, self.labels, mode, dict(params))
+      scaffold = _scaffold(self.spec)
+      if warm_start_from:
+        tf.compat.v1.train.warm_start(warm_start_from)
       self.all_variables = {v.op.name: v
                             for v in tf.compat.v1.global_variables()}
       self._feeds = {name: tf.compat.v1.placeholder(v.dtype.base_dtype,
@@ -124,8 +151,11 @@ class _Graph:
                      for name, v in self.all_variables.items()}
       self._assign = {name: v.assign(self._feeds[name])
                       for name, v in self.all_variables.items()}
+      self.warm_started = _warm_started(self.graph)
       self.session = tf.compat.v1.Session(graph=self.graph)
       self.session.run(tf.compat.v1.global_variables_initializer())
+      if scaffold is not None and scaffold.init_fn is not None:
+        scaffold.init_fn(self.session)
 
   def feed(self, features, labels=None) -> dict:
     feed = dict(zip(tf.nest.flatten(self.features), tf.nest.flatten(features)))
@@ -141,9 +171,34 @@ class _Graph:
                      {self._feeds[n]: v for n, v in values.items()})
 
 
+def _scaffold(spec):
+  """The spec's Scaffold: a TPUEstimatorSpec's scaffold_fn is called here,
+  in the graph, as TPUEstimator calls it (its warm start with it)."""
+  scaffold_fn = getattr(spec, 'scaffold_fn', None)
+  if scaffold_fn is not None:
+    return scaffold_fn()
+  return getattr(spec, 'scaffold', None)
+
+
+def _warm_started(graph: tf.Graph) -> dict[str, int]:
+  """{checkpoint: variables} that init_from_checkpoint (or warm_start)
+  initialises from it: each such variable's initializer is a restore op
+  named checkpoint_initializer whose first input is the checkpoint."""
+  found = {}
+  for op in graph.get_operations():
+    if op.type == 'RestoreV2' and 'checkpoint_initializer' in op.name:
+      path = tf.get_static_value(op.inputs[0])
+      if path is not None:
+        path = np.asarray(path).item()
+        path = path.decode() if isinstance(path, bytes) else str(path)
+        found[path] = found.get(path, 0) + 1
+  return found
+
+
 class LegacyRunner(runners.LegacySide):
   """A model_fn as TPUEstimator runs it on CPU: a graph per mode, and one
-  ``session.run(train_op)`` per training step.
+  ``session.run(train_op)`` per training step; warm-started as TPUEstimator
+  warm-started it (scaffold_fn, init_from_checkpoint, warm_start_from).
 
   Its state is the model's variables (those its PREDICT graph creates:
   weights and, e.g., batch-norm moving statistics), the optimizer's slots
@@ -151,7 +206,7 @@ class LegacyRunner(runners.LegacySide):
   """
 
   def __init__(self, model_fn, params: dict, spec: tuple, batch_size: int,
-               shards: int = 1):
+               shards: int = 1, warm_start_from: str = ''):
     """Builds the TRAIN, PREDICT and EVAL graphs.
 
     Args:
@@ -161,6 +216,7 @@ class LegacyRunner(runners.LegacySide):
       batch_size: the global batch.
       shards: take each training step as TPUEstimator did on this many TPU
         cores (see step): the model_fn sees batch_size // shards examples.
+      warm_start_from: the Estimator's warm_start_from checkpoint, if any.
 
     Raises:
       KitError: the model_fn has no trainable variable or no train_op.
@@ -168,20 +224,30 @@ class LegacyRunner(runners.LegacySide):
     modes = tf.compat.v1.estimator.ModeKeys
     self.model_fn, self.params, self.shards = model_fn, params, shards
     self.spec, self.batch_size = spec, batch_size
+    self.warm_start_from = warm_start_from
+    # How the steps are taken, for the report.
+    self.reference = 'on the whole batch'
     # Every graph is built here: building tf.compat.v1.layers in a graph
     # invalidates Keras models made earlier in the process (the port's).
     self._build_train()
-    if shards > 1 and not self._shardable():
-      if self.update_ops:
+    if shards > 1:
+      unfed = self._unfed()
+      if unfed and self.update_ops:
         raise KitError(
-            'the legacy model updates batch statistics (UPDATE_OPS) and its '
-            'optimizer updates are not all TF 1 GradientDescent, Momentum or '
-            'Adam apply ops (e.g. a sparse embedding update), so it cannot be '
-            'run as on TPU cores; compare one replica (--replicas=1)')
-      # Its steps do not depend on the split: the whole batch at once gives
-      # the cores' mean gradient, rounded otherwise.
-      self.shards = 1
-      self._build_train()
+            'the legacy model updates batch statistics (UPDATE_OPS) and the '
+            f'gradient of {unfed[0]} reaches no optimizer the kit can feed, so '
+            'it cannot be run as on TPU cores; compare one replica '
+            '(--replicas=1)')
+      if unfed:
+        self.reference = (
+            f'on the whole batch, not as on {shards} TPU cores: the gradient '
+            f'of {unfed[0]} reaches no tf.compat.v1.train.Optimizer\'s '
+            'apply_gradients, so the cores\' gradients cannot be combined as '
+            'CrossShardOptimizer combined them')
+        self.shards = 1
+        self._build_train()
+      else:
+        self.reference = f'as on {shards} TPU cores'
     params = model_params(self.params, batch_size)
     self.infer = _Graph(model_fn, modes.PREDICT, params, spec, batch_size)
     self.eval = _Graph(model_fn, modes.EVAL, params, spec, batch_size)
@@ -192,14 +258,17 @@ class LegacyRunner(runners.LegacySide):
       self.eval_metrics = _eval_metric_ops(self.eval.spec)
       self.eval_init = tf.compat.v1.local_variables_initializer()
     self.predictions = outputs.as_dict(self.infer.spec.predictions)
-    self.reference = ('as on TPU cores' if self.shards > 1 else
-                      'on the whole batch')
+    self._layers = _layer_tensors(self.infer.graph, self.model_names,
+                                  batch_size)
 
   def _build_train(self) -> None:
     """The TRAIN graph at the shards' batch, its gradients and optimizer."""
     batch = self.batch_size // self.shards
-    self.train = _Graph(self.model_fn, tf.compat.v1.estimator.ModeKeys.TRAIN,
-                        model_params(self.params, batch), self.spec, batch)
+    with legacy_optimizer.watch(self.shards) as watched:
+      self.train = _Graph(self.model_fn,
+                          tf.compat.v1.estimator.ModeKeys.TRAIN,
+                          model_params(self.params, batch), self.spec, batch,
+                          self.warm_start_from)
     with self.train.graph.as_default():
       trainable = tf.compat.v1.trainable_variables()
       if not trainable or self.train.spec.train_op is None:
@@ -210,12 +279,19 @@ class LegacyRunner(runners.LegacySide):
           trainable, tf.gradients(self.train.spec.loss, trainable))}
       self.update_ops = tf.compat.v1.get_collection(
           tf.compat.v1.GraphKeys.UPDATE_OPS)
-    self.optimizer = _read_optimizer(self.train)
+    self.optimizer = legacy_optimizer.read(
+        self.train.graph, self.train.all_variables, watched)
 
-  def _shardable(self) -> bool:
-    """Whether every update is an apply op whose gradient can be fed."""
-    return (self.optimizer.kind is not None and
-            set(self.gradients) <= set(self.optimizer.applied))
+  def _unfed(self) -> list[str]:
+    """The variables whose applied gradient the kit cannot feed."""
+    return sorted(set(self.gradients) - set(self.optimizer.applied))
+
+  def describe_run(self) -> dict[str, Any]:
+    """How the steps are taken and where the run started (runners)."""
+    return {'reference': self.reference,
+            'warm_start': dict(self.train.warm_started),
+            'optimizer': self.optimizer.name,
+            'rate_source': self.optimizer.rate_source}
 
   def state(self) -> dict[str, np.ndarray]:
     """The model's variables, trainable or not, by name."""
@@ -240,6 +316,14 @@ class LegacyRunner(runners.LegacySide):
     self.infer.write(self.state())
     return self.infer.session.run(self.predictions, self.infer.feed(features))
 
+  def layer_outputs(self, features) -> dict[str, np.ndarray]:
+    """{scope: the first example's output, flattened} of each layer (a
+    variable's name scope) in PREDICT mode, in graph order (compare/layers)."""
+    self.infer.write(self.state())
+    values = self.infer.session.run(self._layers, self.infer.feed(features))
+    return {name: _first_example(value, self.batch_size)
+            for name, value in values.items()}
+
   def step(self, features, labels) -> dict[str, Any]:
     """The loss, gradients and learning rate of one step, which it takes.
 
@@ -262,10 +346,12 @@ class LegacyRunner(runners.LegacySide):
     """One step as TPUEstimator took it on `shards` TPU cores.
 
     Each core ran the model_fn on its consecutive share of the batch
-    (batch-norm statistics are the share's), CrossShardOptimizer applied the
-    mean of the cores' gradients once, and each core moved its own
-    statistics; Keras reads mirrored statistics as their mean across
-    replicas, and so are they kept here.
+    (batch-norm statistics are the share's) up to the gradients it hands its
+    optimizer (clipped, if the model_fn clips); CrossShardOptimizer summed
+    those across the cores and applied the sum once (the optimizer's own
+    compute_gradients had scaled the loss by 1/cores: legacy_optimizer).
+    Each core moved its own statistics; Keras reads mirrored statistics as
+    their mean across replicas, and so are they kept here.
     """
     def part(structure, i):
       size = len(tf.nest.flatten(structure)[0]) // self.shards
@@ -276,20 +362,25 @@ class LegacyRunner(runners.LegacySide):
              for i in range(self.shards)]
     # Not the rate here: made under the model_fn's
     # control_dependencies(UPDATE_OPS), fetching it moves the statistics.
-    fetches = {'loss': self.train.spec.loss, 'gradients': self.gradients}
+    fetches = {'loss': self.train.spec.loss, 'gradients': self.gradients,
+               'applied': self.optimizer.applied}
     start = self.state()
     moved = [n for n in self.model_names if n not in self.gradients]
     shards, statistics = [], []
     for feed in feeds:
-      shards.append(self.train.session.run(fetches, feed))
-      self.train.session.run(self.update_ops, feed)
+      # One run: the applied gradients may be made under the model_fn's
+      # control_dependencies(UPDATE_OPS), so each run that fetches them
+      # moves the statistics.
+      shards.append(self.train.session.run(
+          {'values': fetches, 'update': self.update_ops}, feed)['values'])
       statistics.append(self.train.read(moved))
       self.set_state(start)
     gradients = {name: np.mean([s['gradients'][name] for s in shards], axis=0)
                  for name in self.gradients}
     applied = dict(feeds[0])
-    applied.update((self.optimizer.applied[name], value)
-                   for name, value in gradients.items())
+    for name, tensor in self.optimizer.applied.items():
+      # Summed in core order, as cross_replica_sum summed them.
+      applied[tensor] = np.sum([s['applied'][name] for s in shards], axis=0)
     rate = {'learning_rate': self.optimizer.rate} if (
         self.optimizer.rate is not None) else {}
     rate = self.train.session.run({'train_op': self.train.spec.train_op,
@@ -305,7 +396,8 @@ class LegacyRunner(runners.LegacySide):
     return values
 
   def describe_optimizer(self) -> optimizers.Description | None:
-    """The optimizer's kind and hyper-parameters; None if not in the table."""
+    """The optimizer's kind and hyper-parameters; None if it is not read by
+    its ops (legacy_optimizer)."""
     if self.optimizer.kind is None:
       return None
     # Read statically: ops made under the model_fn's
@@ -379,58 +471,41 @@ class LegacyRunner(runners.LegacySide):
     return serving.serve(self.export(serving_input_fn, base_dir), inputs)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Optimizer:
-  """What the training graph's apply ops say of the optimizer.
-
-  kind: optimizers.SGD/MOMENTUM/ADAM, or None (another, or several kinds).
-  rate: the learning-rate tensor applied, or None.
-  hyper: {name: a tensor, or a bool read from an attribute}.
-  slots: {(variable name, canonical slot): slot variable name}.
-  applied: {variable name: the gradient tensor its apply op takes}.
-  unread: the apply op types not in optimizers.LEGACY_APPLY_OPS.
-  """
-  kind: str | None
-  rate: Any
-  hyper: dict
-  slots: dict
-  applied: dict
-  unread: tuple
+# Ops whose output is no layer's: variables, their reads, constants.
+_NOT_OUTPUTS = ('VarHandleOp', 'VariableV2', 'ReadVariableOp', 'Const',
+                'Placeholder', 'NoOp', 'AssignVariableOp', 'Assign')
 
 
-def _variable_name(tensor) -> str:
-  op = tensor.op
-  while op.type == 'Identity':
-    op = op.inputs[0].op
-  return op.name
+def _layer_tensors(graph: tf.Graph, names: list[str], batch: int) -> dict:
+  """{scope: tensor} of each variable's name scope: the last float tensor
+  made inside it (nested scopes included) whose first dimension counts
+  examples (batch, or batch times a sequence), ordered by that tensor, the
+  deeper scope first when two end on the same one."""
+  scopes = {name.rpartition('/')[0] for name in names} - {''}
+  last = {}
+  for index, op in enumerate(graph.get_operations()):
+    if (op.type in _NOT_OUTPUTS or not op.outputs or '/Initializer/' in op.name
+        or op.name.endswith('/read')):
+      continue
+    tensor = op.outputs[0]
+    shape = tensor.shape
+    if (not tensor.dtype.is_floating or shape.rank is None or
+        shape.rank < 1 or shape[0] is None or shape[0] % batch):
+      continue
+    parts = op.name.split('/')
+    for end in range(1, len(parts)):
+      prefix = '/'.join(parts[:end])
+      if prefix in scopes:
+        last[prefix] = (index, tensor)
+  ordered = sorted(last, key=lambda s: (last[s][0], -s.count('/')))
+  return {name: last[name][1] for name in ordered}
 
 
-def _read_optimizer(graph: _Graph) -> _Optimizer:
-  ops = [op for op in graph.graph.get_operations()
-         if op.type.startswith(('Apply', 'ResourceApply'))]
-  rules = [(op, optimizers.LEGACY_APPLY_OPS.get(op.type)) for op in ops]
-  unread = tuple(sorted({op.type for op, rule in rules if rule is None}))
-  kinds = {rule.kind for _, rule in rules if rule}
-  if unread or len(kinds) != 1:
-    return _Optimizer(None, None, {}, {}, {}, unread)
-  kind = kinds.pop()
-  rates = {op.inputs[rule.rate].ref() for op, rule in rules}
-  first_op, rule = rules[0]
-  hyper = {k: first_op.inputs[i] for k, i in rule.hyper.items()}
-  for key, attr in optimizers.LEGACY_APPLY_ATTRS.get(kind, {}).items():
-    hyper[key] = bool(first_op.get_attr(attr))
-  # By name, not by apply op: a sparse update (an embedding's) has none.
-  slots = {}
-  trainable = {v.op.name for v in graph.graph.get_collection(
-      tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)}
-  for name in graph.all_variables:
-    found = optimizers.legacy_slot(name, trainable)
-    if found and found[1] == kind:
-      slots[(found[0], found[2])] = name
-  applied = {_variable_name(op.inputs[0]): op.inputs[rule.grad]
-             for op, rule in rules}
-  return _Optimizer(kind, rates.pop().deref() if len(rates) == 1 else None,
-                    hyper, slots, applied, unread)
+def _first_example(value, batch: int) -> np.ndarray:
+  """A layer output's first example, flattened (its first size // batch
+  numbers: the same whether the output is [batch, ...] or [batch * n, ...])."""
+  flat = np.asarray(value).ravel()
+  return flat[:flat.size // batch]
 
 
 def _eval_metric_ops(spec) -> dict:

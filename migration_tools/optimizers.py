@@ -163,3 +163,98 @@ def differences(legacy: Description, port: Description) -> list[str]:
                   else f'{key} is {theirs} in the legacy {legacy.kind} and '
                   f'{ours} in the port\'s')
   return said
+
+
+# Any other optimizer: slots found by name and paired through a slot map.
+def generic_slots(shapes: dict[str, Any], owners=None) -> dict[tuple, str]:
+  """{(variable, suffix): name} of the names <variable>/<suffix> after a
+  variable in owners of the same shape (the longest such owner): the slots of
+  an optimizer the tables do not hold (BERT's '<variable>/adam_m').
+
+  Args:
+    shapes: {name: shape} of every variable (or checkpoint entry).
+    owners: the names that may own slots (e.g. the trainable variables);
+      None (a checkpoint, which does not say): every name that is not itself
+      '<another name of its shape>/<suffix>'.
+  """
+  def owned_by(name, candidates):
+    return [o for o in candidates if name.startswith(o + '/') and
+            tuple(shapes[o]) == tuple(shapes[name])]
+
+  if owners is None:
+    owners = [n for n in shapes if not owned_by(n, shapes)]
+  owners = set(owners)
+  slots = {}
+  for name in shapes:
+    candidates = [] if name in owners else owned_by(name, owners)
+    if candidates:
+      owner = max(candidates, key=len)
+      slots[(owner, name[len(owner) + 1:])] = name
+  return slots
+
+
+def port_slot_variables(optimizer, model_names: dict[str, str]
+                        ) -> dict[tuple, Any]:
+  """{(harness name, token): variable} of every optimizer variable named as
+  Keras names a slot of a model variable (keras_compat.slot_name), in the
+  optimizer's order; the longest matching variable path wins.
+
+  Args:
+    optimizer: a built Keras optimizer.
+    model_names: {the variable's path: the name the harness uses for it}.
+  """
+  found = {}
+  for variable in optimizer.variables:
+    name = variable.name.removesuffix(':0').removeprefix(f'{optimizer.name}/')
+    best = None
+    for path, harness_name in model_names.items():
+      token = _slot_token(name, path)
+      if token and (best is None or len(path) > len(best[0])):
+        best = (path, harness_name, token)
+    if best:
+      found[(best[1], best[2])] = variable
+  return found
+
+
+def _slot_token(name: str, path: str) -> str | None:
+  """The token if name is keras_compat.slot_name(path, token), else None."""
+  if keras_compat.is_keras3():
+    prefix = path.replace('/', '_') + '_'
+    return name[len(prefix):] or None if name.startswith(prefix) else None
+  suffix = '/' + path
+  return name[:-len(suffix)] or None if name.endswith(suffix) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotMap:
+  """{legacy slot suffix: port slot token}, how each pair was made ('given',
+  'name', 'order'), and what stayed unpaired on each side."""
+  pairs: dict[str, str]
+  how: dict[str, str]
+  legacy_only: list[str]
+  port_only: list[str]
+
+  def __str__(self) -> str:
+    shown = [f'{k} -> {v} ({self.how[k]})' for k, v in self.pairs.items()]
+    shown += [f'{k} -> none' for k in self.legacy_only]
+    return ', '.join(shown) or 'no slots'
+
+
+def resolve_slot_map(legacy: list[str], port: list[str],
+                     given: dict[str, str] | None) -> SlotMap:
+  """Pairs slot suffixes (both in creation order): given, then equal names,
+  then what is left in order when as many are left on each side."""
+  pairs, how = {}, {}
+  for theirs, ours in (given or {}).items():
+    if theirs in legacy and ours in port:
+      pairs[theirs], how[theirs] = ours, 'given'
+  for theirs in legacy:
+    if theirs not in pairs and theirs in port and theirs not in pairs.values():
+      pairs[theirs], how[theirs] = theirs, 'name'
+  left = [t for t in legacy if t not in pairs]
+  free = [o for o in port if o not in pairs.values()]
+  if len(left) == len(free):
+    for theirs, ours in zip(left, free):
+      pairs[theirs], how[theirs] = ours, 'order'
+    left, free = [], []
+  return SlotMap(pairs, how, left, free)

@@ -30,6 +30,12 @@ model_fn gets (the user's ``--params``, ``batch_size`` = the global batch,
   output_map      {legacy prediction/serving output: port output}, for
                   outputs named otherwise; unlisted ones keep their names.
   metric_map      {legacy eval metric: port metric (a key of reset())}.
+  slot_map        {legacy slot suffix: port slot token}, for an optimizer
+                  the kit does not read by its ops (e.g. BERT's
+                  AdamWeightDecayOptimizer): the legacy slot
+                  '<variable>/adam_m' is the port's slot named 'adam_m' by
+                  add_variable_from_reference. Unlisted slots pair by equal
+                  names, then in creation order (optimizers.resolve_slot_map).
 
 ``check_port`` turns every way a Port can fall short of this into one line
 that names the missing piece and says what to do. docs/MIGRATION.md ("Plug
@@ -122,6 +128,7 @@ class Port:
   variable_map: dict[str, str] | None = None
   output_map: dict[str, str] = dataclasses.field(default_factory=dict)
   metric_map: dict[str, str] = dataclasses.field(default_factory=dict)
+  slot_map: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def load_port(spec: str) -> Port:
@@ -169,7 +176,7 @@ def check_port(port: Any, where: str) -> Port:
                    f'lacks {", ".join(missing)}: implement the Trainer '
                    'protocol of migration_tools/port.py (see '
                    f'{GUIDE})')
-  for field in ('variable_map', 'output_map', 'metric_map'):
+  for field in ('variable_map', 'output_map', 'metric_map', 'slot_map'):
     value = getattr(port, field)
     if field == 'variable_map' and value is None:
       continue

@@ -64,8 +64,18 @@ class LegacySide(Protocol):
   def describe_optimizer(self) -> optimizers.Description | None:
     """The optimizer the training graph applies, None if unknown."""
 
+  def describe_run(self) -> dict[str, Any]:
+    """How this run takes its steps and where it started: 'reference'
+    (e.g. 'as on 2 TPU cores', or why on the whole batch), 'warm_start'
+    ({checkpoint: variables initialised from it}), 'optimizer' (its class)
+    and 'rate_source' (where its rate is read, or why it cannot be)."""
+
   def predict(self, features) -> dict[str, np.ndarray]:
     """The PREDICT outputs at the current state."""
+
+  def layer_outputs(self, features) -> dict[str, np.ndarray]:
+    """Each layer's output on the first example, by name scope, in the
+    model's order (compare/layers.py)."""
 
   def evaluate(self, batches: list) -> dict[str, float]:
     """The EVAL metrics and mean loss over batches."""
@@ -115,6 +125,12 @@ class PortSide(Protocol):
   def describe_optimizer(self) -> optimizers.Description:
     """The port's optimizer, as the checks compare it."""
 
+  def slot_tokens(self) -> list[str]:
+    """The names its optimizer gives its slots (e.g. 'adam_m'), in order."""
+
+  def use_slot_map(self, slot_map: dict[str, str]) -> None:
+    """Pairs slots by {legacy slot suffix: port token} from now on."""
+
   def slots(self, rate: float) -> dict[tuple, np.ndarray]:
     """The optimizer's slots in the legacy convention, by legacy name."""
 
@@ -130,6 +146,10 @@ class PortSide(Protocol):
 
   def predict(self, features) -> dict[str, np.ndarray]:
     """The port's predictions at the current state."""
+
+  def layer_outputs(self, features) -> dict[str, np.ndarray]:
+    """Each layer that owns variables: its output on the first example, by
+    the scope of its variables (compare/layers.py)."""
 
   def step(self) -> dict:
     """Takes one training step on the next batch: its loss and gradients."""

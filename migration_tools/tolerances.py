@@ -32,3 +32,21 @@ TRAJECTORY_ATOL = 1e-5
 # rounding from a bug. Then the free run is reported (it must complete with
 # finite losses) and `stepwise` holds every step, the port given the legacy
 # state before it, to ONE_STEP_ATOL.
+# Each variable's update (after minus before) at one step from identical
+# state, and each optimizer slot, relative to the legacy one's size, after
+# differences within UPDATE_ULPS units in the last place of the values are
+# taken for the rounding of storing them (compare/updates.py). Correct ports
+# measured: 5e-8 (momentum), 1e-6 (a BERT-shaped Adam with weight decay), and
+# 1.3e-5 in Adam's second moment, which TF 1's kernel scales by 1 - beta_2
+# in float32 and Keras by 1 - beta_2 in float64 rounded to float32. A weight
+# decay of 0.01 left out is 1e-4 to 2e-2 of the step of a weight (0.02 to 0.05
+# against Adam steps of 0.2 to 3 learning rates), at any learning rate.
+UPDATE_RTOL = 5e-5
+UPDATE_ULPS = 2
+# A part's difference is judged over the larger of its own size and this
+# fraction of its group's typical size (per element, scaled to its count):
+# a variable whose gradient is zero up to rounding has a step of noise.
+UPDATE_FLOOR = 1e-2
+# Each layer's output at identical weights, relative to its scale
+# (compare/layers.py), to say where two models part: the first layer over it.
+LAYER_RTOL = 1e-5

@@ -26,7 +26,8 @@ class CheckResult:
 
   status: PASSED or FAILED (judged on the figures), ERROR (the check raised:
   message is the cause), NOT_RUN (a check it needs failed first, or the kit
-  cannot judge it) or SKIPPED (the port does not give what it compares).
+  cannot judge it: message says why) or SKIPPED (the port does not give
+  what it compares, or another check judges it).
   """
   name: str
   status: str
@@ -41,8 +42,10 @@ class CheckResult:
 
   @property
   def failed(self) -> bool:
-    """Whether it makes the comparison fail (all but PASSED and SKIPPED)."""
-    return self.status not in (PASSED, SKIPPED)
+    """Whether it makes the comparison fail: FAILED or ERROR. A check NOT
+    RUN because an earlier one failed follows that failure; one the kit
+    cannot judge says why, and fails nothing."""
+    return self.status in (FAILED, ERROR)
 
   def to_json(self) -> dict[str, Any]:
     """The report's form: the figures beside the named fields."""
@@ -216,6 +219,32 @@ def optimizer(theirs, ours) -> CheckResult:
   return CheckResult('optimizer', PASSED, figures=figures)
 
 
+def optimizer_by_behaviour(legacy_run: dict, ours,
+                           slot_map) -> CheckResult:
+  """For a legacy optimizer the kit does not read by its ops: its slots
+  must pair with the port's; its updates are judged in `updates`.
+
+  Args:
+    legacy_run: the legacy runner's describe_run().
+    ours: optimizers.Description of the port's.
+    slot_map: optimizers.SlotMap between the two.
+  """
+  figures = {'legacy': legacy_run['optimizer'], 'port': str(ours),
+             'slot_map': str(slot_map), 'port_only_slots': slot_map.port_only}
+  if slot_map.legacy_only:
+    return CheckResult(
+        'optimizer', FAILED, f'the legacy optimizer {legacy_run["optimizer"]}'
+        f' keeps slots {", ".join(slot_map.legacy_only)} that pair with none '
+        f'of the port\'s ({", ".join(slot_map.port_only) or "it has none"}): '
+        'give the port an optimizer with the same state, or pair them '
+        '(Port.slot_map)', figures=figures)
+  return CheckResult(
+      'optimizer', SKIPPED, f'{legacy_run["optimizer"]} is not an optimizer '
+      'the kit reads by its ops: it is compared by what it does, each '
+      'variable\'s update and each slot at every step, in the updates '
+      f'checks (slots: {slot_map})', figures=figures)
+
+
 def _split_state(theirs: dict, ours: dict, trainable) -> tuple:
   """(weights diff, other state diff and its worst name) over legacy names."""
   weights = {k: theirs[k] for k in trainable}
@@ -296,7 +325,8 @@ def _one_step_hint(f: dict, replicas: int) -> str:
                 'other examples per replica than global batch // replicas)')
   if f['learning_rate_diff'] > tolerances.LEARNING_RATE_ATOL:
     said.append(f'the learning rates differ ({f["legacy_learning_rate"]} vs '
-                f'{f["port_learning_rate"]})')
+                f'{f["port_learning_rate"]}): ' + _rate_cause(
+                    f['legacy_learning_rate'], f['port_learning_rate']))
   over = tolerances.ONE_STEP_ATOL
   if not said and f['updated_weights_diff'] > over:
     said.append(f'the updated weights differ by {f["updated_weights_diff"]:.3g}'
@@ -311,15 +341,28 @@ def _one_step_hint(f: dict, replicas: int) -> str:
                 'model with training=True)')
   if f['slots_diff'] > over and f['updated_weights_diff'] <= over:
     said.append(f'the optimizer slot {f["worst_slot"]} differs by '
-                f'{f["slots_diff"]:.3g} though the weights agree')
+                f'{f["slots_diff"]:.3g} though the weights agree: the '
+                'optimizer receives other gradients than the loss\'s (e.g. '
+                'clipping by global norm missing or at another norm, a loss '
+                'scale; the updates check says by what factor)')
   if not said:
     said.append('the figures differ by less than each bar alone shows')
   return 'one step differs: ' + '; '.join(said)
 
 
-def learning_rate(name: str, theirs: list[float], ours: list[float]
-                  ) -> CheckResult:
-  """The rate each side applied at every step."""
+def learning_rate(name: str, theirs: list[float], ours: list[float],
+                  legacy_source: str = '') -> CheckResult:
+  """The rate each side applied at every step.
+
+  Args:
+    theirs: the legacy rates, NaN where they cannot be read.
+    legacy_source: where the legacy rate is read, or why it cannot be.
+  """
+  if any(np.isnan(theirs)):
+    return CheckResult(name, NOT_RUN, 'the legacy learning rate cannot be '
+                       f'read ({legacy_source}); the updates checks judge the '
+                       'rate through each step\'s size',
+                       figures={'port': ours[-1]})
   diffs = np.abs(np.array(theirs) - np.array(ours))
   over = np.flatnonzero(diffs > tolerances.LEARNING_RATE_ATOL)
   first = int(over[0]) + 1 if over.size else None
@@ -328,9 +371,16 @@ def learning_rate(name: str, theirs: list[float], ours: list[float]
                 {'legacy': theirs[-1], 'port': ours[-1],
                  'first_step_over_tolerance': first},
                 f'the learning rates part at step {first} ({theirs[at]:.6g} '
-                f'vs {ours[at]:.6g}): the schedule must read a step that '
-                'advances once per global batch (not per replica, not per '
-                'epoch)')
+                f'vs {ours[at]:.6g}): ' + _rate_cause(theirs[at], ours[at]))
+
+
+def _rate_cause(theirs: float, ours: float) -> str:
+  if theirs == 0 and ours:
+    return ('the legacy rate is 0 there, as a warmup from 0 starts: compare '
+            'the port\'s warmup (its length, and that it has one)')
+  return ('the schedule must read a step that advances once per global batch '
+          '(not per replica, not per epoch), and have the legacy shape (its '
+          'warmup, decay steps and end rate)')
 
 
 def trajectory(name: str, theirs: list[float], ours: list[float],

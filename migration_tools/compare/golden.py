@@ -30,7 +30,8 @@ from kit_core.errors import KitError
 from migration_tools import optimizers
 from migration_tools import runners
 
-FORMAT = 1
+# 2: describe_run, and the slots of optimizers read by what they do.
+FORMAT = 2
 _MANIFEST = '__manifest__'
 
 

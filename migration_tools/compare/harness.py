@@ -21,14 +21,17 @@ from kit_core import atomic
 from kit_core import keras_compat
 from kit_core.errors import one_line
 from migration_tools import legacy as legacy_lib
+from migration_tools import optimizers
 from migration_tools import port as port_lib
 from migration_tools import runners
 from migration_tools import serving
 from migration_tools import variable_map
 from migration_tools.compare import checks
 from migration_tools.compare import golden
+from migration_tools.compare import layers
 from migration_tools.compare import plot
 from migration_tools.compare import port_runner
+from migration_tools.compare import updates
 from migration_tools.compare.checks import CheckResult
 
 # The two sides, as the checks below ask them (runners.py declares them).
@@ -46,12 +49,16 @@ class Options:
   params: the user's params for input_fn and model_fn (TPUEstimator's
     params=...); batch_size and use_tpu are added as TPUEstimator adds them.
   seed: the initial weights' seed.
+  warm_start_from: the checkpoint TPUEstimator(warm_start_from=...) got;
+    the legacy TRAIN graph starts from it (its trainable variables), and
+    the port from the legacy start.
   """
   steps: int = 100
   global_batch: int = 64
   eval_batches: int = 20
   params: dict = dataclasses.field(default_factory=dict)
   seed: int = 0
+  warm_start_from: str = ''
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +117,7 @@ def planned_checks(labels: list[str], serving: bool) -> list[str]:
               f'trajectory ({label})']
     if index == 0:
       names += ['evaluation'] + (['served_predictions'] if serving else [])
-    names += [f'stepwise ({label})']
+    names += [f'updates ({label})', f'stepwise ({label})']
   return names + ['dropout (1 replica)']
 
 
@@ -133,7 +140,7 @@ class LiveSource:
   def runner(self, shards: int, purpose: str):
     runner = legacy_lib.LegacyRunner(
         self.pair.model_fn, self.options.params, self._spec,
-        self.options.global_batch, shards)
+        self.options.global_batch, shards, self.options.warm_start_from)
     if self.tape is None:
       return runner
     return golden.RecordingRunner(runner, self.tape, purpose)
@@ -165,6 +172,10 @@ class _Run:
   options: Options
   pairs: dict = dataclasses.field(default_factory=dict)
   start: dict | None = None
+  # {legacy slot suffix: port token}, for an optimizer read by what it does.
+  slot_map: dict | None = None
+  # Where the layers' outputs part (compare/layers), '' if they do not.
+  parting: str = ''
 
   def legacy(self, purpose: str, shards: int = 1):
     legacy = self.source.runner(shards, purpose)
@@ -179,22 +190,49 @@ class _Run:
     if self.pairs:
       runner.use_map(self.pairs)
       runner.set_state(self.start)
+    if self.slot_map is not None:
+      runner.use_slot_map(self.slot_map)
     return runner
 
 
 def _slots_compared(legacy: Legacy, runner: Port) -> bool:
   theirs = legacy.describe_optimizer()
-  return theirs is not None and theirs.kind == runner.describe_optimizer().kind
+  if theirs is None:  # Read by what it does: through the slot map.
+    return bool(getattr(runner, 'slot_map', None))
+  return theirs.kind == runner.describe_optimizer().kind
+
+
+def _optimizer(legacy: Legacy, runner: Port, run: _Run) -> CheckResult:
+  """The optimizer check; for one the kit does not read by its ops, the
+  slot map its updates and slots are compared through."""
+  theirs = legacy.describe_optimizer()
+  if theirs is not None:
+    return checks.optimizer(theirs, runner.describe_optimizer())
+  suffixes = list(dict.fromkeys(slot for _, slot in legacy.slots()))
+  slot_map = optimizers.resolve_slot_map(suffixes, runner.slot_tokens(),
+                                         run.port.slot_map)
+  run.slot_map = slot_map.pairs
+  runner.use_slot_map(slot_map.pairs)
+  return checks.optimizer_by_behaviour(
+      legacy.describe_run(), runner.describe_optimizer(), slot_map)
 
 
 def _one_step_check(name: str, legacy: Legacy, runner: Port, theirs,
                     ours) -> CheckResult:
+  """one_step, saying how the legacy step was taken: as on TPU cores, or
+  (and why) on the whole batch."""
   both = _slots_compared(legacy, runner)
-  return checks.one_step(
+  result = checks.one_step(
       name, theirs, ours, legacy.state(), runner.state(),
       runner.strategy.num_replicas_in_sync,
       legacy.slots() if both else None,
       runner.slots(ours['learning_rate']) if both else None)
+  reference = legacy.describe_run()['reference']
+  result.figures['legacy_reference'] = reference
+  if runner.strategy.num_replicas_in_sync > 1 and 'not as on' in reference:
+    result.message += ('; ' if result.message else '') + (
+        f'the legacy step was taken {reference}')
+  return result
 
 
 def _run_trajectory(rec: Recorder, label: str, legacy: Legacy, runner: Port,
@@ -228,7 +266,8 @@ def _run_trajectory(rec: Recorder, label: str, legacy: Legacy, runner: Port,
     return
   rec.run(names[0], lambda: checks.learning_rate(
       names[0], [t.get('learning_rate', np.nan) for t in theirs],
-      [o['learning_rate'] for o in ours]))
+      [o['learning_rate'] for o in ours],
+      legacy.describe_run()['rate_source']))
   rec.run(names[1], lambda: checks.trajectory(
       names[1], [t['loss'] for t in theirs], [o['loss'] for o in ours],
       legacy.state(), runner.state(),
@@ -241,40 +280,81 @@ def _run_trajectory(rec: Recorder, label: str, legacy: Legacy, runner: Port,
       global_steps=(legacy.global_step(), runner.global_step())))
 
 
+@dataclasses.dataclass
+class _Resynced:
+  """Every step of the legacy trajectory at identical state.
+
+  per_step: each step's max difference (loss, state, slots).
+  losses: the legacy losses.
+  steps: what each step did to each variable and slot (updates.Step).
+  """
+  per_step: np.ndarray
+  losses: list[float]
+  steps: list
+
+
 def _resynced_steps(legacy: Legacy, runner: Port, run: _Run,
-                    dropout: bool = False) -> tuple[np.ndarray, list[float]]:
+                    dropout: bool = False) -> _Resynced:
   """Every step of the legacy trajectory at identical state: before each
   step the port takes the legacy state (weights, slots, step), so no
-  difference can grow. Returns each step's max difference (loss, state,
-  slots) and the legacy losses.
+  difference can grow.
 
   Args:
     dropout: take the port's step as its trainer does, all of it in its step
       function (the loss its metric records), for a dropout mask drawn once.
   """
-  per_step, losses, rate = [], [], 0.0
+  per_step, losses, steps, rate = [], [], [], 0.0
+  trainable = set()
   both = _slots_compared(legacy, runner)
-  for features, labels in run.batches:
-    runner.set_state(legacy.state())
+  for number, (features, labels) in enumerate(run.batches, 1):
+    before = legacy.state()
+    runner.set_state(before)
     runner.set_global_step(legacy.global_step())
     if both and rate:
       runner.set_slots(legacy.slots(), rate)
     theirs = legacy.step(features, labels)
     ours = runner.train_loss() if dropout else runner.step()['loss']
     rate = runner.learning_rate()
-    diffs = [abs(theirs['loss'] - ours),
-             checks.max_diff(legacy.state(), runner.state())[0]]
-    if both and legacy.slots():
-      diffs.append(checks.max_diff(legacy.slots(), runner.slots(rate))[0])
+    after = legacy.state()
+    diffs = [abs(theirs['loss'] - ours), checks.max_diff(after,
+                                                          runner.state())[0]]
+    legacy_slots = legacy.slots() if both else {}
+    port_slots = runner.slots(rate) if legacy_slots else {}
+    if legacy_slots:
+      diffs.append(checks.max_diff(legacy_slots, port_slots)[0])
     per_step.append(max(diffs))
     losses.append(float(theirs['loss']))
-  return np.array(per_step), losses
+    # The optimizer's variables: a run's first step answers with their
+    # gradients (state moved otherwise, e.g. batch-norm statistics, stepwise
+    # holds).
+    trainable = trainable or set(theirs.get('gradients', ()))
+    ours_after = runner.state()
+    steps.append(updates.step(
+        number, before, {k: after[k] for k in trainable},
+        {k: ours_after[k] for k in trainable}, legacy_slots, port_slots,
+        theirs.get('learning_rate')))
+  return _Resynced(np.array(per_step), losses, steps)
 
 
-def _stepwise(label: str, legacy: Legacy, runner: Port,
-              run: _Run) -> CheckResult:
-  return checks.stepwise(f'stepwise ({label})',
-                         _resynced_steps(legacy, runner, run)[0])
+def _stepwise_and_updates(rec: Recorder, label: str, shards: int,
+                          strategy: tf.distribute.Strategy,
+                          run: _Run) -> None:
+  """stepwise and updates from one pass over the legacy trajectory, on a
+  fresh legacy run and port."""
+  names = [f'stepwise ({label})', f'updates ({label})']
+  resynced = []
+
+  def stepwise():
+    legacy = run.legacy(names[0], shards)
+    resynced.append(_resynced_steps(legacy, run.port_runner(strategy), run))
+    return checks.stepwise(names[0], resynced[0].per_step)
+
+  rec.run(names[0], stepwise)
+  if not resynced:
+    rec.error(names[1:], 'the stepwise pass raised (see stepwise)')
+    return
+  rec.run(names[1], lambda: updates.check(names[1], resynced[0].steps,
+                                          run.parting))
 
 
 def _evaluate(legacy: Legacy, runner: Port, run: _Run) -> CheckResult:
@@ -321,9 +401,9 @@ def _dropout(rec: Recorder, run: _Run) -> None:
     with tool.scope():
       legacy = run.legacy('dropout (1 replica)')
       runner = run.port_runner(tf.distribute.OneDeviceStrategy('/cpu:0'))
-      per_step, losses = _resynced_steps(legacy, runner, run, dropout=True)
-    result = checks.stepwise('dropout (1 replica)', per_step)
-    result.figures['legacy_losses'] = losses
+      resynced = _resynced_steps(legacy, runner, run, dropout=True)
+    result = checks.stepwise('dropout (1 replica)', resynced.per_step)
+    result.figures['legacy_losses'] = resynced.losses
     if not result.passed:
       result.message = (
           f'with dropout on (random numbers aligned) step '
@@ -337,18 +417,31 @@ def _dropout(rec: Recorder, run: _Run) -> None:
   rec.run('dropout (1 replica)', check)
 
 
+def _inference(legacy: Legacy, runner: Port, run: _Run) -> CheckResult:
+  """The outputs at identical state, and each layer's (compare/layers):
+  where inside the model the two sides part, if they do."""
+  features = run.data.batches[0][0]
+  result = checks.inference(legacy.predict(features), runner.predict(features),
+                            run.port.output_map)
+  figures = layers.compare(legacy.layer_outputs(features),
+                           runner.layer_outputs(features),
+                           layers.pairs(run.pairs))
+  result.figures['layers'] = figures
+  run.parting = layers.parting_text(figures)
+  if run.parting:
+    result.message += ('; ' if result.message else 'the outputs agree within '
+                       'the bar, but inside the model ') + run.parting
+  return result
+
+
 def _single_replica_checks(rec: Recorder, legacy: Legacy, runner: Port,
                            run: _Run, workdir: str) -> None:
   """optimizer, inputs, inference, the 1-replica training checks,
   evaluation, serving."""
-  rec.run('optimizer', lambda: checks.optimizer(
-      legacy.describe_optimizer(), runner.describe_optimizer()))
+  rec.run('optimizer', lambda: _optimizer(legacy, runner, run))
   rec.run('inputs', lambda: checks.inputs(run.data.batches[0],
                                           runner.first_pipeline_batch()))
-  features = run.data.batches[0][0]
-  rec.run('inference', lambda: checks.inference(
-      legacy.predict(features), runner.predict(features),
-      run.port.output_map))
+  rec.run('inference', lambda: _inference(legacy, runner, run))
   _run_trajectory(rec, '1 replica', legacy, runner, run)
   # Here, before another legacy graph makes this port model unusable.
   rec.run('evaluation', lambda: _evaluate(legacy, runner, run))
@@ -356,9 +449,7 @@ def _single_replica_checks(rec: Recorder, legacy: Legacy, runner: Port,
     rec.run('served_predictions', lambda: _served_predictions(
         legacy, runner, run, workdir))
   # Last: its legacy graph leaves this port model unusable.
-  rec.run('stepwise (1 replica)', lambda: _stepwise(
-      '1 replica', run.legacy('stepwise (1 replica)'),
-      run.port_runner(runner.strategy), run))
+  _stepwise_and_updates(rec, '1 replica', 1, runner.strategy, run)
 
 
 def _inventory(rec: Recorder, run: _Run, legacy: Legacy, runner: Port) -> bool:
@@ -372,6 +463,12 @@ def _inventory(rec: Recorder, run: _Run, legacy: Legacy, runner: Port) -> bool:
     runner.use_map(resolved.pairs)
     result = checks.inventory(theirs, runner.state())
     result.figures['paired_by_order'] = resolved.by_order()
+    warm = legacy.describe_run()['warm_start']
+    result.figures['warm_start'] = warm
+    if warm and result.passed:
+      result.message = 'both sides start from the legacy warm start: ' + (
+          ', '.join(f'{path} ({count} variables)'
+                    for path, count in warm.items()))
     if result.passed:
       run.pairs, run.start = resolved.pairs, theirs
       runner.set_state(theirs)
@@ -469,9 +566,7 @@ def run_checks(source: runners.LegacySource, port: port_lib.Port,
         rec.run(f'inputs ({label})', lambda: checks.inputs(
             run.data.batches[0], runner.first_pipeline_batch()))
         _run_trajectory(rec, label, legacy, runner, run)
-        rec.run(f'stepwise ({label})', lambda: _stepwise(
-            label, run.legacy(f'stepwise ({label})', replicas),
-            run.port_runner(strategy), run))
+        _stepwise_and_updates(rec, label, replicas, strategy, run)
   _dropout(rec, run)
   return rec.results()
 

@@ -62,6 +62,26 @@ def local_concat(strategy: tf.distribute.Strategy, value):
       *strategy.experimental_local_results(value))
 
 
+def _owning_layers(model) -> dict[str, Any]:
+  """{scope: layer} of every layer (nested ones too) that owns variables
+  itself, not through a sub-layer; its scope is its first variable's."""
+  found = {}
+
+  def walk(layer):
+    children = list(layer._flatten_layers(  # pylint: disable=protected-access
+        include_self=False, recursive=False))
+    inherited = {id(w) for child in children for w in child.weights}
+    own = [w for w in layer.weights if id(w) not in inherited]
+    if own:
+      found.setdefault(keras_compat.variable_path(own[0]).rpartition('/')[0],
+                       layer)
+    for child in children:
+      walk(child)
+
+  walk(model)
+  return found
+
+
 class PortRunner(runners.PortSide):
   """The port's model, optimizer and trainer under one strategy, fed the
   legacy batches; state is read and written under the legacy names."""
@@ -88,6 +108,9 @@ class PortRunner(runners.PortSide):
     self._variables = port_lib.state_variables(self.model)
     self.pairs: dict[str, str] = {}
     self._legacy_name: dict[str, str] = {}
+    # {legacy slot suffix: port token} when the legacy optimizer is read by
+    # what it does (legacy_optimizer), else None: the tables' slots.
+    self.slot_map: dict[str, str] | None = None
     dataset = distribute_batches(strategy, batches, self.global_batch)
     # Kept: dropping a distributed iterator can block for a minute on TF 2.15
     # (kit_core/process.py), and a comparison makes many.
@@ -116,19 +139,41 @@ class PortRunner(runners.PortSide):
   def describe_optimizer(self) -> optimizers.Description:
     return optimizers.describe_port(self.optimizer)
 
+  def slot_tokens(self) -> list[str]:
+    """The tokens of the optimizer's slots (e.g. 'adam_m'), in its order."""
+    tokens = [token for _, token in optimizers.port_slot_variables(
+        self.optimizer, self._legacy_name)]
+    return list(dict.fromkeys(tokens))
+
+  def use_slot_map(self, slot_map: dict[str, str]) -> None:
+    """Pairs slots by {legacy suffix: port token} from now on."""
+    self.slot_map = dict(slot_map)
+
   def _slot_variables(self) -> dict[tuple, Any]:
-    return optimizers.port_slots(self.optimizer, self._legacy_name)
+    """{(legacy variable name, legacy slot name): slot variable}."""
+    if self.slot_map is None:
+      return optimizers.port_slots(self.optimizer, self._legacy_name)
+    suffix = {token: theirs for theirs, token in self.slot_map.items()}
+    return {(name, suffix[token]): variable
+            for (name, token), variable in optimizers.port_slot_variables(
+                self.optimizer, self._legacy_name).items()
+            if token in suffix}
+
+  def _kind(self) -> str | None:
+    """The table kind whose slot conventions apply; None: taken as is."""
+    return None if self.slot_map is not None else (
+        self.describe_optimizer().kind)
 
   def slots(self, rate: float) -> dict[tuple, np.ndarray]:
-    """{(legacy variable name, canonical slot): value}, in the TF 1
+    """{(legacy variable name, legacy slot): value}, in the TF 1
     convention (optimizers.to_legacy at the rate just applied)."""
-    kind = self.describe_optimizer().kind
+    kind = self._kind()
     return {key: optimizers.to_legacy(kind, key[1], v.numpy(), rate)
             for key, v in self._slot_variables().items()}
 
   def set_slots(self, legacy_values: dict[tuple, np.ndarray],
                 rate: float) -> None:
-    kind = self.describe_optimizer().kind
+    kind = self._kind()
     for key, variable in self._slot_variables().items():
       if key in legacy_values:
         variable.assign(optimizers.to_port(kind, key[1], legacy_values[key],
@@ -148,6 +193,32 @@ class PortRunner(runners.PortSide):
     else:
       outputs = self.model(features, training=False)
     return {k: np.asarray(v) for k, v in outputs_lib.as_dict(outputs).items()}
+
+  def layer_outputs(self, features) -> dict[str, np.ndarray]:
+    """Each layer that owns variables: its output in inference on the first
+    example, flattened, by the scope of its variables (compare/layers)."""
+    recorded, wrapped = {}, []
+    for name, layer in _owning_layers(self.model).items():
+      def call(*args, _call=layer.call, _name=name, **kwargs):
+        output = _call(*args, **kwargs)
+        recorded[_name] = output
+        return output
+      wrapped.append((layer, 'call' in vars(layer), layer.call))
+      layer.call = call
+    try:
+      self.model(tf.nest.map_structure(tf.constant, features), training=False)
+    finally:
+      for layer, own, original in wrapped:
+        if own:
+          layer.call = original
+        else:
+          del layer.call
+    batch = len(tf.nest.flatten(features)[0])
+    result = {}
+    for name, output in recorded.items():
+      flat = np.asarray(tf.nest.flatten(output)[0]).ravel()
+      result[name] = flat[:flat.size // batch]
+    return result
 
   @tf.function
   def _probe_step(self):

@@ -155,5 +155,17 @@ def test_a_summary_line_shows_the_figure_against_its_bar():
   not_run = checks.CheckResult('stepwise (2 replicas)', checks.NOT_RUN,
                                'inventory failed')
   assert not_run.summary() == 'NOT RUN stepwise (2 replicas): inventory failed'
-  assert not_run.failed
+  # A check not run fails nothing itself: the one that stopped it (here
+  # inventory) fails the run, or the kit says why it cannot judge it.
+  assert not not_run.failed
   assert not checks.CheckResult('inputs', checks.SKIPPED).failed
+  assert checks.CheckResult('inputs', checks.ERROR, 'raised').failed
+
+
+def test_an_unread_legacy_rate_is_not_run_with_its_reason_never_failed():
+  result = checks.learning_rate('learning_rate (1 replica)', [np.nan, np.nan],
+                                [1e-3, 1e-3], 'MyOptimizer keeps no rate')
+  assert result.status == checks.NOT_RUN and not result.failed
+  assert 'MyOptimizer keeps no rate' in result.message
+  assert checks.learning_rate('learning_rate (1 replica)', [0.0, 1e-3],
+                              [0.0, 2e-3]).failed

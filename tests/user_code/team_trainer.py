@@ -74,7 +74,8 @@ class Trainer:
   def train_steps(self, iterator, steps):
     for _ in tf.range(steps):
       self.strategy.run(self.train_step, args=next(iterator))
-    return self.optimizer.iterations.read_value()
+    # identity: Keras 3 variables have no read_value().
+    return tf.identity(self.optimizer.iterations)
 
   def eval_step(self, features, labels):
     outputs = self.outputs(features, False)

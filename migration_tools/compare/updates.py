@@ -1,0 +1,296 @@
+"""The updates check: what each optimizer step did to each variable and slot,
+judged relative to the step's own size, with a hint that names the term
+that differs.
+
+The weights alone hide small bugs: a weight decay of 0.01 at a rate of 5e-5
+moves a weight of 0.02 by 1e-8, far below any bar on the weights, yet it is
+60 parts in a million of the step that weight took. So at every step of the
+legacy trajectory, both sides starting from the same state, each variable's
+update (after minus before) is compared with the legacy one, relative to its
+size. Storing a weight rounds it to its last bit, so a difference within
+``tolerances.UPDATE_ULPS`` units in the last place of the weight is rounding
+and is not counted; what remains, over the size of the legacy update, is
+held to ``tolerances.UPDATE_RTOL``. The optimizer's slots are held so too:
+the gradients an optimizer receives (clipped or not, scaled or not) show
+there first.
+
+The hint reads the shape of the difference: proportional to the weights (a
+weight-decay term), one common factor on every update (e.g. Adam's bias
+correction), one common factor on every slot while the updates agree (the
+gradients the optimizer receives: clipping, a loss scale), or a step where
+one side moved and the other did not (a rate of 0, e.g. warmup).
+"""
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from migration_tools import tolerances
+from migration_tools.compare.checks import CheckResult
+from migration_tools.compare.checks import FAILED
+from migration_tools.compare.checks import NOT_RUN
+from migration_tools.compare.checks import PASSED
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+  """One variable's (or slot's) step on both sides.
+
+  size: the norm of the legacy update (of the legacy slot, for a slot).
+  excess: the norm of the port's difference beyond rounding.
+  decay: the difference as a multiple of the weights, over the rate: the
+    weight-decay rate the port lacks (> 0) or adds (< 0).
+  decay_fit: how much of the difference that multiple leaves unexplained
+    (0: all of it is proportional to the weights).
+  scale: the port's update over the legacy one (least squares).
+  count: its number of elements.
+  relative: excess over the larger of size and the step's floor (Step).
+  """
+  size: float
+  excess: float
+  decay: float
+  decay_fit: float
+  scale: float
+  count: int
+  relative: float = 0.0
+
+
+def _ulps(values: np.ndarray) -> np.ndarray:
+  return np.spacing(np.abs(values).astype(np.float32)).astype(np.float64)
+
+
+def part(before, theirs, ours, rate: float | None) -> Part:
+  """A variable's step: before, then the legacy and the port's values after
+  (for a slot, before is None: its values are compared as they are)."""
+  theirs = np.asarray(theirs, np.float64)
+  ours = np.asarray(ours, np.float64)
+  start = 0.0 if before is None else np.asarray(before, np.float64)
+  legacy, port = theirs - start, ours - start
+  difference = port - legacy
+  rounding = tolerances.UPDATE_ULPS * np.maximum(_ulps(theirs), _ulps(ours))
+  excess = np.where(np.abs(difference) > rounding, difference, 0.0)
+  decay, fit = 0.0, 1.0
+  if before is not None and rate and np.any(start):
+    # difference = c * weights: c / rate is a weight-decay rate.
+    weights = np.asarray(before, np.float64)
+    c = float(np.vdot(difference, weights) / np.vdot(weights, weights))
+    decay = c / rate
+    spread = float(np.linalg.norm(difference))
+    fit = (float(np.linalg.norm(difference - c * weights)) / spread
+           if spread else 0.0)
+  size = float(np.linalg.norm(legacy))
+  scale = float(np.vdot(port, legacy) / np.vdot(legacy, legacy)) if size else (
+      0.0)
+  return Part(size, float(np.linalg.norm(excess)), decay, fit, scale,
+              int(theirs.size))
+
+
+def with_floors(parts: dict[str, Part], group) -> dict[str, Part]:
+  """parts with their relative difference set: over the part's own size,
+  or over tolerances.UPDATE_FLOOR of its group's typical size if that is
+  larger. A variable whose gradient is zero up to rounding (an attention
+  key's bias: softmax ignores it) has an update, and slots, of pure
+  rounding noise; judged against its own size it would always differ."""
+  totals = {}
+  for name, p in parts.items():
+    size, count = totals.get(group(name), (0.0, 0))
+    totals[group(name)] = (size + p.size ** 2, count + p.count)
+  result = {}
+  for name, p in parts.items():
+    squares, count = totals[group(name)]
+    floor = tolerances.UPDATE_FLOOR * np.sqrt(squares / max(count, 1) *
+                                              p.count)
+    bound = max(p.size, floor)
+    relative = p.excess / bound if bound else (
+        float('inf') if p.excess else 0.0)
+    result[name] = dataclasses.replace(p, relative=float(relative))
+  return result
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+  """One resynced step: every variable's and slot's Part, and the legacy
+  rate (None if it is not read)."""
+  number: int
+  rate: float | None
+  variables: dict[str, Part]
+  slots: dict[str, Part]
+
+  def moved(self) -> bool:
+    """Whether the legacy step moved any variable."""
+    return any(p.size for p in self.variables.values())
+
+  def port_moved_alone(self) -> str | None:
+    """A variable the port moved where the legacy step moved none."""
+    if self.moved():
+      return None
+    return next((k for k, p in self.variables.items() if p.excess), None)
+
+  def judged(self) -> dict[str, 'Part']:
+    """The parts judged: the slots, and the variables if either side
+    moved one (a step of rate 0 on both sides tells nothing of them)."""
+    if self.moved() or self.port_moved_alone():
+      return {**self.variables, **self.slots}
+    return dict(self.slots)
+
+  def worst(self) -> tuple[str, float]:
+    parts = self.judged()
+    if not parts:
+      return '', 0.0
+    name = max(parts, key=lambda k: parts[k].relative)
+    return name, parts[name].relative
+
+
+def step(number: int, before: dict, theirs: dict, ours: dict,
+         legacy_slots: dict, port_slots: dict, rate: float | None) -> Step:
+  """A Step from the states (by legacy name) and slots around one step."""
+  variables = {name: part(before[name], theirs[name], ours[name], rate)
+               for name in theirs if name in ours}
+  slots = {'/'.join(key): part(None, value, port_slots[key], rate)
+           for key, value in legacy_slots.items() if key in port_slots}
+  # Slots grouped by kind ('m', 'adam_v'): their scales differ by orders.
+  return Step(number, rate, with_floors(variables, lambda name: ''),
+              with_floors(slots, lambda name: name.rsplit('/', 1)[-1]))
+
+
+def check(name: str, steps: list[Step], parting: str = '') -> CheckResult:
+  """Every variable's update and every slot, relative, at every step.
+
+  Args:
+    name: the check's name.
+    steps: the resynced steps.
+    parting: where the layers' outputs part (layers.parting_text), for the
+      hint; '' if they do not.
+  """
+  judged = [s for s in steps if s.moved()]
+  worst = [s.worst() for s in steps]
+  figures: dict[str, Any] = {
+      'steps': len(steps), 'judged_steps': len(judged),
+      'per_step_worst_relative': [w[1] for w in worst],
+      'per_step_worst': [w[0] for w in worst],
+      'ulps_ignored': tolerances.UPDATE_ULPS}
+  stood_still = [s for s in steps if s.port_moved_alone()]
+  if stood_still:
+    first = stood_still[0]
+    return CheckResult(name, FAILED, _still_hint(first), float('inf'),
+                       tolerances.UPDATE_RTOL, figures)
+  if not judged:
+    return CheckResult(name, NOT_RUN, 'the legacy steps moved no variable '
+                       '(a learning rate of 0 at every step, e.g. all in '
+                       'warmup): no update can be judged; compare more steps '
+                       '(--steps)', figures=figures)
+  over = [s for s in steps if s.worst()[1] > tolerances.UPDATE_RTOL]
+  value = max(s.worst()[1] for s in steps)
+  figures['first_judged_step'] = judged[0].number
+  if not over:
+    return CheckResult(name, PASSED, '', value, tolerances.UPDATE_RTOL,
+                       figures)
+  first = over[0]
+  figures['first_step_over_tolerance'] = first.number
+  figures['worst_at_first'] = _worst_parts(first)
+  said = hint(first)
+  if parting:
+    said += f'; inside the model, {parting} (see inference)'
+  return CheckResult(name, FAILED, said, value, tolerances.UPDATE_RTOL,
+                     figures)
+
+
+def _worst_parts(s: Step, count: int = 5) -> dict[str, dict]:
+  """The parts that differ most: relative difference, the port's step
+  over the legacy one, and the difference as a weight-decay rate."""
+  parts = s.judged()
+  names = sorted(parts, key=lambda k: -parts[k].relative)[:count]
+  return {k: {'relative': parts[k].relative, 'scale': parts[k].scale,
+              'decay_rate': parts[k].decay} for k in names}
+
+
+def _still_hint(s: Step) -> str:
+  name = s.port_moved_alone()
+  return (f'at step {s.number} the legacy step moved no variable (its '
+          f'learning rate was {s.rate if s.rate is not None else "unread"}, '
+          f'e.g. the first step of a warmup) and the port moved {name}: '
+          'compare the learning-rate schedule at that step (its warmup)')
+
+
+def _names(names: list[str]) -> str:
+  shown = ', '.join(names[:3])
+  return shown + (f' and {len(names) - 3} more' if len(names) > 3 else '')
+
+
+def hint(s: Step) -> str:
+  """What the first failing step's differences look like, most telling
+  first."""
+  bar = tolerances.UPDATE_RTOL
+  failing = {k: p for k, p in s.variables.items()
+             if p.relative > bar and s.moved()}
+  failing_slots = {k: p for k, p in s.slots.items() if p.relative > bar}
+  at = f'at step {s.number}'
+  if failing and all(p.decay_fit < 0.2 for p in failing.values()):
+    rates = np.array([p.decay for p in failing.values()])
+    if np.all(rates > 0):
+      return (f'{at} the legacy update holds a weight-decay term (rate '
+              f'{np.median(rates):.2g}) that the port\'s lacks, in '
+              f'{len(failing)} variables ({_names(sorted(failing))}): compare '
+              'the decoupled weight decay (its rate, and that it is applied)')
+    if np.all(rates < 0):
+      return (f'{at} the port\'s update holds a weight-decay term (rate '
+              f'{-np.median(rates):.2g}) that the legacy update lacks, in '
+              f'{len(failing)} variables ({_names(sorted(failing))}): compare '
+              'which variables the weight decay skips (e.g. LayerNorm and '
+              'bias)')
+  if failing:
+    common = _common_scale([p.scale for p in failing.values()])
+    if common is not None:
+      return (f'{at} the updates of {len(failing)} variables are about '
+              f'{common:.3g}x the legacy ones at the same learning rate: the '
+              'optimizer scales its step otherwise (e.g. Adam\'s bias '
+              'correction, which TF 1 AdamOptimizer applies and BERT\'s '
+              'AdamWeightDecayOptimizer does not, or another epsilon)')
+    worst = max(failing, key=lambda k: failing[k].relative)
+    shown = (f'the update of {worst} differs by '
+             f'{failing[worst].relative:.3g} of its size (and '
+             f'{len(failing) - 1} more variables)')
+    if s.slots and not failing_slots:
+      return (f'{at} {shown} while every slot agrees: the optimizer holds the '
+              'same state and received the same gradients, so the step it '
+              'makes from them differs: its update formula (e.g. Adam\'s '
+              'bias correction, which TF 1 AdamOptimizer and Keras Adam apply '
+              'and BERT\'s AdamWeightDecayOptimizer does not; epsilon inside '
+              'or outside the square root) or a hyper-parameter (epsilon, '
+              'the betas)')
+    return (f'{at} {shown}: the optimizer\'s step differs (its formula or '
+            'hyper-parameters), or the gradients it applies')
+  if failing_slots:
+    worst = max(failing_slots, key=lambda k: failing_slots[k].relative)
+    groups = {}
+    for name, p in failing_slots.items():
+      groups.setdefault(name.rsplit('/', 1)[-1], []).append(p.scale)
+    common = {group: _common_scale(scales) for group, scales in groups.items()}
+    if all(c is not None for c in common.values()):
+      shown = ', '.join(f'{group} about {c:.3g}x' for group, c in
+                        common.items())
+      return (f'{at} the slots of {len(failing_slots)} variables differ by a '
+              f'common factor ({shown} the legacy ones) while the updates '
+              'agree: the optimizer receives gradients scaled otherwise (e.g. '
+              'clipping by global norm missing, or at another norm; a loss '
+              'scale; gradients summed rather than averaged over replicas)')
+    return (f'{at} the slot {worst} differs by '
+            f'{failing_slots[worst].relative:.3g} of its size (and '
+            f'{len(failing_slots) - 1} more) while the updates agree: the '
+            'optimizer receives other gradients in some variables, so the '
+            'model computes a little otherwise (e.g. a layer-norm epsilon) or '
+            'its gradients are transformed otherwise')
+  return f'{at} the updates differ by less than each bar alone shows'
+
+
+def _common_scale(scales: list[float]) -> float | None:
+  """The factor most of scales share (within 2% of their median, for 80%
+  of them, and at least 1% from 1), else None."""
+  values = np.array([v for v in scales if np.isfinite(v)])
+  if not values.size:
+    return None
+  median = float(np.median(values))
+  close = np.abs(values - median) <= 0.02 * abs(median)
+  if close.mean() >= 0.8 and abs(median - 1) > 0.01:
+    return median
+  return None

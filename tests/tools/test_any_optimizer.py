@@ -1,0 +1,155 @@
+"""Optimizers the kit does not read by their ops: their slots found by name,
+paired through a slot map, their rate and applied gradients read off the
+graph as TPUEstimator's cores applied them; where layers part."""
+import numpy as np
+import tensorflow as tf
+
+from kit_core import keras_compat
+from kit_core.errors import one_line
+from migration_tools import legacy_optimizer
+from migration_tools import optimizers
+from migration_tools.compare import layers
+
+v1 = tf.compat.v1
+
+
+def test_generic_slots_belong_to_the_longest_variable_of_their_shape():
+  shapes = {'dense/kernel': (2, 3), 'dense/kernel/adam_m': (2, 3),
+            'dense/kernel/adam_v': (2, 3), 'dense/bias': (3,),
+            'dense/bias/adam_m': (3,), 'step/count': ()}
+  found = optimizers.generic_slots(shapes)
+  assert found == {('dense/kernel', 'adam_m'): 'dense/kernel/adam_m',
+                   ('dense/kernel', 'adam_v'): 'dense/kernel/adam_v',
+                   ('dense/bias', 'adam_m'): 'dense/bias/adam_m'}
+  # Given owners (a graph's trainable variables), only theirs.
+  assert optimizers.generic_slots(shapes, ['dense/bias']) == {
+      ('dense/bias', 'adam_m'): 'dense/bias/adam_m'}
+
+
+def test_slot_maps_pair_given_then_equal_names_then_order():
+  assert optimizers.resolve_slot_map(['adam_m', 'adam_v'],
+                                     ['adam_v', 'adam_m'], {}).pairs == {
+                                         'adam_m': 'adam_m',
+                                         'adam_v': 'adam_v'}
+  by_order = optimizers.resolve_slot_map(['Adam', 'Adam_1'],
+                                         ['momentum', 'velocity'], None)
+  assert by_order.pairs == {'Adam': 'momentum', 'Adam_1': 'velocity'}
+  assert str(by_order) == 'Adam -> momentum (order), Adam_1 -> velocity (order)'
+  unpaired = optimizers.resolve_slot_map(['a', 'b', 'c'], ['x', 'y'],
+                                         {'c': 'y'})
+  assert unpaired.pairs == {'c': 'y'} and unpaired.legacy_only == ['a', 'b']
+
+
+def test_port_slot_variables_are_found_by_keras_names():
+  layer = tf.keras.layers.Dense(2, name='dense')
+  layer.build((None, 3))
+  optimizer = tf.keras.optimizers.Adam()
+  optimizer.build(layer.trainable_variables)
+  names = {keras_compat.variable_path(v): keras_compat.variable_path(v)
+           for v in layer.trainable_variables}
+  found = optimizers.port_slot_variables(optimizer, names)
+  tokens = sorted({token for _, token in found})
+  assert tokens == (['momentum', 'velocity'] if keras_compat.is_keras3()
+                    else ['m', 'v'])
+  assert {name for name, _ in found} == set(names)
+
+
+class _Decaying(v1.train.Optimizer):
+  """A subclass with its own apply_gradients and slots, as BERT's."""
+
+  def __init__(self, learning_rate):
+    super().__init__(False, 'Decaying')
+    self.learning_rate = learning_rate
+
+  def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+    updates = []
+    for grad, variable in grads_and_vars:
+      slot = v1.get_variable(f'{variable.op.name}/adam_m', variable.shape,
+                             initializer=v1.zeros_initializer(),
+                             trainable=False)
+      updates += [slot.assign(grad),
+                  variable.assign_sub(self.learning_rate * grad)]
+    return tf.group(*updates)
+
+
+def _graph(shards, own_gradients):
+  graph = tf.Graph()
+  with graph.as_default(), legacy_optimizer.watch(shards) as watched:
+    x = v1.placeholder(tf.float32, [4, 3])
+    kernel = v1.get_variable('dense/kernel', [3, 2],
+                             initializer=v1.ones_initializer())
+    loss = tf.reduce_mean(tf.square(tf.matmul(x, kernel)))
+    optimizer = _Decaying(tf.constant(0.5) * 0.2)
+    if own_gradients:
+      grads, _ = tf.clip_by_global_norm(tf.gradients(loss, [kernel]), 1.0)
+      optimizer.apply_gradients(zip(grads, [kernel]))
+    else:
+      optimizer.minimize(loss)
+  variables = {v.op.name: v for v in graph.get_collection(
+      v1.GraphKeys.GLOBAL_VARIABLES)}
+  return graph, x, loss, legacy_optimizer.read(graph, variables, watched)
+
+
+def test_a_subclassed_optimizer_is_read_by_what_it_does():
+  graph, x, _, reading = _graph(1, own_gradients=True)
+  assert reading.kind is None and reading.name == '_Decaying'
+  assert reading.rate_source == '_Decaying.learning_rate'
+  assert reading.slots == {('dense/kernel', 'adam_m'): 'dense/kernel/adam_m'}
+  # What the optimizer applies is the clipped gradient, not the loss's.
+  assert 'clip_by_global_norm' in reading.applied['dense/kernel'].name
+  with v1.Session(graph=graph) as session:
+    session.run(v1.global_variables_initializer())
+    assert np.isclose(session.run(reading.rate), 0.1)
+
+
+def test_on_several_cores_the_optimizers_own_gradients_scale_the_loss():
+  """As CrossShardOptimizer: minimize's loss over the cores; a model_fn's
+  own tf.gradients is left as it is (the cores' sum is applied)."""
+  data = np.ones([4, 3], np.float32)
+  applied = {}
+  for shards in (1, 2):
+    graph, x, _, reading = _graph(shards, own_gradients=False)
+    with v1.Session(graph=graph) as session:
+      session.run(v1.global_variables_initializer())
+      applied[shards] = session.run(reading.applied['dense/kernel'],
+                                    {x: data})
+  np.testing.assert_allclose(applied[2], applied[1] / 2)
+
+
+def test_layers_part_at_the_first_layer_over_the_bar_in_legacy_order():
+  theirs = {'enc/LayerNorm': np.ones(4), 'enc/dense': np.ones(4) * 2,
+            'head': np.ones(3)}
+  ours = {'e/ln': np.ones(4), 'e/d': np.ones(4) * 2 + 1e-3, 'h': np.ones(3)}
+  pairs = layers.pairs({'enc/LayerNorm/gamma': 'e/ln/gamma',
+                        'enc/dense/kernel': 'e/d/kernel',
+                        'head/kernel': 'h/kernel', 'top': 'top'})
+  figures = layers.compare(theirs, ours, pairs)
+  assert figures['parting'] == 'enc/dense'
+  assert layers.parting_text(figures) == (
+      'equal up to enc/LayerNorm; they part at enc/dense (port: e/d) by '
+      '0.0005 of its scale')
+  assert layers.compare(theirs, theirs, {k: k for k in theirs})[
+      'parting'] is None
+
+
+def test_an_error_in_a_tf_function_shows_its_cause_and_the_users_frame():
+  @tf.function
+  def user_step(x):
+    return x + 'text'  # The user's bug.
+
+  try:
+    user_step(tf.constant(1.0))
+  except Exception as e:  # pylint: disable=broad-except
+    line = one_line(e)
+  assert not line.startswith('in user code'), line
+  assert 'test_any_optimizer.py:' in line and 'user_step' in line, line
+
+
+def test_keras2_checkpoints_are_told_from_keras3_ones():
+  assert keras_compat.written_by_keras2(['model/layer_with_weights-0/kernel'])
+  # A subclassed model's attributes beside a Keras 2 optimizer.
+  assert keras_compat.written_by_keras2(['model/dense/kernel/.ATTRIBUTES',
+                                         'optimizer/_variables/1/.ATTRIBUTES'])
+  assert not keras_compat.written_by_keras2([
+      'model/dense/_kernel/.ATTRIBUTES',
+      'optimizer/_trainable_variables/0/.ATTRIBUTES'])

@@ -1,0 +1,116 @@
+"""The updates check on toy steps: each kind of difference a small optimizer
+bug makes gets the hint that names it, and rounding is not a difference."""
+import numpy as np
+
+from migration_tools import tolerances
+from migration_tools.compare import checks
+from migration_tools.compare import updates
+
+RATE = 1e-3
+
+
+def _weights(seed=0):
+  rng = np.random.default_rng(seed)
+  return {'layer/kernel': rng.normal(0, 0.02, (8, 4)).astype(np.float32),
+          'layer/LayerNorm/gamma': np.ones(4, np.float32),
+          'head/kernel': rng.normal(0, 0.02, (4, 3)).astype(np.float32)}
+
+
+def _steps_of(before, legacy_step, port_step, number=1, slots=None,
+              port_slots=None, rate=RATE):
+  """One Step: both sides move `before` by their (float32) steps."""
+  after = {k: (v + legacy_step[k]).astype(np.float32)
+           for k, v in before.items()}
+  ours = {k: (v + port_step[k]).astype(np.float32) for k, v in before.items()}
+  return updates.step(number, before, after, ours, slots or {},
+                      port_slots or {}, rate)
+
+
+def _adam_like(before, seed=1):
+  rng = np.random.default_rng(seed)
+  return {k: (-RATE * np.sign(rng.normal(size=v.shape))).astype(np.float32)
+          for k, v in before.items()}
+
+
+def test_equal_steps_pass_and_rounding_is_no_difference():
+  before = _weights()
+  step = _adam_like(before)
+  # The port's step off by one unit in the last place of the new weight.
+  port = {k: v + np.spacing(np.abs(before[k] + v)) for k, v in step.items()}
+  result = updates.check('updates', [_steps_of(before, step, port)])
+  assert result.passed and result.max_abs_diff == 0, result.message
+
+
+def test_a_missing_weight_decay_is_named_with_its_rate():
+  before = _weights()
+  step = _adam_like(before)
+  decayed = {k: v - RATE * 0.01 * before[k] if k.endswith('kernel') else v
+             for k, v in step.items()}
+  result = updates.check('updates', [_steps_of(before, decayed, step)])
+  assert result.failed
+  assert "weight-decay term (rate 0.01) that the port's lacks" in (
+      result.message)
+  assert 'layer/kernel' in result.message
+
+
+def test_decay_on_layer_norm_is_named_as_the_skipped_variables():
+  before = _weights()
+  step = _adam_like(before)
+  port = dict(step)
+  port['layer/LayerNorm/gamma'] = (step['layer/LayerNorm/gamma'] -
+                                   RATE * 0.01 * before['layer/LayerNorm/gamma'])
+  result = updates.check('updates', [_steps_of(before, step, port)])
+  assert 'which variables the weight decay skips' in result.message
+  assert 'layer/LayerNorm/gamma' in result.message
+
+
+def test_every_update_scaled_alike_points_at_the_optimizer_formula():
+  before = _weights()
+  step = _adam_like(before)
+  port = {k: v * 0.316 for k, v in step.items()}
+  result = updates.check('updates', [_steps_of(before, step, port)])
+  assert 'about 0.316x the legacy ones' in result.message
+  assert "Adam's bias correction" in result.message
+
+
+def test_slots_scaled_alike_while_updates_agree_point_at_the_gradients():
+  before = _weights()
+  step = _adam_like(before)
+  rng = np.random.default_rng(2)
+  slots = {(k, 'adam_m'): rng.normal(size=v.shape).astype(np.float32)
+           for k, v in before.items()}
+  port_slots = {k: v * 1.4 for k, v in slots.items()}
+  result = updates.check('updates', [_steps_of(
+      before, step, step, slots=slots, port_slots=port_slots)])
+  assert 'adam_m about 1.4x the legacy ones' in result.message
+  assert 'clipping by global norm missing' in result.message
+
+
+def test_a_port_that_moves_where_the_legacy_step_did_not_is_a_warmup():
+  before = _weights()
+  zero = {k: np.zeros_like(v) for k, v in before.items()}
+  result = updates.check('updates', [_steps_of(before, zero,
+                                               _adam_like(before), rate=0.0)])
+  assert result.failed and 'compare the learning-rate schedule' in (
+      result.message)
+
+
+def test_no_step_that_moves_anything_cannot_be_judged():
+  before = _weights()
+  zero = {k: np.zeros_like(v) for k, v in before.items()}
+  result = updates.check('updates', [_steps_of(before, zero, zero, rate=0.0)])
+  assert result.status == checks.NOT_RUN and not result.failed
+  assert '--steps' in result.message
+
+
+def test_a_variable_whose_gradient_is_noise_is_held_to_the_floor():
+  """An attention key's bias: softmax ignores it, its step is rounding."""
+  before = _weights()
+  step = _adam_like(before)
+  before['key/bias'] = np.zeros(4, np.float32)
+  step['key/bias'] = np.full(4, 1e-12, np.float32)
+  port = dict(step)
+  port['key/bias'] = np.full(4, -1e-12, np.float32)  # 200% of its own step.
+  result = updates.check('updates', [_steps_of(before, step, port)])
+  assert result.passed, result.message
+  assert tolerances.UPDATE_FLOOR == 1e-2
