@@ -12,6 +12,9 @@ model_fn gets (the user's ``--params``, ``batch_size`` = the global batch,
                   It takes the features as the legacy input_fn yields them
                   (a tensor or a dict of tensors).
   make_optimizer  (params) -> a Keras optimizer; in ``strategy.scope()``.
+                  Any optimizer: one the kit does not know (e.g. a port of
+                  BERT's AdamWeightDecayOptimizer) is compared by its updates
+                  and its slots (see slot_map).
   trainer_class   a class following the ``Trainer`` protocol below.
   input_pipeline  optional (strategy, params) -> the port's distributed
                   dataset of (features, labels) over the same examples, in
@@ -68,17 +71,21 @@ class Trainer(Protocol):
   a small class of this shape (``migrate.custom_loop.Trainer`` is one).
   """
 
-  def loss_and_gradients(self, features: Any, labels: Any
+  def loss_and_gradients(self, features: Any, labels: Any = None
                          ) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
     """One replica's forward and backward pass on its share of a batch.
 
-    Called inside ``strategy.run`` in a ``tf.function``; it must not update
-    anything.
+    Called inside ``strategy.run`` in a ``tf.function``, as
+    ``loss_and_gradients(features, labels)``, or as
+    ``loss_and_gradients(features)`` when the legacy input_fn yields
+    features alone (BERT's puts its labels inside them): give labels a
+    default. It must not update anything.
 
     Args:
       features: this replica's share of the features, as the legacy
         input_fn yields them (a tensor or a dict of tensors).
-      labels: this replica's labels, likewise (None if it yields none).
+      labels: this replica's labels, likewise; not passed when the input_fn
+        yields none.
 
     Returns:
       (per_example_loss [per-replica batch], outputs, gradients): the
@@ -90,9 +97,12 @@ class Trainer(Protocol):
     """Takes ``steps`` training steps from the distributed iterator.
 
     Args:
-      iterator: an iterator over a distributed dataset of (features,
-        labels) global batches, each replica getting global_batch //
-        replicas examples (the harness feeds the legacy input_fn's batches).
+      iterator: an iterator over a distributed dataset of global batches,
+        each replica getting global_batch // replicas consecutive examples
+        (the harness feeds the legacy input_fn's batches): each element is
+        the tuple (features, labels), or (features,) when the input_fn
+        yields no labels, so ``strategy.run(step, args=next(iterator))``
+        calls ``step(features, labels)`` or ``step(features)``.
       steps: a scalar int tensor.
 
     Returns:
@@ -100,7 +110,8 @@ class Trainer(Protocol):
     """
 
   def eval_steps(self, iterator: Iterator, steps: tf.Tensor) -> None:
-    """Runs ``steps`` evaluation steps, accumulating the metrics."""
+    """Runs ``steps`` evaluation steps, accumulating the metrics; iterator as
+    train_steps gets it."""
 
   def reset(self) -> dict[str, float]:
     """Returns the metrics accumulated since the last reset, and resets them.

@@ -8,6 +8,10 @@ OUT_DIR/estimator/        an Estimator model_dir after 30 steps;
 OUT_DIR/port/             migrate's model_dir after 30 steps (Keras 2 layout);
 OUT_DIR/wide_deep_<opt>/  a team port's checkpoint with Adam or momentum
                           slots and batch-norm statistics (Keras 2 layout);
+OUT_DIR/bert.npz          a golden bundle of the BERT-shaped test pair (its
+                          own optimizer, a warm start, 1 and 2 replicas);
+OUT_DIR/bert_converted/   its TPUEstimator checkpoint after 5 steps, converted
+                          here (Keras 2 layout, adam_m/adam_v slots carried);
 OUT_DIR/expected.npz      what each must give: predictions on fixed inputs,
                           and the wide-deep ports' weights, slots and steps.
 
@@ -33,6 +37,7 @@ from migration_tools import optimizers  # pylint: disable=g-import-not-at-top,wr
 from migration_tools import port as port_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common import prepare  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common import tfrecords  # pylint: disable=g-import-not-at-top,wrong-import-position
+import bert_legacy  # pylint: disable=g-import-not-at-top,wrong-import-position
 import wide_deep_port  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 STEPS = 30
@@ -44,7 +49,49 @@ def _run(*args: str) -> None:
   print('+', ' '.join(args), flush=True)
   subprocess.run([sys.executable, *args], cwd=REPO, check=True,
                  env={**os.environ, 'PYTHONPATH': os.pathsep.join(
-                     [REPO, os.path.join(REPO, 'tests')])})
+                     [REPO, os.path.join(REPO, 'tests'),
+                      os.path.join(REPO, 'tests', 'user_code')])})
+
+
+BERT_PAIR = ['--legacy_model_fn=bert_legacy:model_fn',
+             '--legacy_input_fn=bert_legacy:input_fn', '--port=bert_port:make_port']
+
+
+def bert_params(data_dir: str) -> dict:
+  """The BERT-shaped pair's params (tests/tools/test_user_pairs.py's)."""
+  return {'data_dir': data_dir, 'learning_rate': 1e-3, 'num_train_steps': 20,
+          'num_warmup_steps': 2,
+          'init_checkpoint': os.path.join(data_dir, 'pretrained',
+                                          'model.ckpt')}
+
+
+def _bert(out: str) -> dict:
+  """The BERT-shaped pair's bundle, its Estimator checkpoint converted, and
+  what that checkpoint predicts."""
+  data_dir = os.path.join(out, 'bert_data')
+  bert_legacy.write_data(data_dir)
+  params = bert_params(data_dir)
+  _run('-m', 'migration_tools.compare', *BERT_PAIR,
+       '--legacy_serving_input_fn=bert_legacy:serving_input_receiver_fn',
+       f'--params={json.dumps(params)}', '--batch_size=16', '--steps=6',
+       '--replicas=1,2', '--eval_batches=4', f'--record_bundle={out}/bert.npz',
+       f'--report={out}/bert_live.json')
+  _run(os.path.join(REPO, 'tests', 'user_code', 'estimator_train.py'),
+       '--pair_module=bert_legacy', f'--estimator_dir={out}/bert_estimator',
+       f'--pair_params={json.dumps(params)}', '--train_steps=5',
+       '--global_batch=16')
+  _run('-m', 'migration_tools.checkpoint', *BERT_PAIR,
+       f'--estimator_dir={out}/bert_estimator',
+       f'--output={out}/bert_converted', f'--params={json.dumps(params)}',
+       '--verify', '--verify_examples=64')
+  features = next(iter(bert_legacy.input_fn({**params, 'batch_size': 8})))
+  features = {k: v.numpy() for k, v in features.items()}
+  expected = {f'bert_features/{k}': v for k, v in features.items()}
+  expected['bert_probabilities'] = legacy.predict(
+      bert_legacy.model_fn, tf.train.latest_checkpoint(
+          f'{out}/bert_estimator'), features,
+      legacy.model_params(params, 8))['probabilities']
+  return expected
 
 
 def test_images(count: int) -> np.ndarray:
@@ -108,6 +155,7 @@ def main(out: str) -> None:
       port(scaled, training=False)).numpy()
   for optimizer in ('adam', 'momentum'):
     expected.update(_wide_deep(out, optimizer))
+  expected.update(_bert(out))
   np.savez(os.path.join(out, 'expected.npz'), **expected)
   with open(os.path.join(out, 'versions.json'), 'w', encoding='utf-8') as f:
     json.dump({'tensorflow': tf.__version__}, f)

@@ -19,12 +19,11 @@ from migration_tools import optimizers
 from migration_tools import port as port_lib
 
 sys.path.insert(0, os.path.join(TESTS, 'user_code'))
+import bert_port  # pylint: disable=g-import-not-at-top,wrong-import-position
 import wide_deep_port  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # Commands in subprocesses and training jobs: apart from the fast tier.
-pytestmark = pytest.mark.e2e
-
-pytestmark = pytest.mark.from_tf215
+pytestmark = [pytest.mark.e2e, pytest.mark.from_tf215]
 # A converted checkpoint predicts as its source: the same weights through
 # the same float32 ops, up to kernels that round otherwise between versions.
 PREDICTION_ATOL = 1e-6
@@ -51,7 +50,7 @@ def test_port_matches_the_bundle_recorded_on_2_15(tmp_path):
   # Keras 3 cannot draw TF 1's dropout masks; Keras 2 must match them.
   assert skipped == (['dropout (1 replica)'] if keras_compat.is_keras3()
                      else [])
-  assert len(checks) == 16 and all(
+  assert len(checks) == 18 and all(
       c['status'] == 'passed' for n, c in checks.items() if n not in skipped)
   # The figures the closing note and docs/EQUIVALENCE.md quote.
   print(f'TF {tf.__version__} against the TF 2.15.1 bundle:',
@@ -170,3 +169,56 @@ def test_migrate_takes_a_keras2_checkpoint_on_keras2_only(tmp_path):
       f'--keras2_dir={model_dir} --output=NEW_DIR and train in NEW_DIR')
   assert sorted(os.listdir(model_dir)) == sorted(os.listdir(
       _artifact('port')))  # Nothing written.
+
+
+def test_the_bert_port_passes_its_bundle_recorded_on_2_15(tmp_path):
+  """Its own optimizer judged by its updates and slots, its warm start and
+  its 2 replicas as on TPU cores, replayed without tf.estimator."""
+  result, checks = run_compare(tmp_path / 'bert.json',
+                               f'--bundle={_artifact("bert.npz")}',
+                               '--port=bert_port:make_port')
+  assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+  skipped = {n for n, c in checks.items() if c['status'] == 'skipped'}
+  assert skipped == ({'optimizer', 'dropout (1 replica)'}
+                     if keras_compat.is_keras3() else {'optimizer'})
+  assert all(c['status'] == 'passed' for n, c in checks.items()
+             if n not in skipped), result.stdout
+  assert checks['one_step (2 replicas)']['legacy_reference'] == (
+      'as on 2 TPU cores')
+  print(f'BERT-shaped pair, TF {tf.__version__} against its TF 2.15.1 bundle:',
+        {n: c.get('max_abs_diff') for n, c in checks.items()})
+
+
+def test_a_bert_checkpoint_converted_on_2_15_restores_here(tmp_path,
+                                                           expected):
+  """Converted on TF 2.15 (Keras 2's layout); on Keras 3 carried over with
+  --keras2_dir, as the converter said, slots included."""
+  data_dir = _artifact('bert_data')
+  params = {'learning_rate': 1e-3, 'num_train_steps': 20,
+            'num_warmup_steps': 2, 'data_dir': data_dir}
+  source = _artifact('bert_converted')
+  if keras_compat.is_keras3():
+    carried = tmp_path / 'carried'
+    result = run_module('migration_tools.checkpoint',
+                        f'--keras2_dir={source}', f'--output={carried}',
+                        '--port=bert_port:make_port',
+                        f'--params={json.dumps(params)}',
+                        env={'PYTHONPATH': TOOLS_PYTHONPATH})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert '(step 5, 41 variables, 82 slots)' in result.stderr
+    source = str(carried)
+  model = bert_port.build_model(params)
+  optimizer = bert_port.make_optimizer(params)
+  optimizer.build(model.trainable_variables)
+  tf.train.Checkpoint(model=model, optimizer=optimizer).restore(
+      tf.train.latest_checkpoint(source)).assert_consumed()
+  assert int(optimizer.iterations.numpy()) == 5
+  assert all(np.any(m.numpy()) for m in optimizer.adam_m)
+  features = {k.split('/', 1)[1]: v for k, v in expected.items()
+              if k.startswith('bert_features/')}
+  probabilities = bert_port.predict(model, features)['probabilities'].numpy()
+  diff = float(np.max(np.abs(probabilities -
+                             expected['bert_probabilities'])))
+  print(f'BERT checkpoint converted on TF 2.15.1, predicting on TF '
+        f'{tf.__version__}: probabilities differ by {diff:.3g}')
+  assert diff <= PREDICTION_ATOL
