@@ -56,7 +56,14 @@ def one_line(error: BaseException) -> str:
   if lines and lines[0] == 'in user code:':
     frames = [line for line in lines if line.startswith('File "') and
               not any(part in line for part in _NOT_USER)]
-    shown = lines[-1][:300]
+    # The exception's line; Keras 3 puts its reason on the next line and
+    # lists the call's arguments after it.
+    causes = [i for i, line in enumerate(lines) if _CAUSE.match(line)]
+    at = causes[-1] if causes else len(lines) - 1
+    shown = lines[at]
+    if 'Exception encountered when calling' in shown and at + 1 < len(lines):
+      shown += ' ' + re.sub(r'\x1b\[[0-9;]*m', '', lines[at + 1])
+    shown = shown[:300]
     where = _frame_text(frames[-1]) if frames else ''
   else:
     shown = f'{type(error).__name__}: {lines[0][:300]}' if lines else (
@@ -64,6 +71,8 @@ def one_line(error: BaseException) -> str:
     where = _user_frame(error.__traceback__)
   return f'{shown} (at {where})' if where else shown
 
+
+_CAUSE = re.compile(r'^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*:')
 
 # Frames that are not the user's: Python's, its packages', the kit's tools'.
 _NOT_USER = (os.sep + 'site-packages' + os.sep, os.sep + 'dist-packages' +

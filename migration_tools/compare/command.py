@@ -59,6 +59,12 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
                        lower_bound=1, **define)
   flags.DEFINE_integer('eval_batches', 20, 'Batches the evaluation check '
                        'reads, at most.', lower_bound=1, **define)
+  flags.DEFINE_string('warm_start_from', '',
+                      'The checkpoint TPUEstimator(warm_start_from=...) '
+                      'got: the legacy training starts from it (its '
+                      'trainable variables), the port from the same weights. '
+                      'A warm start in the model_fn (scaffold_fn, '
+                      'init_from_checkpoint) runs without it.', **define)
   flags.DEFINE_list('replicas', ['1', '2', '4'],
                     'Replica counts to run the port on; the first must be 1.',
                     **define)
@@ -92,9 +98,16 @@ def _replica_counts(values: list[str], global_batch: int) -> list[int]:
 
 def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
   """Runs the legacy code next to the port; records a bundle if asked."""
+  start = tool_flags.warm_start_from
+  if start and not (tf.train.latest_checkpoint(start) if os.path.isdir(start)
+                    else os.path.exists(start + '.index')):
+    raise KitError(f'--warm_start_from {tool_flags.warm_start_from}: no '
+                   'checkpoint there; give a checkpoint prefix (e.g. '
+                   'DIR/model.ckpt-1000) or its folder')
   options = harness.Options(tool_flags.steps, tool_flags.batch_size,
                             tool_flags.eval_batches,
-                            cli.parse_params(tool_flags.params))
+                            cli.parse_params(tool_flags.params),
+                            warm_start_from=tool_flags.warm_start_from)
   counts = _replica_counts(tool_flags.replicas, options.global_batch)
   devices.split_cpu(max(counts))
   serving = tool_flags.legacy_serving_input_fn

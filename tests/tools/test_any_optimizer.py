@@ -153,3 +153,15 @@ def test_keras2_checkpoints_are_told_from_keras3_ones():
   assert not keras_compat.written_by_keras2([
       'model/dense/_kernel/.ATTRIBUTES',
       'optimizer/_trainable_variables/0/.ATTRIBUTES'])
+
+
+def test_a_keras3_call_error_shows_its_reason_not_its_arguments():
+  message = ('in user code:\n\n    File "/team/port.py", line 56, in call\n'
+             '        x = tf.gather(w, ids)\n\n'
+             '    TypeError: Exception encountered when calling Embed.call().\n'
+             '\n    \x1b[1mindices has DataType float32\x1b[0m\n\n'
+             '    Arguments received by Embed.call():\n'
+             '      \u2022 training=False')
+  assert one_line(TypeError(message)) == (
+      'TypeError: Exception encountered when calling Embed.call(). indices '
+      'has DataType float32 (at /team/port.py:56 in call)')

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, TESTS, catalogue, run_module
+from conftest import CATALOGUE, REPO, TESTS, catalogue, run_module
 
 # Commands in subprocesses and training jobs: apart from the fast tier.
 pytestmark = pytest.mark.e2e
@@ -296,3 +296,29 @@ def _assert_slots_carried(name, estimator_dir, output):
     expected = legacy.get_tensor(key) * np.float32(scale)
     assert any(c.shape == expected.shape and np.allclose(c, expected, atol=0)
                for c in converted), key
+
+
+@CATALOGUE
+def test_warm_start_from_starts_both_sides_from_the_checkpoint(data_dirs,
+                                                               tmp_path):
+  """TPUEstimator(warm_start_from=...): the legacy training starts from the
+  checkpoint's trainable variables, the port from the same weights."""
+  estimator_dir = str(tmp_path / 'trained')
+  _train_legacy('bert', data_dirs['bert'], estimator_dir, steps=3)
+  params = {k: v for k, v in PAIRS['bert'].params_in(data_dirs['bert']).items()
+            if k != 'init_checkpoint'}
+  report = tmp_path / 'report.json'
+  result = run_module(
+      'migration_tools.compare', '--legacy_model_fn=bert_legacy:model_fn',
+      '--legacy_input_fn=bert_legacy:input_fn', '--legacy_serving_input_fn=',
+      '--port=bert_port:make_port', f'--params={json.dumps(params)}',
+      f'--warm_start_from={estimator_dir}', '--batch_size=32', '--steps=3',
+      '--replicas=1', f'--report={report}', env=ENV)
+  assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+  checks = {c['name']: c for c in json.loads(report.read_text())['checks']}
+  assert list(checks['inventory']['warm_start'].values()) == [41]
+  assert 'both sides start from the legacy warm start' in result.stdout
+  bad = run_module('migration_tools.compare',
+                   f'--warm_start_from={tmp_path / "none"}', env=ENV)
+  assert bad.returncode == 1
+  assert 'no checkpoint there' in bad.stderr.strip().splitlines()[-1]

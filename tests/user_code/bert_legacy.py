@@ -40,9 +40,9 @@ def write_data(data_dir: str, examples: int = 256, seed: int = 0) -> None:
   """examples.tfrecord: token sequences padded to SEQ, a label that depends
   on the tokens (so training moves the loss); and pretrained/model.ckpt, the
   encoder's 'pretrained' weights the classifier warm-starts from."""
+  os.makedirs(os.path.join(data_dir, 'pretrained'), exist_ok=True)
   write_pretrained(os.path.join(data_dir, 'pretrained', 'model.ckpt'))
   rng = np.random.default_rng(seed)
-  os.makedirs(data_dir, exist_ok=True)
   with tf.io.TFRecordWriter(os.path.join(data_dir,
                                          'examples.tfrecord')) as writer:
     for _ in range(examples):

@@ -5,9 +5,11 @@ replica's gradients as each TPU core did. It runs on Keras 2 (TF 2.15) and
 Keras 3. Below it, the deliberate bugs of a BERT port, one function each.
 """
 import dataclasses
+import inspect
 import math
 import os
 import re
+import tempfile
 
 import tensorflow as tf
 
@@ -298,24 +300,30 @@ def predict(model, features):
           'label': tf.argmax(logits, -1, output_type=tf.int32)}
 
 
-class _Serving(tf.Module):
-
-  def __init__(self, model):
-    super().__init__()
-    self.model = model
-
-  @tf.function(input_signature=[
-      tf.TensorSpec([None, legacy.SEQ], tf.int32, name=name)
-      for name in legacy.FEATURES[:3]])
-  def serve(self, input_ids, input_mask, segment_ids):
-    return predict(self.model, {'input_ids': input_ids,
-                                'input_mask': input_mask,
-                                'segment_ids': segment_ids})
+_SERVING_SIGNATURE = [tf.TensorSpec([None, legacy.SEQ], tf.int32, name=name)
+                      for name in legacy.FEATURES[:3]]
 
 
 def export(model, base_dir, strategy):
+  """A SavedModel whose serving_default takes the legacy receiver's three
+  int32 inputs by name. Through ExportArchive (Keras 2.13+ and Keras 3): a
+  subclassed Keras 3 model saved with tf.saved_model.save traces a default
+  signature of float32 inputs of its own, which its int32 ids refuse."""
   del strategy
-  return team_trainer.save_serving(_Serving(model), base_dir)
+  archive = tf.keras.export.ExportArchive()
+  archive.track(model)
+
+  def serve(input_ids, input_mask, segment_ids):
+    return predict(model, {'input_ids': input_ids, 'input_mask': input_mask,
+                           'segment_ids': segment_ids})
+
+  archive.add_endpoint('serving_default', serve, _SERVING_SIGNATURE)
+  os.makedirs(base_dir, exist_ok=True)
+  path = tempfile.mkdtemp(dir=base_dir)
+  quiet = ({'verbose': False} if 'verbose' in inspect.signature(
+      archive.write_out).parameters else {})  # Keras 3 lists the endpoint.
+  archive.write_out(path, **quiet)
+  return path
 
 
 def make_port() -> port_lib.Port:
