@@ -63,9 +63,9 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
                       'port on Keras 3 (TF 2.16 and later).', **define)
   flags.DEFINE_string('output', None, 'New directory for the TF2 checkpoint.',
                       **define)
-  flags.DEFINE_bool('slots', True, 'Carry the optimizer\'s slots (--no_slots: '
-                    'the model and step alone, the optimizer starting '
-                    'afresh).', **define)
+  flags.DEFINE_bool('no_slots', False, 'Drop the optimizer\'s slots: the '
+                    'model and step alone, the optimizer starting afresh.',
+                    **define)
   flags.DEFINE_bool('verify', False, 'Check that every output of both sides '
                     'agrees.', **define)
   flags.DEFINE_integer('verify_examples', 1000,
@@ -105,9 +105,9 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
       # which the checkpoint (sorted by name) does not keep.
       order = legacy.creation_order(model_fn, input_fn, params)
     path = estimator.convert(tool_flags.estimator_dir, tool_flags.output,
-                             port, params, tool_flags.slots, order)
+                             port, params, not tool_flags.no_slots, order)
   print(f'Checkpoint: {path}')
-  if not keras_compat.is_keras3():
+  if tool_flags.estimator_dir and not keras_compat.is_keras3():
     # Keras 3 tracks a model's variables otherwise: it would restore this
     # layout in part.
     print(f'Written by Keras 2: on TF 2.16 and later (Keras 3), carry it '

@@ -4,9 +4,10 @@
 user's legacy input_fn, runs the legacy model_fn on them as TPUEstimator does
 on CPU and the port's own pieces (``port.Port``) under each strategy, from the
 same initial state, and returns a ``checks.CheckResult`` for every check:
-inventory, optimizer, inputs, inference, one_step, learning_rate, trajectory,
-stepwise, evaluation, served_predictions and dropout (random numbers
-aligned). A check that raises is an ERROR with its cause and the others still
+inventory, optimizer, inputs, inference (and where the layers part),
+one_step, learning_rate, trajectory, updates (each variable's step and slot,
+relative), stepwise, evaluation, served_predictions and dropout (random
+numbers aligned). A check that raises is an ERROR with its cause and the others still
 run; ``write_report`` writes the JSON report and the loss-curve PNG. The
 command is ``compare.py``.
 """
@@ -568,7 +569,19 @@ def run_checks(source: runners.LegacySource, port: port_lib.Port,
         _run_trajectory(rec, label, legacy, runner, run)
         _stepwise_and_updates(rec, label, replicas, strategy, run)
   _dropout(rec, run)
-  return rec.results()
+  return _with_parting(rec.results(), run.parting)
+
+
+def _with_parting(results: list[CheckResult], parting: str
+                  ) -> list[CheckResult]:
+  """Failed step checks also say where inside the model the two sides part
+  (inference found it), which tells which lines of the model_fn to read."""
+  for result in results:
+    if (parting and result.status == checks.FAILED and
+        result.name.startswith(('one_step', 'stepwise')) and
+        parting not in result.message):
+      result.message += f'; inside the model, {parting} (see inference)'
+  return results
 
 
 def cpu_strategies(replica_counts: list[int]

@@ -8,6 +8,7 @@ from kit_core import keras_compat
 from kit_core.errors import one_line
 from migration_tools import legacy_optimizer
 from migration_tools import optimizers
+from migration_tools.compare import checks
 from migration_tools.compare import layers
 
 v1 = tf.compat.v1
@@ -165,3 +166,18 @@ def test_a_keras3_call_error_shows_its_reason_not_its_arguments():
   assert one_line(TypeError(message)) == (
       'TypeError: Exception encountered when calling Embed.call(). indices '
       'has DataType float32 (at /team/port.py:56 in call)')
+
+
+def test_an_unread_optimizer_passes_only_if_its_slots_pair_one_to_one():
+  run = {'optimizer': 'AdamWeightDecayOptimizer'}
+  ours = optimizers.Description('AdamWeightDecay', {})
+  paired = optimizers.resolve_slot_map(['adam_m', 'adam_v'],
+                                       ['adam_m', 'adam_v'], {})
+  result = checks.optimizer_by_behaviour(run, ours, paired)
+  assert result.passed and 'judged at every step in the updates' in (
+      result.message)
+  # A port optimizer with state the legacy one lacks (Keras Adam's).
+  other = optimizers.resolve_slot_map(['adam_m'], ['adam_m', 'velocity'], {})
+  failed = checks.optimizer_by_behaviour(run, ours, other)
+  assert failed.failed and "the port's velocity pair with nothing" in (
+      failed.message)
