@@ -109,6 +109,8 @@ class PortSide(Protocol):
   """The port under a strategy, fed the legacy batches."""
 
   strategy: tf.distribute.Strategy
+  # {legacy slot suffix: port token} once use_slot_map gave one, else None.
+  slot_map: dict[str, str] | None
 
   def shapes(self) -> dict[str, tuple]:
     """The model's variables' shapes, by port name."""

@@ -7,9 +7,9 @@ same initial state, and returns a ``checks.CheckResult`` for every check:
 inventory, optimizer, inputs, inference (and where the layers part),
 one_step, learning_rate, trajectory, updates (each variable's step and slot,
 relative), stepwise, evaluation, served_predictions and dropout (random
-numbers aligned). A check that raises is an ERROR with its cause and the others still
-run; ``write_report`` writes the JSON report and the loss-curve PNG. The
-command is ``compare.py``.
+numbers aligned). A check that raises is an ERROR with its cause and the
+others still run; ``write_report`` writes the JSON report and the loss-curve
+PNG. The command is ``compare.py``.
 """
 import dataclasses
 import os
@@ -199,7 +199,7 @@ class _Run:
 def _slots_compared(legacy: Legacy, runner: Port) -> bool:
   theirs = legacy.describe_optimizer()
   if theirs is None:  # Read by what it does: through the slot map.
-    return bool(getattr(runner, 'slot_map', None))
+    return bool(runner.slot_map)
   return theirs.kind == runner.describe_optimizer().kind
 
 
