@@ -102,6 +102,14 @@ def test_params_are_a_json_object_without_reserved_keys(text, message):
     cli.parse_params(text)
 
 
+def test_a_command_without_a_batch_takes_batch_size_as_the_users_own():
+  # The converter has no --batch_size: the key goes to the port as it is.
+  assert cli.parse_params('{"batch_size": 8}', batch_flag=None) == {
+      'batch_size': 8}
+  with pytest.raises(KitError, match=r'sets itself$'):
+    cli.parse_params('{"use_tpu": true}', batch_flag=None)
+
+
 def test_momentum_slots_convert_between_conventions():
   accumulator = np.array([1.0, -2.0], np.float32)
   keras = optimizers.to_port(optimizers.MOMENTUM, 'momentum', accumulator, 0.1)
