@@ -276,7 +276,8 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
   rate = abs(theirs.get('learning_rate', np.nan) - ours['learning_rate'])
   weights, state, worst_state = _split_state(legacy_state, port_state,
                                              theirs['gradients'])
-  slots, worst_slot = 0.0, None
+  # None: no slot was compared (the report must not say 0 then).
+  slots, worst_slot = None, None
   if legacy_slots and port_slots is not None:
     missing = sorted(set(legacy_slots) - set(port_slots))
     slots, worst_slot = (float('inf'), missing[0]) if missing else max_diff(
@@ -295,7 +296,7 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
              'port_learning_rate': ours['learning_rate'],
              'legacy_examples': theirs.get('examples'),
              'port_examples': ours.get('examples')}
-  return judged(name, max(loss, gradient, weights, state, slots),
+  return judged(name, max(loss, gradient, weights, state, slots or 0.0),
                 tolerances.ONE_STEP_ATOL, figures,
                 _one_step_hint(figures, replicas))
 
@@ -341,7 +342,7 @@ def _one_step_hint(f: dict, replicas: int) -> str:
                 'outside the optimizer, e.g. batch-norm moving statistics: '
                 'compare the batch-norm momentum, and that the port calls the '
                 'model with training=True)')
-  if f['slots_diff'] > over and f['updated_weights_diff'] <= over:
+  if (f['slots_diff'] or 0.0) > over and f['updated_weights_diff'] <= over:
     said.append(f'the optimizer slot {f["worst_slot"]} differs by '
                 f'{f["slots_diff"]:.3g} though the weights agree: the '
                 'optimizer receives other gradients than the loss\'s (e.g. '

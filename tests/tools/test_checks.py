@@ -28,6 +28,8 @@ def test_one_step_passes_equal_steps():
   result = checks.one_step('one_step (1 replica)', _step(), _step(),
                            _state(), _state(), 1)
   assert result.passed and result.max_abs_diff == 0.0
+  # No slot was compared: the report says none, not 0.
+  assert result.figures['slots_diff'] is None
 
 
 def test_one_step_names_a_gradient_scale_of_the_replica_count():
