@@ -174,15 +174,16 @@ def check(name: str, steps: list[Step], parting: str = '') -> CheckResult:
     first = stood_still[0]
     return CheckResult(name, FAILED, _still_hint(first), float('inf'),
                        tolerances.UPDATE_RTOL, figures)
-  if not judged:
+  over = [s for s in steps if s.worst()[1] > tolerances.UPDATE_RTOL]
+  value = max(s.worst()[1] for s in steps)
+  if not over and not judged:
+    # The slots agreed; no variable moved on either side.
     return CheckResult(name, NOT_RUN, 'the legacy steps moved no variable '
                        '(a learning rate of 0 at every step, e.g. all in '
                        'warmup): no update can be judged; compare more steps '
                        '(--steps)', figures=figures)
-  over = [s for s in steps if s.worst()[1] > tolerances.UPDATE_RTOL]
-  value = max(s.worst()[1] for s in steps)
-  figures['first_judged_step'] = judged[0].number
   if not over:
+    figures['first_judged_step'] = judged[0].number
     return CheckResult(name, PASSED, '', value, tolerances.UPDATE_RTOL,
                        figures)
   first = over[0]

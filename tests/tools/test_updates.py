@@ -114,3 +114,15 @@ def test_a_variable_whose_gradient_is_noise_is_held_to_the_floor():
   result = updates.check('updates', [_steps_of(before, step, port)])
   assert result.passed, result.message
   assert tolerances.UPDATE_FLOOR == 1e-2
+
+
+def test_slots_are_judged_even_when_no_variable_moved():
+  """A first warmup step (rate 0) still shows gradients clipped otherwise."""
+  before = _weights()
+  zero = {k: np.zeros_like(v) for k, v in before.items()}
+  slots = {(k, 'adam_m'): np.full(v.shape, 0.1, np.float32)
+           for k, v in before.items()}
+  port_slots = {k: v * 2 for k, v in slots.items()}
+  result = updates.check('updates', [_steps_of(
+      before, zero, zero, slots=slots, port_slots=port_slots, rate=0.0)])
+  assert result.failed and 'adam_m about 2x' in result.message
