@@ -92,7 +92,7 @@ def _carry_keras2_slots(checkpoint: Keras2Checkpoint, optimizer,
   kind = optimizers.describe_port(optimizer).kind
   table = optimizers.PORT_SLOTS[2]
   names = {n: n for n in checkpoint.model}
-  if any(k == kind for k, _ in table):
+  if kind in optimizers.HYPER:  # SGD, momentum, Adam: by the tables.
     theirs, unused = {}, []
     for (name, token), value in checkpoint.slots.items():
       if (kind, token) in table:
