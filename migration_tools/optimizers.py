@@ -240,6 +240,27 @@ class SlotMap:
     return ', '.join(shown) or 'no slots'
 
 
+def slot_tokens(slots) -> list[str]:
+  """The slot names of {(variable, slot): ...} keys, once each, in order."""
+  return list(dict.fromkeys(slot for _, slot in slots))
+
+
+def pair_slots(legacy_slots, port_slots, given: dict[str, str] | None
+               ) -> 'SlotMap':
+  """The slot map between two {(variable, slot): ...} (resolve_slot_map)."""
+  return resolve_slot_map(slot_tokens(legacy_slots), slot_tokens(port_slots),
+                          given)
+
+
+def map_slots(found: dict[tuple, Any], pairs: dict[str, str]
+              ) -> dict[tuple, Any]:
+  """{(variable, legacy slot): value} of found {(variable, port token):
+  value}, through pairs {legacy slot: port token}; unpaired tokens left out."""
+  suffix = {token: theirs for theirs, token in pairs.items()}
+  return {(name, suffix[token]): value
+          for (name, token), value in found.items() if token in suffix}
+
+
 def resolve_slot_map(legacy: list[str], port: list[str],
                      given: dict[str, str] | None) -> SlotMap:
   """Pairs slot suffixes (both in creation order): given, then equal names,

@@ -92,9 +92,7 @@ def _port_slots(checkpoint: LegacyCheckpoint, optimizer,
                      'optimizer, or convert the model alone (--no_slots)')
     return optimizers.port_slots(optimizer, names)
   found = optimizers.port_slot_variables(optimizer, names)
-  slot_map = optimizers.resolve_slot_map(
-      list(dict.fromkeys(slot for _, slot in checkpoint.slots)),
-      list(dict.fromkeys(token for _, token in found)), given)
+  slot_map = optimizers.pair_slots(checkpoint.slots, found, given)
   if slot_map.legacy_only:
     raise KitError(f'the checkpoint\'s slots {", ".join(slot_map.legacy_only)}'
                    ' pair with none of the port optimizer\'s ('
@@ -102,9 +100,7 @@ def _port_slots(checkpoint: LegacyCheckpoint, optimizer,
                    'them (Port.slot_map), or convert the model alone '
                    '(--no_slots)')
   logging.info('Slots paired: %s', slot_map)
-  suffix = {token: theirs for theirs, token in slot_map.pairs.items()}
-  return {(name, suffix[token]): variable
-          for (name, token), variable in found.items() if token in suffix}
+  return optimizers.map_slots(found, slot_map.pairs)
 
 
 def _carry_slots(checkpoint: LegacyCheckpoint, optimizer,

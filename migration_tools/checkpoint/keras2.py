@@ -106,12 +106,8 @@ def _carry_keras2_slots(checkpoint: Keras2Checkpoint, optimizer,
     ours = optimizers.port_slots(optimizer, names)
   else:
     found = optimizers.port_slot_variables(optimizer, names)
-    pairs = optimizers.resolve_slot_map(
-        list(dict.fromkeys(t for _, t in checkpoint.slots)),
-        list(dict.fromkeys(t for _, t in found)), slot_map).pairs
-    suffix = {token: theirs for theirs, token in pairs.items()}
-    ours = {(name, suffix[token]): variable
-            for (name, token), variable in found.items() if token in suffix}
+    ours = optimizers.map_slots(
+        found, optimizers.pair_slots(checkpoint.slots, found, slot_map).pairs)
     theirs = checkpoint.slots
   missing = sorted('/'.join(k) for k in set(ours) - set(theirs))
   extra = sorted('/'.join(k) for k in set(theirs) - set(ours))

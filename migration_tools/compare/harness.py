@@ -209,9 +209,9 @@ def _optimizer(legacy: Legacy, runner: Port, run: _Run) -> CheckResult:
   theirs = legacy.describe_optimizer()
   if theirs is not None:
     return checks.optimizer(theirs, runner.describe_optimizer())
-  suffixes = list(dict.fromkeys(slot for _, slot in legacy.slots()))
-  slot_map = optimizers.resolve_slot_map(suffixes, runner.slot_tokens(),
-                                         run.port.slot_map)
+  slot_map = optimizers.resolve_slot_map(
+      optimizers.slot_tokens(legacy.slots()), runner.slot_tokens(),
+      run.port.slot_map)
   run.slot_map = slot_map.pairs
   runner.use_slot_map(slot_map.pairs)
   return checks.optimizer_by_behaviour(

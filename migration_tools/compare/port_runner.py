@@ -141,9 +141,8 @@ class PortRunner(runners.PortSide):
 
   def slot_tokens(self) -> list[str]:
     """The tokens of the optimizer's slots (e.g. 'adam_m'), in its order."""
-    tokens = [token for _, token in optimizers.port_slot_variables(
-        self.optimizer, self._legacy_name)]
-    return list(dict.fromkeys(tokens))
+    return optimizers.slot_tokens(optimizers.port_slot_variables(
+        self.optimizer, self._legacy_name))
 
   def use_slot_map(self, slot_map: dict[str, str]) -> None:
     """Pairs slots by {legacy suffix: port token} from now on."""
@@ -153,11 +152,8 @@ class PortRunner(runners.PortSide):
     """{(legacy variable name, legacy slot name): slot variable}."""
     if self.slot_map is None:
       return optimizers.port_slots(self.optimizer, self._legacy_name)
-    suffix = {token: theirs for theirs, token in self.slot_map.items()}
-    return {(name, suffix[token]): variable
-            for (name, token), variable in optimizers.port_slot_variables(
-                self.optimizer, self._legacy_name).items()
-            if token in suffix}
+    return optimizers.map_slots(optimizers.port_slot_variables(
+        self.optimizer, self._legacy_name), self.slot_map)
 
   def _kind(self) -> str | None:
     """The table kind whose slot conventions apply; None: taken as is."""
