@@ -1,9 +1,11 @@
 """Reader for the IDX files MNIST is distributed in (``train-images-idx3-ubyte.gz``).
 
 The format is a big-endian header (magic number, then one uint32 per
-dimension) followed by the raw uint8 data. The magic number names the element
-type and the number of dimensions: 2051 for 3-D image files, 2049 for 1-D
-label files.
+dimension) followed by the raw data. The magic number's third byte names the
+element type, its fourth the number of dimensions: MNIST's are uint8, 2051
+for 3-D image files and 2049 for 1-D label files. Files of another element
+type are read as that type, for sources.py to check, never reinterpreted as
+bytes.
 """
 import gzip
 import os
@@ -15,6 +17,9 @@ from mnist_common.errors import DataError
 
 IMAGES_MAGIC = 2051
 LABELS_MAGIC = 2049
+# The element types of the IDX format, by the magic number's third byte.
+DTYPES = {0x08: np.dtype('>u1'), 0x09: np.dtype('>i1'), 0x0B: np.dtype('>i2'),
+          0x0C: np.dtype('>i4'), 0x0D: np.dtype('>f4'), 0x0E: np.dtype('>f8')}
 
 # The four files of the standard distribution, by split.
 FILES = {
@@ -40,30 +45,33 @@ def _read_idx(path: str, magic: int) -> np.ndarray:
   if len(data) < 4:
     raise DataError(f'{path} is too short to be an IDX file ({len(data)} bytes)')
   (found,) = struct.unpack('>I', data[:4])
-  if found != magic:
+  ndim = magic & 0xFF
+  dtype = DTYPES.get(found >> 8 & 0xFF)
+  if found >> 16 or found & 0xFF != ndim or dtype is None:
     kind = 'images' if magic == IMAGES_MAGIC else 'labels'
     raise DataError(f'{path} has magic number {found}, expected {magic} for an '
                     f'IDX {kind} file; is it the right file, and not corrupt?')
-  ndim = magic & 0xFF
   header = 4 + 4 * ndim
   if len(data) < header:
     raise DataError(f'{path} is truncated inside its header')
   shape = struct.unpack(f'>{ndim}I', data[4:header])
-  expected = header + int(np.prod(shape))
+  expected = header + int(np.prod(shape)) * dtype.itemsize
   if len(data) != expected:
     raise DataError(f'{path} holds {len(data)} bytes but its header '
-                    f'{list(shape)} needs {expected}; the file is truncated '
-                    'or corrupt, re-download it')
-  return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(shape)
+                    f'{list(shape)} of {dtype.name} needs {expected}; the file '
+                    'is truncated or corrupt, re-download it')
+  return np.frombuffer(data, dtype=dtype, offset=header).reshape(shape)
 
 
 def read_images(path: str) -> np.ndarray:
-  """Returns uint8 images of shape [n, rows, cols] from an IDX images file."""
+  """Returns images of shape [n, rows, cols] from an IDX images file, of the
+  element type the file holds (uint8 for MNIST)."""
   return _read_idx(path, IMAGES_MAGIC)
 
 
 def read_labels(path: str) -> np.ndarray:
-  """Returns uint8 labels of shape [n] from an IDX labels file."""
+  """Returns labels of shape [n] from an IDX labels file, of the element
+  type the file holds (uint8 for MNIST)."""
   return _read_idx(path, LABELS_MAGIC)
 
 
@@ -94,13 +102,15 @@ def load_split(directory: str, split: str) -> tuple[np.ndarray, np.ndarray]:
   return images, labels
 
 
-def write_idx(path: str, array: np.ndarray) -> None:
-  """Writes a uint8 array as an IDX file (gzip if path ends in .gz).
+def write_idx(path: str, array: np.ndarray, dtype=np.uint8) -> None:
+  """Writes an array as an IDX file of element type dtype (uint8 unless
+  said; gzip if path ends in .gz).
 
   Used by tests and by users who want to hand-make a small dataset.
   """
-  array = np.asarray(array, dtype=np.uint8)
-  magic = 0x0800 | array.ndim
+  array = np.asarray(array, dtype=np.dtype(dtype).newbyteorder('>'))
+  code = next(code for code, kind in DTYPES.items() if kind == array.dtype)
+  magic = code << 8 | array.ndim
   payload = struct.pack(f'>I{array.ndim}I', magic, *array.shape) + array.tobytes()
   opener = gzip.open if path.endswith('.gz') else open
   with opener(path, 'wb') as f:

@@ -57,11 +57,36 @@ class DatasetInfo:
 
 
 def _read_info(data_dir: str) -> dict:
+  """What the kit recorded when it wrote data_dir's records; {} if nothing.
+
+  Raises:
+    DataError: the file is there but is not what the kit writes.
+  """
+  path = os.path.join(data_dir, INFO_NAME)
   try:
-    with open(os.path.join(data_dir, INFO_NAME)) as f:
-      return json.load(f)
-  except (OSError, ValueError):
+    with open(path, encoding='utf-8') as f:
+      info = json.load(f)
+  except FileNotFoundError:
     return {}
+  except (OSError, ValueError) as e:
+    raise _bad_info(path, f'it cannot be read as JSON: {e}') from e
+  if not isinstance(info, dict):
+    raise _bad_info(path, f'it holds a JSON {type(info).__name__}, not an '
+                    'object')
+  if info.get('source', 'tfrecords') not in _DESCRIPTIONS:
+    raise _bad_info(path, f'it names source {info["source"]!r}, none of '
+                    f'{", ".join(_DESCRIPTIONS)}')
+  for key in (f'{split}_examples' for split in SPLITS):
+    count = info.get(key, 0)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+      raise _bad_info(path, f'its {key} is {count!r}, not a count')
+  return info
+
+
+def _bad_info(path: str, reason: str) -> DataError:
+  return DataError(f'{path} is not the record of the data the kit wrote '
+                   f'({reason}); remove it, and the next run writes it again '
+                   'from the files beside it')
 
 
 def _write_info(data_dir: str, info: dict) -> None:
@@ -122,6 +147,9 @@ def prepare(data_dir: str | None = None, source: str = 'auto',
     raise DataError(f'unknown data source {source!r}; use one of {SOURCES}')
   is_default_dir = data_dir is None
   data_dir = os.path.abspath(os.path.expanduser(data_dir or DEFAULT_DATA_DIR))
+  if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+    raise DataError(f'--data_dir {data_dir} is a file, not a folder; point it '
+                    'at the folder that holds the data')
   if source == 'auto':
     source = _choose_source(data_dir, is_default_dir)
   if source != 'tfrecords':
@@ -163,7 +191,8 @@ def _check_counts(data_dir: str, counts: dict, info: dict) -> None:
       raise DataError(
           f'{tfrecords.split_path(data_dir, split)} holds {counts[split]} '
           f'records but {INFO_NAME} says {expected} were written: it is '
-          'truncated or was replaced; delete it and prepare the data again')
+          'truncated or was replaced; put the complete file back, or remove '
+          'it to have the kit write it again from its source')
 
 
 def _prepare_locked(data_dir: str, source: str, url: str,

@@ -2,8 +2,11 @@
 handwritten digits (the offline default), or synthetic images for smoke runs.
 
 Every loader returns ``{'train': (images, labels), 'test': (images, labels)}``
-with uint8 images of shape [n, 28, 28] and integer labels in 0..9.
+with uint8 images of shape [n, 28, 28] and integer labels in 0..9. A user's
+arrays are taken as what they mean, or refused: never cast into something
+else (a float image in [0, 1] cast to uint8 is black).
 """
+from absl import logging
 import numpy as np
 
 from mnist_common import idx
@@ -25,17 +28,73 @@ def check_arrays(images: np.ndarray, labels: np.ndarray, origin: str) -> None:
                     f'{list(labels.shape)}')
   if len(labels) == 0:
     raise DataError(f'{origin}: the split is empty')
+
+
+def as_pixels(images: np.ndarray, origin: str) -> np.ndarray:
+  """uint8 pixels 0-255 from images of any numeric dtype, as they were meant.
+
+  Integers must lie in 0-255. Floats in [0, 1] (a normalised dump) are
+  scaled by 255, floats in 0-255 rounded, each with a line saying so.
+
+  Raises:
+    DataError: a dtype that is no pixel, a value outside those ranges.
+  """
+  kind = images.dtype.kind
+  if kind not in 'uif':
+    raise DataError(f'{origin}: images are of dtype {images.dtype}; expected '
+                    'uint8 pixels 0-255 (or floats in [0, 1])')
+  if kind == 'f' and not np.all(np.isfinite(images)):
+    raise DataError(f'{origin}: images hold NaN or infinite values; expected '
+                    'uint8 pixels 0-255 (or floats in [0, 1])')
+  low, high = images.min(), images.max()
+  if low < 0 or high > 255:
+    raise DataError(f'{origin}: images of dtype {images.dtype} hold values '
+                    f'from {low:g} to {high:g}; expected pixels 0-255 (or '
+                    'floats in [0, 1]): convert them, the kit does not guess '
+                    'a scale')
+  if kind != 'f':
+    return images.astype(np.uint8)
+  if high <= 1:
+    logging.warning('%s: images are %s in [0, 1]: scaled by 255 to pixels '
+                    '0-255', origin, images.dtype)
+    images = images * 255.0
+  elif np.any(images != np.rint(images)):
+    logging.warning('%s: images are %s in 0-255 with fractions: rounded to '
+                    'whole pixels', origin, images.dtype)
+  return np.rint(images).astype(np.uint8)
+
+
+def as_labels(labels: np.ndarray, origin: str) -> np.ndarray:
+  """int64 labels 0-9 from integer labels, or floats that hold integers.
+
+  Raises:
+    DataError: labels that are not numbers, not whole, or outside 0-9.
+  """
+  kind = labels.dtype.kind
+  if kind not in 'uif':
+    raise DataError(f'{origin}: labels are of dtype {labels.dtype}; expected '
+                    'integers 0-9: convert them to integers')
+  if kind == 'f':
+    whole = np.isfinite(labels) & (labels == np.round(labels))
+    if not np.all(whole):
+      first = int(np.flatnonzero(~whole)[0])
+      raise DataError(f'{origin}: label {labels[first]:g} at index {first} '
+                      f'is not a whole number ({np.sum(~whole)} such labels); '
+                      'expected integers 0-9')
   bad = np.flatnonzero((labels < 0) | (labels >= NUM_CLASSES))
   if bad.size:
-    raise DataError(f'{origin}: label {int(labels[bad[0]])} at index '
+    raise DataError(f'{origin}: label {labels[bad[0]]:g} at index '
                     f'{int(bad[0])} is outside 0-9 ({bad.size} such labels)')
+  return labels.astype(np.int64)
 
 
 def _checked(splits: Splits, origin: str) -> Splits:
+  checked = {}
   for name, (images, labels) in splits.items():
-    check_arrays(images, labels, f'{origin} [{name}]')
-  return {name: (np.asarray(images, np.uint8), np.asarray(labels, np.int64))
-          for name, (images, labels) in splits.items()}
+    where = f'{origin} [{name}]'
+    check_arrays(images, labels, where)
+    checked[name] = (as_pixels(images, where), as_labels(labels, where))
+  return checked
 
 
 def load_idx(directory: str) -> Splits:

@@ -44,6 +44,48 @@ def parse_example(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
   return image, tf.cast(example['label'], tf.int32)
 
 
+# What to do with a damaged file: it may be the user's own, never to delete.
+_REPLACE = ('put a complete copy in its place (if the kit wrote it from IDX, '
+            'npz or digits, removing it makes the kit write it again)')
+_EXPECTED = {'image_raw': ('bytes_list', f'{IMAGE_SIZE * IMAGE_SIZE} raw uint8 '
+                           'bytes'),
+             'label': ('int64_list', 'an integer 0-9')}
+
+
+def schema_problem(record: bytes) -> str | None:
+  """How one serialized record differs from the Example the kit reads
+  (image_raw: one bytes value, label: one int64), or None if it does not."""
+  try:
+    features = tf.train.Example.FromString(record).features.feature
+  except Exception:  # pylint: disable=broad-except
+    # protobuf's DecodeError differs between its implementations.
+    return 'it is not a tf.train.Example'
+  for key, (kind, meaning) in _EXPECTED.items():
+    expected = f'expected one {kind[:-5]} value ({meaning})'
+    if key not in features:
+      return (f'it has no feature {key!r} (its features: '
+              f'{", ".join(sorted(features)) or "none"}); {expected}')
+    found = features[key].WhichOneof('kind')
+    values = len(getattr(features[key], found).value) if found else 0
+    if found != kind or values != 1:
+      return (f'its feature {key!r} holds {values} {(found or "empty")[:-5]} '
+              f'value(s); {expected}')
+  return None
+
+
+def _first_schema_problem(path: str, start: int) -> str | None:
+  """The first record from `start` that is not the kit's Example, named."""
+  for i, record in enumerate(tf.data.TFRecordDataset(path).skip(start)
+                             .as_numpy_iterator()):
+    problem = schema_problem(record)
+    if problem:
+      return (f'{path}: record {start + i} is not an MNIST example as the kit '
+              f'writes it: {problem}; write the records with '
+              'mnist_common.tfrecords.write_records, or let the kit prepare '
+              'them from IDX or npz files')
+  return None
+
+
 # A record: length (8 bytes), its CRC (4), the data, the data's CRC (4).
 _HEADER, _FOOTER = 12, 4
 
@@ -65,8 +107,8 @@ def _check_framing(path: str) -> None:
                 else None)
       if length is None or position + _HEADER + length + _FOOTER > size:
         raise DataError(f'{path} is truncated: record {count} (at byte '
-                        f'{position}) is cut short at byte {size}; delete it '
-                        'and prepare the data again')
+                        f'{position}) is cut short at byte {size}; '
+                        f'{_REPLACE}')
       position += _HEADER + length + _FOOTER
       count += 1
 
@@ -81,7 +123,7 @@ def count_records(path: str) -> int:
   if not os.path.isfile(path):
     raise DataError(f'{path} does not exist')
   if os.path.getsize(path) == 0:
-    raise DataError(f'{path} is empty; delete it and prepare the data again')
+    raise DataError(f'{path} is empty; {_REPLACE}')
   _check_framing(path)
   dataset = tf.data.TFRecordDataset(path).batch(4096).map(
       lambda r: tf.io.parse_example(r, FEATURES))
@@ -99,11 +141,20 @@ def count_records(path: str) -> int:
         raise DataError(f'{path}: record {count + i} has label {labels[i]}, '
                         'outside 0-9')
       count += len(labels)
-  except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-    reason = e.message.splitlines()[0]
-    raise DataError(f'{path} is truncated or corrupt at or after record '
-                    f'{count} ({reason}); delete it and prepare the data '
-                    'again') from e
+  except tf.errors.InvalidArgumentError as e:
+    # A record of another schema fails to parse: name its feature and type.
+    problem = _first_schema_problem(path, count)
+    if problem is None:
+      raise _corrupt(path, count, e) from e
+    raise DataError(problem) from e
+  except tf.errors.DataLossError as e:
+    raise _corrupt(path, count, e) from e
   if count == 0:
     raise DataError(f'{path} holds no records')
   return count
+
+
+def _corrupt(path: str, count: int, error: tf.errors.OpError) -> DataError:
+  reason = error.message.splitlines()[0]
+  return DataError(f'{path} is corrupt at or after record {count} ({reason}); '
+                   f'{_REPLACE}')

@@ -162,8 +162,9 @@ def test_corrupt_tfrecord_is_named(tmp_path):
   with open(path, 'r+b') as f:
     f.seek(5000)
     f.write(b'\xff' * 8)
-  with pytest.raises(DataError, match=r'train\.tfrecords is truncated or '
-                     'corrupt'):
+  with pytest.raises(DataError, match=r'train\.tfrecords is corrupt at or '
+                     r'after record \d+ \(.*\); put a complete copy in its '
+                     'place'):
     prepare.prepare(str(tmp_path))
 
 
@@ -186,6 +187,129 @@ def test_tfrecord_with_bad_label_is_named(tmp_path):
   with pytest.raises(DataError, match=r'train\.tfrecords: record 3 has label '
                      '-1'):
     tfrecords.count_records(path)
+
+
+def _npz(path, images, labels):
+  np.savez(path, x_train=images, y_train=labels, x_test=images[:4],
+           y_test=labels[:4])
+
+
+def test_float_images_in_0_1_are_scaled_with_a_line(tmp_path, caplog):
+  images, labels = _arrays(12, 5)
+  _npz(tmp_path / 'mnist.npz', images.astype(np.float32) / 255, labels)
+  info = prepare.prepare(str(tmp_path))
+  got, _ = _read_back(info.path('train'))
+  np.testing.assert_array_equal(got, images)
+  assert 'images are float32 in [0, 1]: scaled by 255' in caplog.text
+
+
+def test_whole_float_pixels_and_labels_are_taken_as_they_are(tmp_path):
+  images, labels = _arrays(12, 6)
+  _npz(tmp_path / 'mnist.npz', images.astype(np.float64),
+       labels.astype(np.float32))
+  info = prepare.prepare(str(tmp_path))
+  got_images, got_labels = _read_back(info.path('train'))
+  np.testing.assert_array_equal(got_images, images)
+  np.testing.assert_array_equal(got_labels, labels)
+
+
+@pytest.mark.parametrize('images, labels, message', [
+    (np.full((5, 28, 28), 999, np.int32), np.arange(5),
+     r'images of dtype int32 hold values from 999 to 999; expected pixels '
+     r'0-255 \(or floats in \[0, 1\]\): convert them'),
+    (np.full((5, 28, 28), -0.5, np.float32), np.arange(5),
+     'images of dtype float32 hold values from -0.5 to -0.5'),
+    (np.full((5, 28, 28), np.nan, np.float32), np.arange(5),
+     'images hold NaN or infinite values'),
+    (np.zeros((5, 28, 28), bool), np.arange(5),
+     'images are of dtype bool; expected uint8'),
+    (np.zeros((5, 28, 28), np.uint8), np.array([0, 1.8, 2, 6.98, 3]),
+     r'label 1.8 at index 1 is not a whole number \(2 such labels\)'),
+    (np.zeros((5, 28, 28), np.uint8), np.array(list('01234')),
+     'labels are of dtype <U1; expected integers 0-9'),
+    (np.zeros((5, 28, 28), np.uint8), np.array([0, 1, 300, 2, 3], np.int32),
+     'label 300 at index 2 is outside 0-9'),
+])
+def test_npz_values_that_are_no_mnist_are_refused(tmp_path, images, labels,
+                                                  message):
+  _npz(tmp_path / 'mnist.npz', images, labels)
+  with pytest.raises(DataError, match=r'mnist\.npz \[train\]: ' + message):
+    prepare.prepare(str(tmp_path))
+  assert not os.path.exists(tmp_path / 'train.tfrecords')
+
+
+def test_idx_files_of_another_element_type_are_read_as_that_type(tmp_path):
+  arrays = _write_idx_dir(str(tmp_path))
+  images = os.path.join(tmp_path, 'train-images-idx3-ubyte.gz')
+  idx.write_idx(images, arrays['train'][0].astype(np.int32) * 4, np.int32)
+  with pytest.raises(DataError, match=r'images of dtype >i4 hold values from '
+                     r'\d+ to 10\d\d'):
+    prepare.prepare(str(tmp_path))
+  idx.write_idx(images, arrays['train'][0] / 255, np.float32)
+  info = prepare.prepare(str(tmp_path))
+  np.testing.assert_array_equal(_read_back(info.path('train'))[0],
+                                arrays['train'][0])
+
+
+@pytest.mark.parametrize('text, message', [
+    ('[1, 2]', 'it holds a JSON list, not an object'),
+    ('{"source": "mine"}', "it names source 'mine', none of idx, npz"),
+    ('{"source": "fake", "train_examples": "many"}',
+     "its train_examples is 'many', not a count"),
+    ('{"source": ', 'it cannot be read as JSON'),
+])
+def test_a_dataset_info_the_kit_did_not_write_is_one_line(tmp_path, text,
+                                                          message):
+  prepare.prepare(str(tmp_path), 'fake')
+  (tmp_path / 'dataset_info.json').write_text(text)
+  with pytest.raises(DataError, match=r'dataset_info\.json is not the record '
+                     rf'of the data the kit wrote \({message}.*\); remove it'):
+    prepare.prepare(str(tmp_path))
+
+
+def test_a_data_dir_that_is_a_file_is_named_so(tmp_path):
+  (tmp_path / 'data').write_text('')
+  for source in ('auto', 'fake'):
+    with pytest.raises(DataError, match=r'--data_dir \S+data is a file, not a '
+                       'folder'):
+      prepare.prepare(str(tmp_path / 'data'), source)
+
+
+def _example(**features):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  kinds = {bytes: lambda v: tf.train.Feature(bytes_list=tf.train.BytesList(
+      value=v)), int: lambda v: tf.train.Feature(int64_list=tf.train.Int64List(
+          value=v)), float: lambda v: tf.train.Feature(
+              float_list=tf.train.FloatList(value=v))}
+  return tf.train.Example(features=tf.train.Features(feature={
+      key: kinds[type(values[0])](values) for key, values in features.items()
+  })).SerializeToString()
+
+
+@pytest.mark.parametrize('features, message', [
+    ({'image_raw': [bytes(784)], 'label': [b'7']},
+     "its feature 'label' holds 1 bytes value\(s\); expected one int64 value"),
+    ({'image_raw': [bytes(784)], 'label': [7.0]},
+     "its feature 'label' holds 1 float value"),
+    ({'image_raw': [bytes(784)], 'label': [7, 1]},
+     "its feature 'label' holds 2 int64 value"),
+    ({'image': [bytes(784)], 'label': [7]},
+     "it has no feature 'image_raw' \(its features: image, label\)"),
+])
+def test_tfrecords_of_another_schema_name_the_feature(tmp_path, features,
+                                                      message):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  path = str(tmp_path / 'train.tfrecords')
+  images, labels = _arrays(3)
+  tfrecords.write_records(path, images, labels)
+  good = list(tf.data.TFRecordDataset(path).as_numpy_iterator())
+  with tf.io.TFRecordWriter(path) as writer:
+    for record in good + [_example(**features)]:
+      writer.write(record)
+  with pytest.raises(DataError, match=r'train\.tfrecords: record 3 is not an '
+                     r'MNIST example as the kit writes it: ' + message) as e:
+    tfrecords.count_records(path)
+  assert 'delete' not in str(e.value)
 
 
 def test_digits_are_real_handwriting_at_mnist_size(digits_data_dir):
