@@ -146,30 +146,26 @@ def _check_written_by_an_estimator(model_dir: str, path: str) -> None:
 def fall_back_to_a_usable_checkpoint(model_dir: str) -> None:
   """Makes the newest usable checkpoint the one the Estimator restores: a
   truncated, corrupt or non-finite latest one is skipped with a line naming
-  it (the Estimator keeps several).
+  it (the Estimator keeps several), and one the state file does not name
+  (missing, garbage, or naming a deleted checkpoint) is found by its files.
 
   Raises:
-    KitError: checkpoints are listed and none can be used.
+    KitError: checkpoints are there and none can be used.
   """
-  state = tf.train.get_checkpoint_state(model_dir)
-  if state is None:
-    return
-  listed = list(state.all_model_checkpoint_paths) or [
-      state.model_checkpoint_path]
-  for kept in range(len(listed), 0, -1):
-    path = listed[kept - 1]
+  found = checkpoint_files.find(model_dir)
+  for kept, path in enumerate(found):
     reason = _unusable(path)
     if reason is None:
       _check_written_by_an_estimator(model_dir, path)
-      if kept < len(listed):
-        tf.train.update_checkpoint_state(
-            model_dir, path, all_model_checkpoint_paths=listed[:kept])
+      checkpoint_files.record_state(model_dir, path,
+                                    list(reversed(found[kept + 1:])))
       return
     logging.warning('Skipped %s: %s; trying an older checkpoint', path,
                     reason)
-  raise KitError(f'no checkpoint in --model_dir {model_dir} can be used '
-                 f'({", ".join(os.path.basename(p) for p in listed)}); move '
-                 'them away to start afresh, or use another --model_dir')
+  if found:
+    raise KitError(f'no checkpoint in --model_dir {model_dir} can be used '
+                   f'({", ".join(os.path.basename(p) for p in found)}); move '
+                   'them away to start afresh, or use another --model_dir')
 
 
 def _predict(estimator, info: prepare.DatasetInfo, count: int) -> list:

@@ -49,34 +49,24 @@ def _without_random(checkpoint: tf.train.Checkpoint,
                              optimizer=checkpoint.optimizer)
 
 
-def _candidates(model_dir: str) -> list[str]:
-  """The checkpoints model_dir's state file lists, newest first."""
-  state = tf.train.get_checkpoint_state(model_dir)
-  if state is None:
-    return []
-  paths = list(state.all_model_checkpoint_paths) or [
-      state.model_checkpoint_path]
-  if state.model_checkpoint_path not in paths:
-    paths.append(state.model_checkpoint_path)
-  return [p if os.path.isabs(p) else os.path.join(model_dir, p)
-          for p in reversed(paths)]
-
-
-def restore(checkpoint: tf.train.Checkpoint, model_dir: str) -> bool:
+def restore(checkpoint: tf.train.Checkpoint, model_dir: str,
+            record_state: bool = True) -> bool:
   """Restores the newest usable checkpoint in model_dir; True if it restored
   one.
 
   A checkpoint that cannot be read (truncated, corrupt, files missing), or
   whose weights are not finite (written by a diverged run before the kit
   guarded its saves), is skipped with a line naming it, for the next older
-  one, as the manager keeps several.
+  one, as the manager keeps several. Checkpoints are found by their files,
+  the state file missing, garbage or stale; record_state (the chief's part)
+  makes the state file name the one restored, for the manager.
 
   Raises:
     KitError: model_dir holds a checkpoint of something else (a name-based
       Estimator/TF1 checkpoint, another model's, Keras 2's on Keras 3), or
       none of its checkpoints can be used.
   """
-  candidates = _candidates(model_dir)
+  candidates = checkpoint_files.find(model_dir)
   unusable = []
   weights = divergence.WeightsCheck(
       divergence.checkpointed_variables(checkpoint))
@@ -89,6 +79,10 @@ def restore(checkpoint: tf.train.Checkpoint, model_dir: str) -> bool:
       names = weights.non_finite()
       if not names:
         logging.info('Restored %s', path)
+        if record_state:
+          kept = candidates.index(path)
+          checkpoint_files.record_state(
+              model_dir, path, list(reversed(candidates[kept + 1:])))
         return True
       reason = f'its weights are not finite ({describe_names(names)})'
     unusable.append(os.path.basename(path))

@@ -184,7 +184,8 @@ def _build_and_restore(config: config_lib.Config,
     # checkpoint matches the model and optimizer in full.
     optimizer.build(model.trainable_variables)
     checkpoint = checkpoints.make_checkpoint(model, optimizer, strategy)
-  restored = checkpoints.restore(checkpoint, model_dir)
+  restored = checkpoints.restore(checkpoint, model_dir,
+                                 strategy_lib.is_chief(strategy))
   manager = checkpoints.make_manager(checkpoint, model_dir, strategy)
   logging.info('model_dir=%s, loop=%s, precision=%s, %s at step %d of %d',
                model_dir, config.loop, config.precision,

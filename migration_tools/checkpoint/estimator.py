@@ -8,6 +8,7 @@ import dataclasses
 from absl import logging
 import tensorflow as tf
 
+from kit_core import checkpoint_files
 from kit_core.errors import KitError
 from migration_tools import optimizers
 from migration_tools import port as port_lib
@@ -40,7 +41,7 @@ def read_checkpoint(estimator_dir: str) -> LegacyCheckpoint:
   Raises:
     KitError: no checkpoint, or one already object-based (TF 2).
   """
-  path = tf.train.latest_checkpoint(estimator_dir)
+  path = checkpoint_files.latest(estimator_dir)
   if path is None:
     raise KitError(f'no checkpoint in --estimator_dir {estimator_dir}')
   reader = files.CheckedReader(path)

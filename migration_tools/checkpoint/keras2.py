@@ -7,9 +7,9 @@ import dataclasses
 
 from absl import logging
 import numpy as np
-import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
+from kit_core import checkpoint_files
 from kit_core import keras_compat
 from kit_core.errors import KitError
 from migration_tools import optimizers
@@ -42,7 +42,7 @@ def read_keras2_checkpoint(model_dir: str) -> Keras2Checkpoint:
   Raises:
     KitError: no checkpoint, a name-based one, or one not written by Keras 2.
   """
-  path = tf.train.latest_checkpoint(model_dir)
+  path = checkpoint_files.latest(model_dir)
   if path is None:
     raise KitError(f'no checkpoint in --keras2_dir {model_dir}')
   reader = files.CheckedReader(path)

@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from kit_core import checkpoint_files
 from kit_core.errors import KitError
 from migration_tools import legacy
 from migration_tools import outputs as outputs_lib
@@ -41,7 +42,7 @@ def verify(estimator_dir: str, output: str, port: port_lib.Port, model_fn,
   data = legacy.read_input_fn(input_fn, params, batch, -(-count // batch))
   features = tf.nest.map_structure(lambda *xs: np.concatenate(xs)[:count],
                                    *[f for f, _ in data.batches])
-  theirs = legacy.predict(model_fn, tf.train.latest_checkpoint(estimator_dir),
+  theirs = legacy.predict(model_fn, checkpoint_files.latest(estimator_dir),
                           features, legacy.model_params(params, batch))
   model = port.build_model(legacy.model_params(params, batch))
   tf.train.Checkpoint(model=model).restore(

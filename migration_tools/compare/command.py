@@ -38,6 +38,7 @@ import tempfile
 from absl import flags
 import tensorflow as tf
 
+from kit_core import checkpoint_files
 from kit_core import devices
 from kit_core import paths
 from kit_core import sharding
@@ -99,7 +100,7 @@ def _replica_counts(values: list[str], global_batch: int) -> list[int]:
 def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
   """Runs the legacy code next to the port; records a bundle if asked."""
   start = tool_flags.warm_start_from
-  if start and not (tf.train.latest_checkpoint(start) if os.path.isdir(start)
+  if start and not (checkpoint_files.latest(start) if os.path.isdir(start)
                     else os.path.exists(start + '.index')):
     raise KitError(f'--warm_start_from {tool_flags.warm_start_from}: no '
                    'checkpoint there; give a checkpoint prefix (e.g. '

@@ -287,6 +287,29 @@ def test_an_unreadable_latest_checkpoint_falls_back(tmp_path, fake_data_dir):
   assert tf.train.latest_checkpoint(str(model_dir)).endswith('model.ckpt-15')
 
 
+def test_a_lost_state_file_resumes_from_the_newest_checkpoint_files(
+    tmp_path, fake_data_dir):
+  """Missing, then garbage, then naming a deleted checkpoint: each run
+  resumes from the newest checkpoint left, never from step 0 over them."""
+  model_dir = tmp_path / 'model'
+  common = _trained_ten_steps(model_dir, fake_data_dir)
+  state = model_dir / 'checkpoint'
+  for steps, damage, problem, resumed in (
+      (15, state.unlink, 'is missing', 10),
+      (20, lambda: state.write_text('garbage {{{'), 'cannot be read', 15),
+      (25, lambda: [p.unlink() for p in model_dir.glob('model.ckpt-20.*')],
+       'names model.ckpt-20, which is gone', 15)):
+    damage()
+    again = run_module('estimator_mnist', *common, f'--train_steps={steps}')
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert re.search(rf'The checkpoint state file in \S+ {problem}: resuming '
+                     rf'from model.ckpt-{resumed}, the newest', again.stderr)
+    assert f'Restoring parameters from {model_dir}/model.ckpt-{resumed}' in (
+        again.stderr), again.stderr[-2000:]
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith(
+        f'model.ckpt-{steps}')
+
+
 def test_unwritable_model_dir(tmp_path, fake_data_dir):
   blocker = tmp_path / 'a_file'
   blocker.write_text('not a directory')

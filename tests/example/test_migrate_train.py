@@ -397,6 +397,46 @@ def test_an_unreadable_latest_checkpoint_falls_back_to_an_older_one(
   assert (model_dir / 'notes_temp').exists()
 
 
+def _damage_state_file(model_dir, damage):
+  """What a copy without its state file, a garbage one, or one naming a
+  deleted checkpoint leaves; returns the newest checkpoint step left."""
+  state = model_dir / 'checkpoint'
+  if damage == 'missing':
+    state.unlink()
+  elif damage == 'garbage':
+    state.write_bytes(b'\xff\xfe not a state {{{')
+  else:  # The newest deleted, the state file still naming it.
+    newest = max(int(p.name.split('-')[1].split('.')[0])
+                 for p in model_dir.glob('*.index'))
+    for path in model_dir.glob(f'*-{newest}.*'):
+      path.unlink()
+  return max(int(p.name.split('-')[1].split('.')[0])
+             for p in model_dir.glob('*.index'))
+
+
+@pytest.mark.parametrize('damage', ['missing', 'garbage', 'stale'])
+def test_a_lost_state_file_resumes_from_the_newest_checkpoint_files(
+    tmp_path, fake_data_dir, damage, caplog):
+  model_dir = tmp_path / 'model'
+  config = dict(loop='custom', checkpoint_steps=5, enable_predict=False,
+                eval_steps=0)
+  train.run(make_config(model_dir, train_steps=15, **config), cpu_strategy(1),
+            fake_data_dir)
+  newest = _damage_state_file(model_dir, damage)
+  with caplog.at_level('INFO', logger='absl'):
+    result = train.run(make_config(model_dir, train_steps=20, **config),
+                       cpu_strategy(1), fake_data_dir)
+  assert f'resuming at step {newest} of 20' in caplog.text
+  problem = {'missing': 'is missing', 'garbage': 'cannot be read',
+             'stale': 'names ckpt-15, which is gone'}[damage]
+  assert re.search(rf'The checkpoint state file in \S+ {problem}: resuming '
+                   rf'from ckpt-{newest}, the newest checkpoint found among '
+                   'the files', caplog.text), caplog.text[-2000:]
+  assert result['global_step'] == 20
+  assert tf.train.latest_checkpoint(str(model_dir)).endswith('ckpt-20')
+  assert (model_dir / f'ckpt-{newest}.index').exists()
+
+
 def test_no_readable_checkpoint_is_one_line(tmp_path, fake_data_dir):
   model_dir = tmp_path / 'model'
   train.run(make_config(model_dir, loop='custom', train_steps=10,

@@ -140,6 +140,20 @@ def test_no_checkpoint_and_non_empty_output(tmp_path, estimator_dir):
                                PARAMS)
 
 
+def test_the_newest_checkpoint_is_found_without_a_state_file(estimator_dir,
+                                                            tmp_path):
+  copied = tmp_path / 'copied'
+  os.makedirs(copied)
+  for name in os.listdir(estimator_dir):
+    if name.startswith('model.ckpt-'):
+      os.link(os.path.join(estimator_dir, name), copied / name)
+  path = estimator.convert(str(copied), str(tmp_path / 'out'), PORT, PARAMS)
+  assert path.endswith('ckpt-30')
+  (copied / 'checkpoint').write_text('model_checkpoint_path: "model.ckpt-99"')
+  path = estimator.convert(str(copied), str(tmp_path / 'out2'), PORT, PARAMS)
+  assert path.endswith('ckpt-30')
+
+
 @pytest.mark.parametrize('args, message', [
     ((), 'give one of --estimator_dir (an Estimator checkpoint) or '
      '--keras2_dir'),
