@@ -222,10 +222,21 @@ def run(config: config_lib.Config,
   shards = config.num_shards if config.use_tpu else 1
   evaluation = batching.plan(config.batch_size, config.eval_steps,
                              info.train_examples, info.test_examples, shards)
-  eval_batch, eval_steps = evaluation.batch, evaluation.steps
   if not (config.use_tpu or config.skip_resource_checks):
     resources.check_memory(model.forward_bytes(), config.batch_size)
   model_dir = paths.ensure_writable_dir(config.model_dir, 'estimator_mnist_')
+  with paths.one_trainer(model_dir):
+    return _train_evaluate_export(config, info, evaluation, cluster,
+                                  model_dir)
+
+
+def _train_evaluate_export(config: config_lib.Config,
+                           info: prepare.DatasetInfo,
+                           evaluation: batching.Evaluation, cluster,
+                           model_dir: str) -> dict:
+  """run()'s work once its input is checked and model_dir is held."""
+  eval_batch, eval_steps = evaluation.batch, evaluation.steps
+  shards = config.num_shards if config.use_tpu else 1
   estimator = make_estimator(config, model_dir, info.data_dir, eval_batch,
                              cluster)
   logging.info('TPUEstimator: model_dir=%s use_tpu=%s global batch=%d%s',

@@ -5,6 +5,7 @@ estimator_mnist's ``train.run`` is for TPUEstimator; main.py builds the
 config from the flags. Tests inject a strategy and data instead of patching
 anything.
 """
+import contextlib
 import hashlib
 import os
 import signal
@@ -259,12 +260,24 @@ def run(config: config_lib.Config,
                                  config.data_url, config.seed)
   evaluation = batching.plan(config.batch_size, config.eval_steps,
                              info.train_examples, info.test_examples, replicas)
-  eval_batch, eval_steps = evaluation.batch, evaluation.steps
   if not config.skip_resource_checks:
     _check_memory(strategy, per_replica, config.precision)
   _warn_if_bfloat16_is_emulated(strategy, config.precision)
   model_dir = paths.ensure_writable_dir(config.model_dir, 'migrate_')
+  # Only the chief writes into model_dir; the other workers share the flag.
+  with (paths.one_trainer(model_dir) if strategy_lib.is_chief(strategy)
+        else contextlib.nullcontext()):
+    return _train_evaluate_export(config, strategy, info, evaluation,
+                                  replicas, model_dir)
 
+
+def _train_evaluate_export(config: config_lib.Config,
+                           strategy: tf.distribute.Strategy,
+                           info: prepare.DatasetInfo,
+                           evaluation: batching.Evaluation, replicas: int,
+                           model_dir: str) -> dict:
+  """run()'s work once its input is checked and model_dir is held."""
+  eval_batch, eval_steps = evaluation.batch, evaluation.steps
   model, optimizer, manager = _build_and_restore(config, strategy, model_dir)
   evaluate = _train(config, strategy, info, eval_batch, eval_steps, model,
                     optimizer, manager, model_dir)

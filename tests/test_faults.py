@@ -270,6 +270,42 @@ def test_sigterm_saves_the_step_reached_and_a_rerun_resumes_there(
   assert resumed in result.stderr
 
 
+@pytest.mark.parametrize('module, args, started', [
+    pytest.param('migrate', ('--loop=custom', '--checkpoint_steps=10',
+                             '--steps_per_execution=5'), r'step 10/',
+                 id='migrate'),
+    pytest.param('estimator_mnist', ('--save_checkpoints_steps=10',),
+                 r'Saving checkpoints for 10 ', id='estimator',
+                 marks=pytest.mark.estimator),
+])
+def test_a_second_trainer_on_a_model_dir_in_use_stops_in_one_line(
+    tmp_path, fake_data_dir, module, args, started):
+  """And the lock dies with its holder: after a kill -9 the model_dir is
+  free again."""
+  model = tmp_path / 'model'
+  common = [f'--data_dir={fake_data_dir.data_dir}', f'--model_dir={model}',
+            '--batch_size=8', '--noenable_predict', '--eval_steps=0', *args]
+  log = tmp_path / 'first.log'
+  first = _start(module, log, *common, '--train_steps=1000000')
+  try:
+    _wait_for(first, log, started)
+    second = run_module(module, *common, '--train_steps=20', timeout=300)
+    assert second.returncode == 1, second.stderr[-3000:]
+    assert re.fullmatch(
+        rf'error: --model_dir {model} is in use by another trainer \(pid '
+        rf'{first.pid} on \S+\); wait for it to end, or use another '
+        '--model_dir', last_line(second.stderr)), second.stderr[-3000:]
+    assert 'Traceback' not in second.stderr
+    assert first.poll() is None
+  finally:
+    first.kill()
+    first.wait(timeout=60)
+  saved = tf.train.latest_checkpoint(str(model))
+  step = int(saved.rsplit('-', 1)[1])
+  again = run_module(module, *common, f'--train_steps={step + 5}', timeout=300)
+  assert again.returncode == 0, again.stderr[-3000:]
+
+
 def _fingerprint(text):
   found = re.findall(r'Weights fingerprint at step (\d+): (\w+)', text)
   assert found, text[-3000:]
