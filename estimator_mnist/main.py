@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from estimator_mnist import config as config_lib
 from estimator_mnist import train
+from kit_core import exits
 from kit_core.exits import exit_with_one_line
 from mnist_common import flags as common_flags
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -33,12 +34,14 @@ from mnist_common import flags as common_flags
 common_flags.define_common_flags()
 flags.DEFINE_integer('iterations', 50,
                      'Training steps per TPU loop (TPUConfig\'s '
-                     'iterations_per_loop); no effect off a TPU.', lower_bound=1)
+                     'iterations_per_loop); no effect off a TPU.', lower_bound=1,
+                     upper_bound=common_flags.MAX_STEPS)
 flags.DEFINE_integer(
     'save_checkpoints_steps', None,
     'Save a checkpoint every this many steps (RunConfig\'s '
     'save_checkpoints_steps; on a TPU, at the end of a loop). Unset: '
-    'max(--iterations, 100).', lower_bound=1)
+    'max(--iterations, 100).', lower_bound=1,
+    upper_bound=common_flags.MAX_STEPS)
 flags.DEFINE_integer('num_shards', 8,
                      'Number of TPU cores (TPUConfig\'s num_shards); '
                      '--batch_size must be divisible by it under --use_tpu.',
@@ -72,4 +75,4 @@ def run() -> None:
 
   Ends the process as soon as main is done: kit_core/process.py says why.
   """
-  process.run_command(lambda: app.run(main))
+  process.run_command(lambda: app.run(main, flags_parser=exits.parse_flags))

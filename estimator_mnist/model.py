@@ -39,6 +39,13 @@ def forward_bytes() -> int:
   return resources.forward_bytes(graph)
 
 
+def variable_shapes() -> dict[str, list[int]]:
+  """{name: shape} of the network's variables, as a checkpoint holds them."""
+  with tf.Graph().as_default():
+    build_network(tf.placeholder(tf.float32, [1, 28, 28, 1]), training=True)
+    return {v.op.name: v.shape.as_list() for v in tf.global_variables()}
+
+
 def metric_fn(labels: tf.Tensor, logits: tf.Tensor) -> dict:
   """Evaluation metrics; on a TPU this runs on the host, after the shards."""
   predictions = tf.argmax(logits, axis=1)

@@ -132,15 +132,28 @@ def _unusable(path: str) -> str | None:
   return None
 
 
-def _check_written_by_an_estimator(model_dir: str, path: str) -> None:
+def _check_checkpoint_is_ours(model_dir: str, path: str) -> None:
+  """KitError unless the checkpoint at path is an Estimator's of this
+  model: the Estimator would fail at its restore, in a traceback, in train,
+  or at export when the checkpoint's step is already past --train_steps."""
   keys = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+  name = os.path.basename(path)
   if 'global_step' not in keys:
     written_by = ('tf.train.Checkpoint (migrate, Keras)'
                   if '_CHECKPOINTABLE_OBJECT_GRAPH' in keys else
                   'something else')
     raise KitError(f'--model_dir {model_dir} holds a checkpoint written by '
-                   f'{written_by}, {os.path.basename(path)}, not by an '
-                   'Estimator; use another --model_dir')
+                   f'{written_by}, {name}, not by an Estimator; use another '
+                   '--model_dir')
+  expected = model.variable_shapes()
+  missing = sorted(set(expected) - set(keys))
+  shapes = [f'{v} {keys[v]} (expected {expected[v]})' for v in sorted(
+      set(expected) & set(keys)) if list(keys[v]) != expected[v]]
+  if missing or shapes:
+    found = (f'it lacks {describe_names(missing)}' if missing else
+             f'wrong shapes: {describe_names(shapes)}')
+    raise KitError(f'--model_dir {model_dir} holds a checkpoint of another '
+                   f'model ({name}: {found}); use another --model_dir')
 
 
 def fall_back_to_a_usable_checkpoint(model_dir: str) -> None:
@@ -156,7 +169,7 @@ def fall_back_to_a_usable_checkpoint(model_dir: str) -> None:
   for kept, path in enumerate(found):
     reason = _unusable(path)
     if reason is None:
-      _check_written_by_an_estimator(model_dir, path)
+      _check_checkpoint_is_ours(model_dir, path)
       checkpoint_files.record_state(model_dir, path,
                                     list(reversed(found[kept + 1:])))
       return
@@ -220,8 +233,10 @@ def run(config: config_lib.Config,
       config.data_dir, config.data_source, config.data_url,
       config.seed)
   shards = config.num_shards if config.use_tpu else 1
-  evaluation = batching.plan(config.batch_size, config.eval_steps,
-                             info.train_examples, info.test_examples, shards)
+  evaluation = batching.plan(
+      config.batch_size, config.eval_steps, info.train_examples,
+      info.test_examples, shards,
+      config.num_predictions if config.enable_predict else 0)
   if not (config.use_tpu or config.skip_resource_checks):
     resources.check_memory(model.forward_bytes(), config.batch_size)
   model_dir = paths.ensure_writable_dir(config.model_dir, 'estimator_mnist_')

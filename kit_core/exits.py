@@ -1,9 +1,12 @@
 """How a command ends on an error: its one line on stderr and its exit
 code; a write the disk refused leaves nothing half-written behind."""
 import errno
+import os
 import re
 import sys
 from typing import Callable
+
+from absl import flags
 
 from kit_core import stale
 from kit_core.errors import KitError
@@ -29,6 +32,20 @@ def exit_with_one_line(run: Callable[[], None], error_exit: int = 1) -> None:
     message, code = exit_message(refused, error_exit)
   print(message, file=sys.stderr)
   sys.exit(code)
+
+
+def parse_flags(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS,
+                error_exit: int = 1) -> list[str]:
+  """Parses argv into flag_values (app.run's flags_parser); a bad flag ends
+  the command with its one line, not absl's two."""
+  try:
+    return flag_values(argv)
+  except flags.Error as e:
+    program = os.path.basename(argv[0])
+    if program == '__main__.py':  # python -m package
+      program = 'python -m ' + os.path.basename(os.path.dirname(argv[0]))
+    print(f'error: {e}; see {program} --help', file=sys.stderr)
+    sys.exit(error_exit)
 
 
 def exit_message(error: KitError, error_exit: int = 1) -> tuple[str, int]:

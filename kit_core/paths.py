@@ -7,19 +7,26 @@ import json
 import os
 import socket
 import tempfile
-from typing import Iterator
+from typing import Iterator, Sequence
 
+from absl import flags
 from absl import logging
 
 from kit_core.errors import KitError
 
+Pairs = Sequence[tuple[str, str]]
 # Held by the trainer of a model_dir while it runs. An flock dies with its
 # process, so a kill -9 leaves the file but no lock.
 LOCK_NAME = '.trainer.lock'
 
 
+# The folders the trainers make inside a model_dir (exports, summaries).
+MODEL_DIR_FOLDERS = ('export', 'train', 'eval', 'validation')
+
+
 def ensure_writable_dir(path: str | None, prefix: str) -> str:
-  """Creates path (or a temporary directory if None) and checks it is writable.
+  """Creates path (or a temporary directory if None) and checks it is
+  writable, and that no file stands where the trainers make a folder.
 
   Returns the absolute path. Raises KitError with the reason otherwise.
   """
@@ -33,7 +40,27 @@ def ensure_writable_dir(path: str | None, prefix: str) -> str:
   except OSError as e:
     raise KitError(f'--model_dir {path} is not a writable directory '
                    f'({e.strerror}); pass a directory you can write to') from e
+  for name in MODEL_DIR_FOLDERS:
+    inside = os.path.join(path, name)
+    if os.path.lexists(inside) and not os.path.isdir(inside):
+      raise KitError(f'--model_dir {path} holds a file named {name} where the '
+                     f'trainer makes its folder {name}/; move it away, or use '
+                     'another --model_dir')
   return path
+
+
+def utf8_path(value: str | None) -> bool:
+  """A flag validator: TensorFlow takes only paths that are valid UTF-8 (a
+  file name of other bytes reaches Python as surrogates)."""
+  if value is None:
+    return True
+  try:
+    value.encode('utf-8')
+  except UnicodeEncodeError as e:
+    raise flags.ValidationError(
+        f'is not valid UTF-8 ({os.fsencode(value)!r}), and TensorFlow takes '
+        'UTF-8 paths only; rename the folder, or use another') from e
+  return True
 
 
 @contextlib.contextmanager
@@ -68,6 +95,54 @@ def one_trainer(model_dir: str, flag: str = '--model_dir') -> Iterator[None]:
       yield
     finally:
       fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def check_output(path: str, flag: str, inputs: Pairs = (),
+                 outputs: Pairs = (), folder: bool = False) -> str:
+  """The absolute path of an output, checked before any work so that it can
+  destroy no input and no other output.
+
+  Args:
+    path: the flag's value.
+    flag: its name, '--report'.
+    inputs: (what, path) of what the command reads, e.g. ('the input
+      --bundle', 'x.npz'); the output may be none of them, nor an existing
+      file inside an input folder.
+    outputs: (flag, path) of the command's other outputs.
+    folder: a folder is due, not a file.
+
+  Raises:
+    KitError: an empty path, a symbolic link, a special file, a folder where
+      a file is due (or the reverse), one of the inputs or other outputs, or
+      a folder that does not exist.
+  """
+  if not path.strip():
+    raise KitError(f'{flag} is empty (an unset variable?); give a path')
+  if os.path.islink(path):
+    raise KitError(f'{flag} {path} is a symbolic link; name a new path (the '
+                   'kit would replace the link, not what it points to)')
+  path = os.path.abspath(os.path.expanduser(path))
+  if os.path.exists(path):
+    if folder and not os.path.isdir(path):
+      raise KitError(f'{flag} {path} is a file; name a new folder')
+    if not folder and os.path.isdir(path):
+      raise KitError(f'{flag} {path} is a folder; name a file')
+    if not folder and not os.path.isfile(path):
+      raise KitError(f'{flag} {path} is a special file (FIFO, socket or '
+                     'device); name a regular file')
+  real = os.path.realpath(path)
+  for what, value in inputs:
+    source = os.path.realpath(value)
+    if real == source or (os.path.isdir(source) and os.path.exists(real) and
+                          real.startswith(source + os.sep)):
+      raise KitError(f'{flag} {path} would overwrite {what} {value}; write '
+                     'the output elsewhere')
+  for other, value in outputs:
+    if value and real == os.path.realpath(value):
+      raise KitError(f'{flag} and {other} are the same path, {path}; give '
+                     'each its own')
+  check_folder_exists(path, f'{flag} {path}')
+  return path
 
 
 def check_folder_exists(path: str, name: str) -> None:

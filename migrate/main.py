@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from kit_core import devices
 from kit_core.errors import KitError
+from kit_core import exits
 from kit_core.exits import exit_with_one_line
 from migrate import config as config_lib
 from migrate import model as model_lib
@@ -49,7 +50,7 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
     'steps_per_execution', 50,
     'Training steps per tf.function call: the TF2 form of '
-    'iterations_per_loop.', lower_bound=1)
+    'iterations_per_loop.', lower_bound=1, upper_bound=common_flags.MAX_STEPS)
 flags.DEFINE_enum('loop', 'fit', train.LOOPS,
                   'Trainer: Keras compile/fit, or a custom loop with '
                   'strategy.run.')
@@ -67,7 +68,8 @@ flags.DEFINE_integer(
 flags.DEFINE_integer('checkpoint_steps', 100,
                      'Save a checkpoint (and log the loss) every this many '
                      'steps. With --loop=fit, a multiple of '
-                     '--steps_per_execution.', lower_bound=1)
+                     '--steps_per_execution.', lower_bound=1,
+                     upper_bound=common_flags.MAX_STEPS)
 
 FLAGS = flags.FLAGS
 
@@ -111,4 +113,4 @@ def run() -> None:
 
   Ends the process as soon as main is done: kit_core/process.py says why.
   """
-  process.run_command(lambda: app.run(main))
+  process.run_command(lambda: app.run(main, flags_parser=exits.parse_flags))

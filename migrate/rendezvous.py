@@ -26,6 +26,21 @@ def _address(worker: str) -> tuple[str, int]:
   return host.strip('[]'), int(port)
 
 
+def _check_addresses(members: list[tuple[str, str]]) -> None:
+  """KitError for an address that is no host:port or whose host does not
+  resolve: TensorFlow's coordination service would wait on it for good."""
+  for name, address in members:
+    try:
+      host, port = _address(address)
+      socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except ValueError as e:
+      raise KitError(f'TF_CONFIG gives {name} the address {address!r}, whose '
+                     'port is not a number; write host:port') from e
+    except OSError as e:
+      raise KitError(f'TF_CONFIG gives {name} the host {host!r}, which does '
+                     f'not resolve ({e.strerror or e}); check the address') from e
+
+
 def _listen(worker: str, index: int, count: int) -> socket.socket:
   _, port = _address(worker)
   listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -35,7 +50,7 @@ def _listen(worker: str, index: int, count: int) -> socket.socket:
     listener.bind(('', port))
   except OSError as e:
     listener.close()
-    raise KitError(f'this worker (index {index} in TF_CONFIG) cannot listen '
+    raise KitError(f'this worker ({index} in TF_CONFIG) cannot listen '
                    f'on {worker}: {e.strerror}; free the port, or give this '
                    'worker another one in TF_CONFIG on every worker') from e
   listener.listen(count)
@@ -73,39 +88,45 @@ def _heard(listener: socket.socket, count: int) -> set[int]:
   return heard
 
 
-def wait_for_workers(workers: list[str], index: int, timeout: float) -> None:
-  """Returns once every worker of the cluster is up and has heard from us.
+def wait_for_workers(members: list[tuple[str, str]], rank: int,
+                     timeout: float) -> None:
+  """Returns once every task of the cluster is up and has heard from us.
 
   Args:
-    workers: TF_CONFIG's cluster.worker, "host:port" each.
-    index: this worker's place in it.
+    members: the training tasks of TF_CONFIG, ('chief 0', 'host:port') each,
+      in one order on every task (strategy.cluster_members).
+    rank: this task's place in it.
     timeout: seconds to wait for the others.
 
   Raises:
-    KitError: this worker's port is taken, or a worker did not come in time.
+    KitError: an address that does not resolve, this task's port is taken,
+      or a task did not come in time.
   """
-  peers = {i for i in range(len(workers)) if i != index}
+  _check_addresses(members)
+  peers = {i for i in range(len(members)) if i != rank}
   if not peers:
     return
-  listener = _listen(workers[index], index, len(workers))
+  addresses = [address for _, address in members]
+  listener = _listen(addresses[rank], members[rank][0], len(members))
   reached, heard = set(), set()
   deadline = time.monotonic() + timeout
-  logging.info('Waiting up to %.0f s (--worker_wait_seconds) for worker(s) '
-               '%s of TF_CONFIG', timeout, sorted(peers))
+  logging.info('Waiting up to %.0f s (--worker_wait_seconds) for %s of '
+               'TF_CONFIG', timeout, ', '.join(members[i][0]
+                                               for i in sorted(peers)))
   try:
     while True:
-      heard |= _heard(listener, len(workers))
-      reached |= {i for i in peers - reached if _greet(workers[i], index)}
-      heard |= _heard(listener, len(workers))
+      heard |= _heard(listener, len(members))
+      reached |= {i for i in peers - reached if _greet(addresses[i], rank)}
+      heard |= _heard(listener, len(members))
       if reached >= peers and heard >= peers:
         break
       if time.monotonic() > deadline:
         missing = sorted(peers - (reached & heard))
         raise KitError(
-            f'worker(s) {", ".join(f"{i} ({workers[i]})" for i in missing)} '
-            f'did not come within {timeout:.0f} s (--worker_wait_seconds); '
-            'start every worker of TF_CONFIG, or check the addresses')
+            f'{", ".join(f"{members[i][0]} ({addresses[i]})" for i in missing)}'
+            f' did not come within {timeout:.0f} s (--worker_wait_seconds); '
+            'start every task of TF_CONFIG, or check the addresses')
       time.sleep(_POLL_SECONDS)
   finally:
     listener.close()
-  logging.info('All %d workers are up', len(workers))
+  logging.info('All %d tasks are up', len(members))

@@ -34,8 +34,20 @@ def _tpu_strategy(tpu: str | None, zone: str | None, project: str | None):
   return tf.distribute.TPUStrategy(resolver)
 
 
+# The jobs MultiWorkerMirroredStrategy trains with, in the order of their
+# ranks: a chief (optional) and its workers.
+TRAINING_JOBS = ('chief', 'worker')
+
+
 def check_tf_config() -> dict:
-  """Parses TF_CONFIG and checks it describes a worker cluster this task is in."""
+  """Parses TF_CONFIG and checks it describes a worker cluster this task
+  trains in (chief and worker jobs; TPUEstimator-era 'ps' and 'evaluator'
+  jobs are named and refused, as this trainer has no place for them).
+
+  Raises:
+    KitError: TF_CONFIG missing or malformed, in one line that says which
+      part and what is expected.
+  """
   raw = os.environ.get('TF_CONFIG')
   if not raw:
     raise KitError('--strategy=multi_worker needs TF_CONFIG, e.g. '
@@ -49,16 +61,41 @@ def check_tf_config() -> dict:
     raise KitError(f'malformed TF_CONFIG ({type(e).__name__}: {e}); it needs '
                    'cluster.worker (a list of host:port) and task.type/'
                    'task.index') from e
-  if not isinstance(workers, list) or not workers or not all(
-      isinstance(w, str) and ':' in w for w in workers):
-    raise KitError(f'malformed TF_CONFIG: cluster.worker must be a non-empty '
-                   f'list of "host:port", got {workers!r}')
+  for job, members in config['cluster'].items():
+    if not isinstance(members, list) or not members or not all(
+        isinstance(m, str) and ':' in m for m in members):
+      raise KitError(f'malformed TF_CONFIG: cluster.{job} must be a non-empty '
+                     f'list of "host:port", got {members!r}')
+  others = sorted(set(config['cluster']) - set(TRAINING_JOBS))
+  if others or task_type not in TRAINING_JOBS:
+    raise KitError(f'TF_CONFIG has a {(others or [task_type])[0]!r} job: '
+                   'MultiWorkerMirroredStrategy trains on a chief and '
+                   'workers only (a "ps" job is ParameterServerStrategy\'s, an '
+                   '"evaluator" a side-car this trainer does not run: it '
+                   'evaluates on the chief after training); list the machines '
+                   'as chief and worker')
+  if not isinstance(index, int) or isinstance(index, bool):
+    raise KitError(f'malformed TF_CONFIG: task.index must be a whole number, '
+                   f'got {index!r} ({type(index).__name__}); write "index": '
+                   f'{index if str(index).isdigit() else 0}')
   members = config['cluster'].get(task_type)
-  if not isinstance(index, int) or not isinstance(members, list) or not (
-      0 <= index < len(members)):
+  if not isinstance(members, list) or not 0 <= index < len(members):
     raise KitError(f'malformed TF_CONFIG: task {task_type}:{index} is not in '
                    f'the cluster {config["cluster"]}')
   return config
+
+
+def cluster_members(config: dict) -> tuple[list[tuple[str, str]], int]:
+  """Every training task of TF_CONFIG as (name, 'host:port'), chief first,
+  and this task's place among them."""
+  cluster, task = config['cluster'], config['task']
+  members, rank = [], None
+  for job in TRAINING_JOBS:
+    for i, address in enumerate(cluster.get(job, [])):
+      if (job, i) == (task['type'], task['index']):
+        rank = len(members)
+      members.append((f'{job} {i}', address))
+  return members, rank
 
 
 def make_strategy(name: str, tpu: str | None = None, zone: str | None = None,
@@ -67,7 +104,7 @@ def make_strategy(name: str, tpu: str | None = None, zone: str | None = None,
   """Returns the strategy --strategy names (see the module docstring).
 
   With multi_worker, first waits up to worker_wait_seconds for the other
-  workers (migrate/rendezvous.py says why).
+  tasks, chief and workers (migrate/rendezvous.py says why).
   """
   if name not in STRATEGIES:
     raise KitError(f'unknown --strategy={name}; use one of {STRATEGIES}')
@@ -79,10 +116,8 @@ def make_strategy(name: str, tpu: str | None = None, zone: str | None = None,
   if name == 'tpu':
     return _tpu_strategy(tpu, zone, project)
   if name == 'multi_worker':
-    config = check_tf_config()
-    if config['task']['type'] == 'worker':
-      rendezvous.wait_for_workers(config['cluster']['worker'],
-                                  config['task']['index'], worker_wait_seconds)
+    members, rank = cluster_members(check_tf_config())
+    rendezvous.wait_for_workers(members, rank, worker_wait_seconds)
     return tf.distribute.MultiWorkerMirroredStrategy()
   if name == 'mirrored':
     return tf.distribute.MirroredStrategy(_local_devices())

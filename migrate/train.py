@@ -258,8 +258,10 @@ def run(config: config_lib.Config,
       strategy, config.batch_size, per_replica))
   info = data or prepare.prepare(config.data_dir, config.data_source,
                                  config.data_url, config.seed)
-  evaluation = batching.plan(config.batch_size, config.eval_steps,
-                             info.train_examples, info.test_examples, replicas)
+  evaluation = batching.plan(
+      config.batch_size, config.eval_steps, info.train_examples,
+      info.test_examples, replicas,
+      config.num_predictions if config.enable_predict else 0)
   if not config.skip_resource_checks:
     _check_memory(strategy, per_replica, config.precision)
   _warn_if_bfloat16_is_emulated(strategy, config.precision)

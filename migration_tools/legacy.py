@@ -30,6 +30,21 @@ from migration_tools import serving
 RESERVED = ('batch_size', 'context', 'use_tpu')
 
 
+def require_estimator(what: str, instead: str) -> None:
+  """Raises KitError unless this TensorFlow still has tf.estimator (2.15 and
+  earlier), which running the legacy model_fn needs.
+
+  Args:
+    what: what needs it ('migration-compare runs your model_fn').
+    instead: what to do on this TensorFlow ('check against a bundle: ...').
+  """
+  if not hasattr(tf.compat.v1, 'estimator'):
+    raise KitError(f'{what} as TPUEstimator did, and TensorFlow '
+                   f'{tf.__version__} has no tf.estimator (removed in 2.16): '
+                   'install the estimator profile (TF 2.15; README, Set-up), '
+                   f'or {instead}')
+
+
 def input_params(params: dict, global_batch: int) -> dict:
   """What the input_fn gets: the user's params and the global batch."""
   return {**params, 'batch_size': global_batch}

@@ -14,7 +14,8 @@ def load_callable(spec: str, what: str = 'it'):
 
   Raises:
     KitError: a malformed spec, a module that cannot be imported (or raises
-      when imported), a missing name, or an object that is not callable.
+      or exits when imported), a missing name, or an object that is not
+      callable.
   """
   module_name, _, attribute = spec.partition(':')
   if not module_name or not attribute:
@@ -24,6 +25,12 @@ def load_callable(spec: str, what: str = 'it'):
   except ImportError as e:
     raise KitError(f'{what}: cannot import {module_name} ({e}); is its code '
                    'on PYTHONPATH?') from e
+  except SystemExit as e:
+    # A script's main guard missing: its code ran, and ended the process.
+    raise KitError(f'{what}: importing {module_name} called sys.exit'
+                   f'({e.code!r}); a module the kit imports must not run a '
+                   'program at import (put it under if __name__ == '
+                   "'__main__':)") from e
   except Exception as e:  # pylint: disable=broad-except
     # The user's module ran code at import and it failed: say so in a line.
     raise KitError(f'{what}: importing {module_name} raised '

@@ -23,15 +23,21 @@ class Evaluation:
 
 
 def plan(batch_size: int, eval_steps: int | None, train_examples: int,
-         test_examples: int, replicas: int) -> Evaluation:
-  """Checks the batch against the splits; returns the evaluation's batch and
-  steps (eval_steps None: one pass over the test split).
+         test_examples: int, replicas: int,
+         predictions: int = 0) -> Evaluation:
+  """Checks the batch and the predictions against the splits; returns the
+  evaluation's batch and steps (eval_steps None: one pass over the test
+  split).
 
   Raises:
-    KitError: a batch larger than the train split, or eval_steps batches
-      more than the test split holds.
+    KitError: a batch larger than the train split, eval_steps batches more
+      than the test split holds, or more predictions than it holds.
   """
   check_batch_fits_split(batch_size, train_examples)
+  if predictions > test_examples:
+    raise KitError(f'--num_predictions={predictions} is more than the test '
+                   f'split holds ({test_examples} examples); use '
+                   f'--num_predictions={test_examples} or less')
   batch = eval_batch_size(batch_size, test_examples, replicas)
   steps = test_examples // batch if eval_steps is None else eval_steps
   check_eval_steps(steps, batch, test_examples)

@@ -8,8 +8,11 @@ import math
 
 from absl import flags
 
+from kit_core import paths
 from mnist_common import download
 from mnist_common import prepare
+
+MAX_STEPS = 10**12
 
 
 def define_common_flags() -> None:
@@ -44,12 +47,22 @@ def define_common_flags() -> None:
       'model_dir', None,
       'Where checkpoints, summaries and the exported SavedModel go. Unset: a '
       'new temporary directory.')
+  for name in ('model_dir', 'data_dir'):
+    # An unset shell variable ('--model_dir=$DIR') would mean the current
+    # folder: train into it, or read data from it.
+    flags.register_validator(
+        name, lambda value: value is None or bool(value.strip()),
+        message='is empty (an unset variable?); give a folder, or leave the '
+        'flag out for the default')
+    flags.register_validator(name, paths.utf8_path)
   flags.DEFINE_integer(
       'batch_size', 1024,
       'Global mini-batch size for training: the batch over all replicas '
       '(TPU cores), not the per-replica batch.', lower_bound=1)
+  # Bounds that every library down the line takes: numpy's seeds are uint32,
+  # and a step count past 10^12 overflows the progress bar's arithmetic.
   flags.DEFINE_integer('train_steps', 1000, 'Total number of training steps.',
-                       lower_bound=1)
+                       lower_bound=1, upper_bound=MAX_STEPS)
   flags.DEFINE_integer(
       'eval_steps', None,
       'Evaluation steps after training. Unset: one pass over the test split '
@@ -72,4 +85,5 @@ def define_common_flags() -> None:
       'devices are asked for than it allows.')
   flags.DEFINE_integer(
       'seed', 0, 'Random seed: weights, dropout and shuffling. Two runs with '
-      'the same seed on the same machine are bit-identical.')
+      'the same seed on the same machine are bit-identical.', lower_bound=0,
+      upper_bound=2**32 - 1)

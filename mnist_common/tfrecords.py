@@ -2,6 +2,7 @@
 ``image_raw`` (784 bytes, uint8, row-major) and ``label`` (int64).
 """
 import os
+import re
 import struct
 
 import numpy as np
@@ -155,6 +156,8 @@ def count_records(path: str) -> int:
 
 
 def _corrupt(path: str, count: int, error: tf.errors.OpError) -> DataError:
-  reason = error.message.splitlines()[0]
+  # '{{function_node ...}} corrupted record at 2538 [Op:IteratorGetNext]'.
+  reason = re.sub(r'\{\{function_node [^}]*\}\}\s*|\s*\[Op:.*$', '',
+                  error.message.splitlines()[0])
   return DataError(f'{path} is corrupt at or after record {count} ({reason}); '
                    f'{_REPLACE}')

@@ -34,7 +34,7 @@ _HTTP2_HELLO = b'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' + bytes(
 _SETTINGS_FRAME = 4
 
 
-def _check_reachable(master: str, timeout: float) -> None:
+def _check_reachable(master: str, timeout: float, hint: str = _HINT) -> None:
   """Raises TPUNotFoundError unless a gRPC server (a TPU worker speaks gRPC,
   which is HTTP/2) answers at master. Anything else there would make
   TensorFlow's C++ abort the process when it connects."""
@@ -52,15 +52,15 @@ def _check_reachable(master: str, timeout: float) -> None:
           break
         reply += chunk
   except OSError as e:
-    raise TPUNotFoundError(f'no TPU answers at {master} ({e}); {_HINT}') from e
+    raise TPUNotFoundError(f'no TPU answers at {master} ({e}); {hint}') from e
   if len(reply) < 9 or reply[3] != _SETTINGS_FRAME:
     raise TPUNotFoundError(
         f'something answers at {master}, but not a TPU: it does not speak '
         f'gRPC (it replied {reply[:20]!r}); check the address and port; '
-        f'{_HINT}')
+        f'{hint}')
 
 
-def _resolve(tpu, zone, project, timeout):
+def _resolve(tpu, zone, project, timeout, hint=_HINT):
   # The resolver may ask the metadata server, with no time limit of its own.
   result = {}
 
@@ -79,11 +79,11 @@ def _resolve(tpu, zone, project, timeout):
   thread.join(timeout)
   if thread.is_alive():
     raise TPUNotFoundError(f'looking up TPU {tpu!r} took over {timeout:.0f}s '
-                           f'(is this a GCE VM?); {_HINT}')
+                           f'(is this a GCE VM?); {hint}')
   if 'error' in result:
     e = result['error']
     reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-    raise TPUNotFoundError(f'TPU {tpu!r} not found ({reason}); {_HINT}') from e
+    raise TPUNotFoundError(f'TPU {tpu!r} not found ({reason}); {hint}') from e
   return result['resolver'], result['master']
 
 
@@ -103,12 +103,18 @@ def find_tpu(tpu: str | None, zone: str | None = None,
     if not has_local_tpu():
       raise TPUNotFoundError(f'no TPU found on this machine; {_HINT}')
     tpu = 'local'
-  # TPU_NAME and the like are read by the resolver itself; name it in errors.
-  tpu = tpu or os.environ.get('TPU_NAME')
+  hint = _HINT
+  if not tpu:
+    # TPU_NAME and the like are read by the resolver itself: a user who set
+    # none of the flags must learn that the environment chose the TPU.
+    chosen = [v for v in _TPU_ENV if os.environ.get(v)]
+    hint = (f'the environment variable {chosen[0]}='
+            f'{os.environ[chosen[0]]!r} chose this TPU: unset it, or {_HINT}')
+    tpu = os.environ.get('TPU_NAME')
   if tpu == 'local' and not has_local_tpu():
     raise TPUNotFoundError(f'--tpu=local but this machine has no TPU device '
-                           f'(/dev/accel*, /dev/vfio); {_HINT}')
-  resolver, master = _resolve(tpu, zone, project, timeout)
+                           f'(/dev/accel*, /dev/vfio); {hint}')
+  resolver, master = _resolve(tpu, zone, project, timeout, hint)
   if master:
-    _check_reachable(master, timeout)
+    _check_reachable(master, timeout, hint)
   return resolver

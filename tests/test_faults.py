@@ -8,9 +8,11 @@ reason, elsewhere).
 """
 import contextlib
 import http.server
+import json
 import os
 import random
 import re
+import shutil
 import signal
 import socketserver
 import subprocess
@@ -22,7 +24,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import CATALOGUE, REPO, TOOLS_PYTHONPATH, catalogue, last_line
+from conftest import CATALOGUE, HAS_ESTIMATOR, REPO, TOOLS_PYTHONPATH
+from conftest import catalogue, last_line
 from conftest import run_module
 from kit_core.errors import KitError
 from mnist_common import prepare
@@ -58,11 +61,14 @@ def _object_based_checkpoint(directory):
   return directory
 
 
-def _name_based_checkpoint(directory, truncate=False):
-  """A small Estimator-style checkpoint; truncate: cut its data file."""
+def _name_based_checkpoint(directory, truncate=False, model=True):
+  """A small Estimator-style checkpoint (of another model than the kit's:
+  one variable of it); truncate: cut its data file; model=False: the global
+  step alone."""
   with tf.Graph().as_default():
     tf.compat.v1.train.get_or_create_global_step()
-    tf.compat.v1.get_variable('conv1/kernel', [5, 5, 1, 32])
+    if model:
+      tf.compat.v1.get_variable('conv1/kernel', [5, 5, 1, 32])
     saver = tf.compat.v1.train.Saver()
     with tf.compat.v1.Session() as session:
       session.run(tf.compat.v1.global_variables_initializer())
@@ -75,9 +81,46 @@ def _name_based_checkpoint(directory, truncate=False):
   return directory
 
 
+def _cut_bundle(path):
+  """A bundle cut short, as a copy interrupted leaves it."""
+  np.savez_compressed(path, weights=np.arange(10000.0))
+  with open(path, 'r+b') as f:
+    f.truncate(os.path.getsize(path) // 2)
+  return path
+
+
+def _incomplete_bundle(path):
+  """A manifest whose arrays are not in the file."""
+  from migration_tools.compare import golden  # pylint: disable=g-import-not-at-top
+  manifest = {'format': golden.FORMAT, 'versions': {}, 'options': {},
+              'replica_counts': [1], 'serving': None, 'batches': [],
+              'shards': {}, 'answers': {'x': {'__array__': 'a0', 'scalar':
+                                              False}}}
+  np.savez(path, **{golden._MANIFEST: np.array(json.dumps(manifest))})  # pylint: disable=protected-access
+  return path
+
+
+def _npz_with_string_labels(directory):
+  directory.mkdir()
+  images = np.zeros((4, 28, 28), np.uint8)
+  labels = np.array(list('0123'))
+  np.savez(directory / 'mnist.npz', x_train=images, y_train=labels,
+           x_test=images, y_test=labels)
+  return directory
+
+
+def _records_with_a_list_for_info(directory, data):
+  shutil.copytree(data.data_dir, directory)
+  (directory / 'dataset_info.json').write_text('[1, 2]')
+  return directory
+
+
 # (id, module, args, the last line, needs tf.estimator). In args: {data},
 # {model} (must stay unwritten), {tmp}, {http} (a port), {migrate_ckpt},
-# {estimator_ckpt}, {corrupt_ckpt}, {a_file}.
+# {estimator_ckpt}, {step_only_ckpt}, {corrupt_ckpt}, {a_file}, {a_link} (a
+# symbolic link to it), {cut_bundle}, {incomplete_bundle}, {string_labels}
+# (an npz folder), {info_list} (records, their dataset_info.json a list).
+# {tmp} is on the PYTHONPATH, with exits_at_import.py in it.
 BAD_INPUTS = [
     ('custom eval_steps beyond the test split', 'migrate',
      ('--loop=custom', '--eval_steps=1000'),
@@ -126,6 +169,93 @@ BAD_INPUTS = [
     ('compare report in a missing folder', 'migration_tools.compare',
      ('--report={tmp}/missing/report.json',), r'^error: --report \S+: its '
      'folder does not exist; create it or choose another path', True),
+    # Round two (issue 28).
+    ('npz string labels', 'migrate', ('--data_dir={string_labels}',),
+     r'^error: \S+mnist.npz \[train\]: labels are of dtype <U1; expected '
+     'integers 0-9: convert them to integers', False),
+    ('dataset_info.json a JSON list', 'migrate', ('--data_dir={info_list}',),
+     r'^error: \S+dataset_info.json is not the record of the data the kit '
+     r'wrote \(it holds a JSON list, not an object\); remove it', False),
+    ('data_dir a file', 'migrate', ('--data_dir={a_file}',),
+     r'^error: --data_dir \S+a_file is a file, not a folder', False),
+    ('empty model_dir', 'migrate', ('--model_dir=',), r'^error: flag '
+     r'--model_dir=: is empty \(an unset variable\?\); give a folder, or '
+     'leave the flag out', False),
+    ('estimator empty model_dir', 'estimator_mnist', ('--model_dir=',),
+     r'^error: flag --model_dir=: is empty', True),
+    ('non-UTF-8 model_dir', 'migrate', ('--model_dir={tmp}/bad\udcff',),
+     r"^error: flag --model_dir=\S+: is not valid UTF-8 \(b'\S+bad\\xff'\)"
+     ', and TensorFlow takes UTF-8 paths only', False),
+    ('negative seed', 'migrate', ('--seed=-1',), r'^error: flag --seed=-1: '
+     r'-1 is not an integer in the range \[0, 4294967295\]; see python -m '
+     'migrate --help', False),
+    ('estimator seed past 32 bits', 'estimator_mnist', ('--seed=1099511627776',),
+     r'^error: flag --seed=1099511627776: 1099511627776 is not an integer in '
+     'the range', True),
+    ('train_steps past 10^12', 'migrate',
+     ('--train_steps=99999999999999999999',), r'^error: flag --train_steps='
+     r'99999999999999999999: \d+ is not an integer in the range \[1, '
+     r'1000000000000\]', False),
+    ('num_predictions beyond the test split', 'migrate',
+     ('--enable_predict', '--num_predictions=100000'), r'^error: '
+     r'--num_predictions=100000 is more than the test split holds \(\d+ '
+     r'examples\); use --num_predictions=\d+ or less', False),
+    ('estimator num_predictions beyond the test split', 'estimator_mnist',
+     ('--enable_predict', '--num_predictions=100000'), r'^error: '
+     '--num_predictions=100000 is more than the test split holds', True),
+    ('a file where model_dir/export goes', 'migrate',
+     ('--model_dir={tmp}/taken',), r'^error: --model_dir \S+taken holds a '
+     'file named export where the trainer makes its folder export/; move it '
+     'away', False),
+    ('estimator on another TF 1 model\'s checkpoint', 'estimator_mnist',
+     ('--model_dir={estimator_ckpt}',), r'^error: --model_dir \S+ holds a '
+     r'checkpoint of another model \(model.ckpt-1: it lacks conv1/bias, '
+     r'conv2/bias, conv2/kernel and 4 more\); use another --model_dir', True),
+    ('estimator on a checkpoint of the global step alone', 'estimator_mnist',
+     ('--model_dir={step_only_ckpt}',), r'^error: --model_dir \S+ holds a '
+     r'checkpoint of another model \(model.ckpt-1: it lacks conv1/bias, '
+     r'conv1/kernel, conv2/bias and 5 more\)', True),
+    ('converter output empty', 'migration_tools.checkpoint',
+     ('--estimator_dir={estimator_ckpt}', '--output='),
+     r'^error: --output is empty \(an unset variable\?\); give a path', False),
+    ('converter output is its input', 'migration_tools.checkpoint',
+     ('--estimator_dir={estimator_ckpt}', '--output={estimator_ckpt}'),
+     r'^error: --output \S+ would overwrite the input --estimator_dir', False),
+    ('converter output a symbolic link', 'migration_tools.checkpoint',
+     ('--estimator_dir={estimator_ckpt}', '--output={a_link}'),
+     r'^error: --output \S+ is a symbolic link; name a new path', False),
+    ('converter port that exits at import', 'migration_tools.checkpoint',
+     ('--estimator_dir={estimator_ckpt}', '--output={model}',
+      '--port=exits_at_import:make_port'), r'^error: --port: importing '
+     r'exits_at_import called sys.exit\(0\); a module the kit imports must '
+     'not run a program at import', False),
+    ('compare report and bundle one path', 'migration_tools.compare',
+     ('--record_bundle={tmp}/x.npz', '--report={tmp}/x.npz'),
+     r'^error: --record_bundle and --report are the same path, \S+x.npz; '
+     'give each its own', False),
+    ('compare report an existing folder', 'migration_tools.compare',
+     ('--report={tmp}',), r'^error: --report \S+ is a folder; name a file',
+     False),
+    ('compare record_bundle an existing folder', 'migration_tools.compare',
+     ('--record_bundle={tmp}', '--report={tmp}/r.json'),
+     r'^error: --record_bundle \S+ is a folder; name a file', False),
+    ('compare report a symbolic link', 'migration_tools.compare',
+     ('--report={a_link}',), r'^error: --report \S+a_link is a symbolic link',
+     False),
+    ('compare report empty', 'migration_tools.compare', ('--report=',),
+     r'^error: --report is empty', False),
+    ('compare replicas with a bundle', 'migration_tools.compare',
+     ('--bundle={cut_bundle}', '--replicas=a', '--report={tmp}/r.json'),
+     r'^error: --replicas with --bundle: the bundle holds the values it was '
+     'recorded with; leave them out', False),
+    ('compare a bundle cut short', 'migration_tools.compare',
+     ('--bundle={cut_bundle}', '--report={tmp}/r.json'),
+     r'^error: cannot read the bundle \S+cut.npz \(BadZipFile: .*\); record '
+     'it again', False),
+    ('compare an incomplete bundle', 'migration_tools.compare',
+     ('--bundle={incomplete_bundle}', '--report={tmp}/r.json'),
+     r"^error: the bundle \S+incomplete.npz is incomplete \(KeyError: 'a0'\)"
+     ': it was not written whole by this kit', False),
 ]
 
 
@@ -137,8 +267,25 @@ def test_bad_input_is_one_line(tmp_path, fake_data_dir, http_port, module,
                                args, message):
   model = tmp_path / 'model'
   values = {'data': fake_data_dir.data_dir, 'model': model, 'tmp': tmp_path,
-            'http': http_port, 'a_file': tmp_path / 'a_file'}
+            'http': http_port, 'a_file': tmp_path / 'a_file',
+            'a_link': tmp_path / 'a_link'}
   (tmp_path / 'a_file').write_text('not a folder')
+  (tmp_path / 'a_link').symlink_to(tmp_path / 'a_file')
+  (tmp_path / 'exits_at_import.py').write_text('import sys\nsys.exit(0)\n')
+  (tmp_path / 'taken').mkdir()
+  (tmp_path / 'taken' / 'export').write_text('a file')
+  makers = {
+      'step_only_ckpt': lambda: _name_based_checkpoint(tmp_path / 'step_only',
+                                                       model=False),
+      'cut_bundle': lambda: _cut_bundle(tmp_path / 'cut.npz'),
+      'incomplete_bundle': lambda: _incomplete_bundle(
+          tmp_path / 'incomplete.npz'),
+      'string_labels': lambda: _npz_with_string_labels(tmp_path / 'strings'),
+      'info_list': lambda: _records_with_a_list_for_info(
+          tmp_path / 'info_list', fake_data_dir)}
+  for key, make in makers.items():
+    if any(f'{{{key}}}' in a for a in args):
+      values[key] = make()
   if any('{migrate_ckpt}' in a for a in args):
     values['migrate_ckpt'] = _object_based_checkpoint(tmp_path / 'migrate')
   if any('{estimator_ckpt}' in a for a in args):
@@ -150,13 +297,36 @@ def test_bad_input_is_one_line(tmp_path, fake_data_dir, http_port, module,
   if not module.startswith('migration_tools'):
     args = [f'--data_dir={fake_data_dir.data_dir}', f'--model_dir={model}',
             *QUICK, *args]
-  result = run_module(module, *args, timeout=300,
-                      env={'PYTHONPATH': TOOLS_PYTHONPATH})
+  result = run_module(module, *args, timeout=300, env={
+      'PYTHONPATH': os.pathsep.join([TOOLS_PYTHONPATH, str(tmp_path)])})
   assert result.returncode == 1, result.stderr[-3000:]
   assert re.search(message, last_line(result.stderr)), result.stderr[-3000:]
   assert 'Traceback' not in result.stderr, result.stderr[-3000:]
   assert not TF_CPP_LOG.search(result.stderr), result.stderr[:2000]
   assert not model.exists()
+
+
+@pytest.mark.skipif(HAS_ESTIMATOR, reason='the newest profile\'s case: '
+                    'this TensorFlow has tf.estimator')
+@pytest.mark.parametrize('module, args, message', [
+    ('migration_tools.compare', ('--report={tmp}/r.json',),
+     r'^error: migration-compare runs your model_fn as TPUEstimator did, and '
+     r'TensorFlow 2\.\d+\.\d+ has no tf.estimator \(removed in 2.16\): install '
+     r'the estimator profile \(TF 2.15; README, Set-up\), or check the port '
+     r'against a bundle recorded there \(--bundle=FILE\)'),
+    ('migration_tools.checkpoint', ('--estimator_dir={tmp}/ckpt',
+                                    '--output={tmp}/out', '--verify'),
+     r'^error: --verify and --legacy_model_fn run your model_fn as '
+     'TPUEstimator did, and TensorFlow .* or convert here without them'),
+])
+def test_the_live_legacy_side_on_the_newest_tensorflow_is_one_line(
+    tmp_path, module, args, message):
+  _name_based_checkpoint(tmp_path / 'ckpt')
+  result = run_module(module, *[a.format(tmp=tmp_path) for a in args],
+                      env={'PYTHONPATH': TOOLS_PYTHONPATH})
+  assert result.returncode == 1, result.stderr[-3000:]
+  assert re.search(message, last_line(result.stderr)), result.stderr[-3000:]
+  assert not (tmp_path / 'out').exists() and not (tmp_path / 'r.json').exists()
 
 
 @contextlib.contextmanager

@@ -48,6 +48,7 @@ from migration_tools import cli
 from migration_tools import legacy
 from migration_tools import pair
 from migration_tools.checkpoint import estimator
+from migration_tools.checkpoint import files
 from migration_tools.checkpoint import keras2
 from migration_tools.checkpoint import verify
 
@@ -88,6 +89,9 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   if tool_flags.keras2_dir and tool_flags.verify:
     raise KitError('--verify runs the legacy model_fn: it goes with '
                    '--estimator_dir only')
+  source = ('--keras2_dir', tool_flags.keras2_dir) if tool_flags.keras2_dir else (
+      '--estimator_dir', tool_flags.estimator_dir)
+  files.check_output(tool_flags.output, *source)  # Before any work.
   # No batch here: a batch_size in --params goes to the port as it is.
   params = cli.parse_params(tool_flags.params, batch_flag=None)
   port = pair.load_port(tool_flags)
@@ -96,6 +100,9 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
                                  port, params)
   else:
     if tool_flags.verify or tool_flags['legacy_model_fn'].present:
+      legacy.require_estimator(
+          '--verify and --legacy_model_fn run your model_fn',
+          'convert here without them')
       model_fn = pair.legacy_callable(tool_flags, 'legacy_model_fn')
       input_fn = pair.legacy_callable(tool_flags, 'legacy_input_fn')
       cli.set_legacy_flags(tool_flags.legacy_flags)

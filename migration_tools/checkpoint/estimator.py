@@ -155,7 +155,7 @@ def convert(estimator_dir: str, output: str, port: port_lib.Port,
     KitError: no checkpoint, an output in the way, or a checkpoint that does
       not match the port's model (every mismatch listed).
   """
-  output = files.check_output(output)
+  output = files.check_output(output, '--estimator_dir', estimator_dir)
   checkpoint = read_checkpoint(estimator_dir)
   model, optimizer = files.build(port, params)
   ours = port_lib.state_variables(model)

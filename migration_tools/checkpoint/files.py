@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from kit_core import atomic
 from kit_core import checkpoint_files
+from kit_core import paths
 from kit_core.errors import KitError
 from migration_tools import port as port_lib
 
@@ -37,10 +38,16 @@ def build(port: port_lib.Port, params: dict | None):
   return model, optimizer
 
 
-def check_output(output: str) -> str:
-  output = os.path.abspath(output)
-  if os.path.exists(output) and not os.path.isdir(output):
-    raise KitError(f'--output {output} is a file; name a new folder')
+def check_output(output: str, source_flag: str, source: str) -> str:
+  """--output's absolute path: a new or empty folder that is not the
+  checkpoint read (source, given as source_flag), nor a link, nor empty.
+
+  Raises:
+    KitError: an output that would overwrite something, or destroy its input.
+  """
+  output = paths.check_output(output, '--output',
+                              [(f'the input {source_flag}', source)],
+                              folder=True)
   if os.path.exists(output) and os.listdir(output):
     raise KitError(f'--output {output} exists and is not empty; choose a new '
                    'directory')

@@ -139,7 +139,7 @@ def convert_keras2(model_dir: str, output: str, port: port_lib.Port,
     KitError: no Keras 2 checkpoint, an output in the way, or one that does
       not match the port (every mismatch listed).
   """
-  output = files.check_output(output)
+  output = files.check_output(output, '--keras2_dir', model_dir)
   checkpoint = read_keras2_checkpoint(model_dir)
   model, optimizer = files.build(port, params)
   ours = port_lib.state_variables(model)

@@ -44,6 +44,7 @@ from kit_core import paths
 from kit_core import sharding
 from kit_core.errors import KitError
 from migration_tools import cli
+from migration_tools import legacy
 from migration_tools import pair as pair_lib
 from migration_tools.compare import golden
 from migration_tools.compare import harness
@@ -84,6 +85,12 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
                       'it, with the suffix .png.', **define)
 
 
+# What a bundle was recorded with, and so what --bundle does not take.
+_RECORDED = ('legacy_model_fn', 'legacy_input_fn', 'legacy_serving_input_fn',
+             'legacy_flags', 'params', 'steps', 'batch_size', 'eval_batches',
+             'replicas', 'warm_start_from')
+
+
 def _replica_counts(values: list[str], global_batch: int) -> list[int]:
   try:
     counts = [int(r) for r in values]
@@ -99,6 +106,9 @@ def _replica_counts(values: list[str], global_batch: int) -> list[int]:
 
 def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
   """Runs the legacy code next to the port; records a bundle if asked."""
+  legacy.require_estimator('migration-compare runs your model_fn',
+                           'check the port against a bundle recorded there '
+                           '(--bundle=FILE)')
   start = tool_flags.warm_start_from
   if start and not (checkpoint_files.latest(start) if os.path.isdir(start)
                     else os.path.exists(start + '.index')):
@@ -143,6 +153,21 @@ def _replayed(tool_flags: flags.FlagValues, workdir: str
                    'recorded_with': bundle.versions}
 
 
+def _check_outputs(tool_flags: flags.FlagValues) -> str:
+  """The report's absolute path, once the report, its plot and a bundle to
+  record are known to destroy no input and no other output."""
+  inputs = ([('the input --bundle', tool_flags.bundle)] if tool_flags.bundle
+            else [])
+  plot = os.path.splitext(os.path.abspath(tool_flags.report or '.'))[0] + '.png'
+  if tool_flags.record_bundle is not None:
+    paths.check_output(tool_flags.record_bundle, '--record_bundle', inputs,
+                       [('--report', tool_flags.report),
+                        ('the loss plot beside --report', plot)])
+  report = paths.check_output(tool_flags.report, '--report', inputs)
+  paths.check_output(plot, 'the loss plot beside --report', inputs)
+  return report
+
+
 def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   """Checks the inputs, runs the comparison, prints and writes the report."""
   if args:
@@ -151,11 +176,11 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   if tool_flags.bundle and tool_flags.record_bundle:
     raise KitError('--bundle checks against a recorded bundle and '
                    '--record_bundle records one: give one of them')
-  report = os.path.abspath(tool_flags.report)
-  paths.check_folder_exists(report, f'--report {report}')
-  if tool_flags.record_bundle:
-    paths.check_folder_exists(tool_flags.record_bundle,
-                              f'--record_bundle {tool_flags.record_bundle}')
+  recorded = [f'--{name}' for name in _RECORDED if tool_flags[name].present]
+  if tool_flags.bundle and recorded:
+    raise KitError(f'{", ".join(recorded)} with --bundle: the bundle holds '
+                   'the values it was recorded with; leave them out')
+  report = _check_outputs(tool_flags)
   with tempfile.TemporaryDirectory() as workdir:
     results, figures = (_replayed if tool_flags.bundle else _live)(
         tool_flags, workdir)

@@ -27,6 +27,7 @@ import tensorflow as tf
 from kit_core import atomic
 from kit_core import paths
 from kit_core.errors import KitError
+from kit_core.errors import one_line
 from migration_tools import optimizers
 from migration_tools import runners
 
@@ -167,21 +168,30 @@ def load(path: str) -> Bundle:
   try:
     with np.load(path, allow_pickle=False) as stored:
       arrays = {k: stored[k] for k in stored.files}
-  except (OSError, ValueError) as e:
-    raise KitError(f'cannot read the bundle {path}: {e}') from e
+  except Exception as e:  # pylint: disable=broad-except
+    # A cut or damaged .npz raises OSError, BadZipFile, EOFError, zlib.error
+    # or ValueError, by where the damage is.
+    raise KitError(f'cannot read the bundle {path} ({one_line(e)}); record '
+                   'it again with migration-compare --record_bundle') from e
   if _MANIFEST not in arrays:
     raise KitError(f'{path} is not a golden bundle (no manifest); record one '
                    'with migration-compare --record_bundle')
-  manifest = json.loads(str(arrays[_MANIFEST]))
-  if manifest.get('format') != FORMAT:
-    raise KitError(f'{path} is a bundle of format {manifest.get("format")}; '
-                   f'this kit reads format {FORMAT}: record it again')
-  tape = Tape({k: _decode(v, arrays) for k, v in manifest['answers'].items()},
-              dict(manifest['shards']))
-  return Bundle(_decode(manifest['options'], arrays),
-                manifest['replica_counts'], manifest['serving'],
-                _decode(manifest['batches'], arrays), tape,
-                manifest['versions'])
+  try:
+    manifest = json.loads(str(arrays[_MANIFEST]))
+    if manifest.get('format') != FORMAT:
+      raise KitError(f'{path} is a bundle of format '
+                     f'{manifest.get("format")}; this kit reads format '
+                     f'{FORMAT}: record it again')
+    tape = Tape({k: _decode(v, arrays) for k, v in manifest['answers'].items()},
+                dict(manifest['shards']))
+    return Bundle(_decode(manifest['options'], arrays),
+                  manifest['replica_counts'], manifest['serving'],
+                  _decode(manifest['batches'], arrays), tape,
+                  manifest['versions'])
+  except (KeyError, TypeError, ValueError, AttributeError) as e:
+    raise KitError(f'the bundle {path} is incomplete ({one_line(e)}): it was '
+                   'not written whole by this kit; record it again with '
+                   'migration-compare --record_bundle') from e
 
 
 def _encode(value, arrays: dict):

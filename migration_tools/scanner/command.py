@@ -18,16 +18,21 @@ comparison tools do); a line ending in ``# migration-scan: ignore`` is not
 reported. The scanner imports the standard library and absl only, so it
 runs where TensorFlow is not installed.
 
+A folder that cannot be listed and a special file named ``*.py`` (a FIFO,
+a socket, a device: never opened, as a FIFO would block the scan) are listed
+as unchecked. --output may not be a scanned file or a file inside a scanned
+folder, nor a symbolic link.
+
 Exit code: 0 nothing to change (style notes at most); 1 findings, or files
-that could not be read, parsed or analysed (they are unchecked, not clean);
-2 bad input.
+or folders that could not be read, parsed or analysed (they are unchecked,
+not clean); 2 bad input.
 """
-import os
 import sys
 
 from absl import flags
 
 from kit_core import atomic
+from kit_core import paths as kit_paths
 from kit_core.errors import KitError
 from migration_tools import cli
 from migration_tools.scanner import engine
@@ -64,8 +69,9 @@ def main(tool_flags: flags.FlagValues, paths: list[str]) -> None:
     raise KitError('give one or more files or directories to scan, e.g. '
                    'migration-scan my_model/')
   output = tool_flags.output
-  if output and os.path.isdir(output):
-    raise KitError(f'--output={output} is a directory: give a file name')
+  if output is not None:
+    output = kit_paths.check_output(
+        output, '--output', [('the scanned path', p) for p in paths])
   try:
     result = scan(paths)
   except ValueError as e:

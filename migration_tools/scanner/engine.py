@@ -13,6 +13,7 @@ import ast
 import dataclasses
 import fnmatch
 import os
+import stat
 import tokenize
 
 from migration_tools.scanner import rules as rules_lib
@@ -461,20 +462,44 @@ def scan_source(source: str, path: str,
           if f.line not in ignored]
 
 
-def python_files(paths: list[str]) -> list[str]:
-  """The .py files under paths, sorted; raises ValueError on a missing path."""
-  files = []
-  for path in paths:
-    if os.path.isdir(path):
-      for root, dirs, names in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith('.'))
-        files += [os.path.join(root, n) for n in sorted(names)
-                  if n.endswith('.py')]
-    elif os.path.isfile(path):
+def python_files(paths: list[str]) -> tuple[list[str], list[Unchecked]]:
+  """The .py files under paths, sorted, and what could not be looked at: a
+  folder that cannot be listed, a special file (a FIFO would block a read
+  for ever), each unchecked rather than taken for clean.
+
+  Raises:
+    ValueError: a path does not exist.
+  """
+  files, unchecked = [], []
+
+  def cannot_list(error: OSError) -> None:
+    unchecked.append(Unchecked(error.filename, 'cannot list this folder: '
+                               f'{error.strerror}'))
+
+  def take(path: str) -> None:
+    try:
+      mode = os.stat(path).st_mode
+    except OSError as e:
+      unchecked.append(Unchecked(path, f'cannot read: {e.strerror}'))
+      return
+    if stat.S_ISREG(mode):
       files.append(path)
     else:
+      unchecked.append(Unchecked(path, 'not read: a special file (FIFO, '
+                                 'socket or device), not a regular file'))
+
+  for path in paths:
+    if os.path.isdir(path):
+      for root, dirs, names in os.walk(path, onerror=cannot_list):
+        dirs[:] = sorted(d for d in dirs if not d.startswith('.'))
+        for name in sorted(names):
+          if name.endswith('.py'):
+            take(os.path.join(root, name))
+    elif os.path.lexists(path):
+      take(path)
+    else:
       raise ValueError(f'no such file or directory: {path}')
-  return files
+  return files, unchecked
 
 
 def read_source(path: str) -> str:
@@ -496,8 +521,9 @@ def scan(paths: list[str]) -> Result:
   Raises:
     ValueError: a path does not exist.
   """
-  result = Result([], [], [], 0)
-  for path in python_files(paths):
+  files, unchecked = python_files(paths)
+  result = Result([], unchecked, [], 0)
+  for path in files:
     result.files += 1
     try:
       source = read_source(path)

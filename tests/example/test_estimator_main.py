@@ -140,9 +140,10 @@ def test_non_positive_counts_are_refused(flag):
   result = run_module('estimator_mnist', flag)
   assert result.returncode != 0
   name = flag.split('=')[0]
-  assert re.search(rf'Flags parsing error: flag {name}=.*: .* not a positive '
-                   'integer',
-                   result.stderr), result.stderr[-1000:]
+  assert re.fullmatch(rf'error: flag {name}=\S+: \S+ is not (a positive '
+                      r'integer|an integer in the range \[1, \d+\]); see '
+                      'python -m estimator_mnist --help\n', result.stderr), (
+                          result.stderr[-1000:])
 
 
 @pytest.mark.parametrize('value', ['nan', 'inf'])
@@ -337,8 +338,9 @@ def test_corrupt_tfrecord_names_the_file(tmp_path, fake_data_dir):
   model_dir = str(tmp_path / 'model')
   result = run_module('estimator_mnist', f'--data_dir={data_dir}',
                       f'--model_dir={model_dir}')
-  _assert_clean_failure(result, r'^error: .*/data/test\.tfrecords is truncated '
-                        'or corrupt', model_dir)
+  _assert_clean_failure(result, r'^error: .*/data/test\.tfrecords is corrupt '
+                        r'at or after record 0 \(corrupted record at \d+\); '
+                        'put a complete copy in its place', model_dir)
 
 
 def test_stray_arguments_are_refused():

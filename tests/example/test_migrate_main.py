@@ -116,8 +116,9 @@ def test_tensorflow_start_up_logs_only_when_asked(tmp_path):
   quiet = run_module('migrate', '--train_steps=0')
   loud = run_module('migrate', '--train_steps=0', '-v', '1')
   assert quiet.returncode != 0 and loud.returncode != 0
-  assert quiet.stderr.startswith('FATAL Flags parsing error: flag '
-                                 '--train_steps=0'), quiet.stderr[:1000]
+  assert quiet.stderr == ('error: flag --train_steps=0: 0 is not an integer '
+                          'in the range [1, 1000000000000]; see python -m '
+                          'migrate --help\n'), quiet.stderr[:1000]
   assert TF_CPP_LOG.search(loud.stderr), loud.stderr[:1000]
 
 

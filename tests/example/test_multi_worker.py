@@ -88,10 +88,10 @@ def test_two_workers_train_in_step(tmp_path, fake_data_dir, loop):
   assert 'SavedModel: ' in logs[0] and 'SavedModel: ' not in logs[1]
 
 
-def _lone_worker(tmp_path, fake_data_dir, workers, *extra):
-  """Worker 0 of `workers`, started alone."""
-  tf_config = {'cluster': {'worker': workers},
-               'task': {'type': 'worker', 'index': 0}}
+def _lone_worker(tmp_path, fake_data_dir, workers, *extra, tf_config=None):
+  """Worker 0 of `workers` (or the task of tf_config), started alone."""
+  tf_config = tf_config or {'cluster': {'worker': workers},
+                            'task': {'type': 'worker', 'index': 0}}
   env = dict(os.environ, PYTHONPATH=REPO, TF_CONFIG=json.dumps(tf_config))
   return subprocess.run(
       [sys.executable, '-m', 'migrate', '--strategy=multi_worker',
@@ -110,9 +110,48 @@ def test_a_worker_that_never_comes_ends_the_wait_in_one_line(tmp_path,
                         '--worker_wait_seconds=3')
   assert result.returncode == 1
   assert last_line(result.stderr) == (
-      f'error: worker(s) 1 ({workers[1]}) did not come within 3 s '
-      '(--worker_wait_seconds); start every worker of TF_CONFIG, or check '
+      f'error: worker 1 ({workers[1]}) did not come within 3 s '
+      '(--worker_wait_seconds); start every task of TF_CONFIG, or check '
       'the addresses'), result.stderr[-2000:]
+  assert not (tmp_path / 'model').exists()
+
+
+HOST = '127.0.0.1'
+
+
+@pytest.mark.parametrize('layout, task, message', [
+    pytest.param({'chief': HOST, 'worker': HOST}, ('chief', 0),
+                 r'worker 0 \(127.0.0.1:\d+\) did not come within 3 s',
+                 id='chief, worker absent'),
+    pytest.param({'chief': HOST, 'worker': HOST}, ('worker', 0),
+                 r'chief 0 \(127.0.0.1:\d+\) did not come within 3 s',
+                 id='worker, chief absent'),
+    pytest.param({'worker': HOST, 'ps': HOST}, ('worker', 0),
+                 r"TF_CONFIG has a 'ps' job: MultiWorkerMirroredStrategy "
+                 'trains on a chief and workers only', id='a ps job'),
+    pytest.param({'worker': HOST, 'evaluator': HOST}, ('evaluator', 0),
+                 r"TF_CONFIG has a 'evaluator' job", id='an evaluator'),
+    pytest.param({'worker': HOST}, ('worker', '0'),
+                 r"malformed TF_CONFIG: task.index must be a whole number, "
+                 r"got '0' \(str\); write \"index\": 0", id='a string index'),
+    pytest.param({'worker': 'nohost.invalid'}, ('worker', 0),
+                 r"TF_CONFIG gives worker 0 the host 'nohost.invalid', which "
+                 'does not resolve', id='an unresolvable host'),
+])
+def test_every_tf_config_trains_or_ends_in_one_line(tmp_path, fake_data_dir,
+                                                    layout, task, message):
+  """No layout hangs in TensorFlow's coordination service: each ends within
+  --worker_wait_seconds, in one line."""
+  ports = iter(_free_ports(len(layout)))
+  cluster = {job: [f'{host}:{next(ports)}'] for job, host in layout.items()}
+  tf_config = {'cluster': cluster, 'task': {'type': task[0], 'index': task[1]}}
+  started = time.monotonic()
+  result = _lone_worker(tmp_path, fake_data_dir, None,
+                        '--worker_wait_seconds=3', tf_config=tf_config)
+  assert result.returncode == 1, result.stderr[-2000:]
+  assert re.search('^error: ' + message, last_line(result.stderr)), (
+      result.stderr[-2000:])
+  assert time.monotonic() - started < 60
   assert not (tmp_path / 'model').exists()
 
 
@@ -125,7 +164,7 @@ def test_a_port_in_use_is_one_line(tmp_path, fake_data_dir):
     result = _lone_worker(tmp_path, fake_data_dir, workers)
   assert result.returncode == 1
   assert last_line(result.stderr).startswith(
-      f'error: this worker (index 0 in TF_CONFIG) cannot listen on '
+      f'error: this worker (worker 0 in TF_CONFIG) cannot listen on '
       f'127.0.0.1:{port}: Address already in use; free the port'), (
           result.stderr[-2000:])
   assert not (tmp_path / 'model').exists()

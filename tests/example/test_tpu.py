@@ -42,7 +42,9 @@ def test_no_tpu_fails_fast_with_hint(name, message):
 
 def test_tpu_name_from_environment_is_used(monkeypatch):
   monkeypatch.setenv('TPU_NAME', 'env-tpu')
-  with pytest.raises(TPUNotFoundError, match="TPU 'env-tpu' not found"):
+  with pytest.raises(TPUNotFoundError, match=r"TPU 'env-tpu' not found .*; "
+                     r"the environment variable TPU_NAME='env-tpu' chose this "
+                     'TPU: unset it, or pass --tpu'):
     tpu.find_tpu(None, timeout=10)
 
 

@@ -333,9 +333,17 @@ def test_exit_codes(tmp_path):
 @pytest.mark.parametrize('args, code, message', [
     ((), 2, 'error: give one or more files or directories to scan'),
     (('no/such/dir',), 2, 'error: no such file or directory: no/such/dir'),
-    (('--output=tests', 'migrate'), 2, 'error: --output=tests is a directory'),
+    (('--output=tests', 'migrate'), 2,
+     f'error: --output {REPO}/tests is a folder; name a file'),
     (('--output=no/such/dir/r.txt', 'migrate'), 2,
-     'error: cannot write --output=no/such/dir/r.txt: No such file'),
+     f'error: --output {REPO}/no/such/dir/r.txt: its folder does not exist'),
+    (('--output=migrate/main.py', 'migrate/main.py'), 2,
+     f'error: --output {REPO}/migrate/main.py would overwrite the scanned '
+     'path migrate/main.py; write the output elsewhere'),
+    (('--output=migrate/train.py', 'migrate'), 2,
+     f'error: --output {REPO}/migrate/train.py would overwrite the scanned '
+     'path migrate'),
+    (('--output=', 'migrate'), 2, 'error: --output is empty'),
     # A flag value absl refuses is bad input too, in the same one line.
     (('--format=xml', 'migrate'), 2, 'error: flag --format=xml'),
 ])
@@ -347,6 +355,48 @@ def test_bad_input_exits_non_zero_in_one_line(args, code, message):
   assert not result.stdout
   assert not [n for n in os.listdir(os.path.join(REPO, 'tests'))
               if '.tmp-' in n]
+
+
+@pytest.mark.e2e
+def test_output_never_replaces_a_link(tmp_path):
+  (tmp_path / 'kept.txt').write_text('mine')
+  (tmp_path / 'link.txt').symlink_to(tmp_path / 'kept.txt')
+  result = run_module('migration_tools.scanner', 'migrate',
+                      f'--output={tmp_path / "link.txt"}')
+  assert result.returncode == 2
+  assert last_line(result.stderr).startswith(
+      f'error: --output {tmp_path}/link.txt is a symbolic link'), result.stderr
+  assert (tmp_path / 'link.txt').is_symlink()
+  assert (tmp_path / 'kept.txt').read_text() == 'mine'
+
+
+@pytest.mark.e2e
+def test_a_fifo_is_listed_not_read(tmp_path):
+  """Reading a FIFO would block the scan for ever."""
+  os.mkfifo(tmp_path / 'pipe.py')
+  (tmp_path / 'model.py').write_text('import tensorflow as tf\n')
+  result = run_module('migration_tools.scanner', str(tmp_path), timeout=60)
+  assert result.returncode == 1, result.stdout
+  assert (f'{tmp_path}/pipe.py: unchecked: not read: a special file (FIFO, '
+          'socket or device), not a regular file') in result.stdout
+
+
+def test_a_folder_that_cannot_be_listed_is_unchecked(tmp_path, monkeypatch):
+  """The tests may run as root, whom chmod does not stop: the listing is
+  refused as the OS refuses it to anyone else."""
+  (tmp_path / 'locked').mkdir()
+  real = os.scandir
+
+  def scandir(path='.'):
+    if os.fspath(path) == str(tmp_path / 'locked'):
+      raise PermissionError(13, 'Permission denied', os.fspath(path))
+    return real(path)
+
+  monkeypatch.setattr(os, 'scandir', scandir)
+  result = engine.scan([str(tmp_path)])
+  assert result.files == 0
+  assert [(u.path, u.reason) for u in result.unchecked] == [
+      (str(tmp_path / 'locked'), 'cannot list this folder: Permission denied')]
 
 
 def test_text_report_groups_by_file_and_ends_with_a_plan():
