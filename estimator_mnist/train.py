@@ -5,6 +5,7 @@ for tf.distribute; main.py builds the config from the flags. Tests build
 their own config and pass ``data`` instead of patching anything.
 """
 import os
+import re
 import signal
 
 from absl import logging
@@ -15,6 +16,7 @@ from estimator_mnist import data as data_lib
 from estimator_mnist import divergence
 from estimator_mnist import model
 from kit_core import checkpoint_files
+from kit_core import exits
 from kit_core import paths
 from kit_core import sharding
 from kit_core import stale
@@ -73,19 +75,21 @@ def make_estimator(config: config_lib.Config, model_dir: str, data_dir: str,
       export_to_tpu=config.export_to_tpu)
 
 
-class StopOnSigterm(tf.estimator.SessionRunHook):
-  """Stops training after the session run in progress once SIGTERM came.
+class StopOnSignal(tf.estimator.SessionRunHook):
+  """Stops training after the session run in progress once SIGTERM (or
+  Ctrl-C, SIGINT) came.
 
   The Estimator has no preemption handling of its own; stopping its loop
   cleanly lets its CheckpointSaverHook save the step reached, as it does at
   the end of every train() call.
   """
+  SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
   def __init__(self):
-    self.received = False
+    self.received = None
 
-  def on_sigterm(self, signum, frame):  # pylint: disable=unused-argument
-    self.received = True
+  def on_signal(self, signum, frame):  # pylint: disable=unused-argument
+    self.received = self.received or signal.Signals(signum).name
 
   def after_run(self, run_context, run_values):
     if self.received:
@@ -98,19 +102,20 @@ def _train(estimator, max_steps: int, use_tpu: bool) -> None:
   Raises:
     DivergedError: the loss or the weights stopped being finite; nothing was
       saved from them.
-    Preempted: SIGTERM came; the step reached was saved.
+    Preempted: SIGTERM or SIGINT came; the step reached was saved.
   """
-  sigterm = StopOnSigterm()
+  stop = StopOnSignal()
   hook, listener = divergence.guards(estimator.model_dir, use_tpu)
-  before = signal.signal(signal.SIGTERM, sigterm.on_sigterm)
+  before = {s: signal.signal(s, stop.on_signal) for s in stop.SIGNALS}
   try:
     estimator.train(data_lib.train_input_fn, max_steps=max_steps,
-                    hooks=[hook, sigterm], saving_listeners=[listener])
+                    hooks=[hook, stop], saving_listeners=[listener])
   finally:
-    signal.signal(signal.SIGTERM, before)
-  if sigterm.received:
+    for number, handler in before.items():
+      signal.signal(number, signal.SIG_DFL if handler is None else handler)
+  if stop.received:
     latest = estimator.latest_checkpoint()
-    raise Preempted(_step_of(latest), latest)
+    raise Preempted(_step_of(latest), latest, stop.received)
 
 
 def _step_of(checkpoint: str | None) -> int:
@@ -194,6 +199,10 @@ def _predict(estimator, info: prepare.DatasetInfo, count: int) -> list:
   return results
 
 
+# Where the Estimator writes an export before renaming it into place.
+EXPORT_TEMP = re.compile(r'temp-\d+')
+
+
 def export(estimator: tf.estimator.tpu.TPUEstimator, model_dir: str) -> str:
   """Exports the latest checkpoint, as migrate's export does its weights;
   returns the SavedModel's folder.
@@ -203,9 +212,14 @@ def export(estimator: tf.estimator.tpu.TPUEstimator, model_dir: str) -> str:
   """
   latest = estimator.latest_checkpoint()
   divergence.check_export(latest)
-  return estimator.export_saved_model(
-      os.path.join(model_dir, 'export'), serving_input_receiver_fn,
-      checkpoint_path=latest).decode()
+  base = os.path.join(model_dir, 'export')
+  try:
+    return estimator.export_saved_model(
+        base, serving_input_receiver_fn, checkpoint_path=latest).decode()
+  except BaseException:
+    # The Estimator writes into export/temp-N and renames it when done.
+    stale.remove(base, EXPORT_TEMP, 'an unfinished export')
+    raise
 
 
 def run(config: config_lib.Config,
@@ -262,6 +276,8 @@ def _train_evaluate_export(config: config_lib.Config,
 
   stale.remove(model_dir, stale.checkpoint_temp('model.ckpt'),
                'unfinished checkpoint folders')
+  stale.remove(os.path.join(model_dir, 'export'), EXPORT_TEMP,
+               'unfinished exports')
   fall_back_to_a_usable_checkpoint(model_dir)
   # tf.compat.v1.layers draw initializer seeds from Python's random module,
   # not the graph seed: seed everything for repeatable runs.
@@ -271,16 +287,20 @@ def _train_evaluate_export(config: config_lib.Config,
             'global_step': int(estimator.get_variable_value('global_step')),
             'eval': None, 'predictions': [], 'export_dir': None}
 
-  if eval_steps:
-    metrics = estimator.evaluate(data_lib.eval_input_fn, steps=eval_steps)
-    result['eval'] = {k: float(v) for k, v in metrics.items()}
-    report.print_eval(metrics['accuracy'], eval_steps * eval_batch,
-                      metrics['loss'], metrics['global_step'])
-
-  if config.enable_predict:
-    result['predictions'] = _predict(estimator, info, config.num_predictions)
-
-  result['export_dir'] = export(estimator, model_dir)
+  # A signal from here on loses no training: the export is what it stops.
+  with exits.interruptible(f'training is saved in '
+                           f'{estimator.latest_checkpoint()}, nothing was '
+                           'exported; run the same command again to evaluate '
+                           'and export'):
+    if eval_steps:
+      metrics = estimator.evaluate(data_lib.eval_input_fn, steps=eval_steps)
+      result['eval'] = {k: float(v) for k, v in metrics.items()}
+      report.print_eval(metrics['accuracy'], eval_steps * eval_batch,
+                        metrics['loss'], metrics['global_step'])
+    if config.enable_predict:
+      result['predictions'] = _predict(estimator, info,
+                                       config.num_predictions)
+    result['export_dir'] = export(estimator, model_dir)
   print(f'SavedModel: {result["export_dir"]}')
   return result
 

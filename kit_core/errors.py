@@ -3,6 +3,7 @@ error becomes that line. Nothing here touches files: exits.py ends a
 command on them."""
 import os
 import re
+import signal
 import traceback
 
 
@@ -15,21 +16,44 @@ class KitError(Exception):
 
 
 class Preempted(KitError):
-  """Training was stopped by SIGTERM after saving a checkpoint to resume from.
+  """Training was stopped by SIGTERM (or Ctrl-C, SIGINT) after saving a
+  checkpoint to resume from.
 
   Not a failure of the run's input: the command prints ``stopped: <message>``
-  and exits with EXIT_CODE (128 + SIGTERM, what a shell reports for a
-  process SIGTERM ended), so that a scheduler sees an unfinished job.
+  and exits with exit_code (128 + the signal's number, what a shell reports
+  for a process the signal ended: 143, 130), so that a scheduler sees an
+  unfinished job.
   """
-  EXIT_CODE = 143
 
-  def __init__(self, step: int, checkpoint: str | None):
+  def __init__(self, step: int, checkpoint: str | None,
+               signal_name: str = 'SIGTERM'):
     """checkpoint: the one saved, None on a worker that keeps none (the
     chief saved it)."""
     saved = (f'checkpoint {checkpoint} saved at step {step}' if checkpoint
              else f'the chief worker saved the checkpoint at step {step}')
-    super().__init__(f'SIGTERM received: {saved}; run the same command again '
-                     'to resume from it')
+    super().__init__(f'{signal_name} received: {saved}; run the same command '
+                     'again to resume from it')
+    self.exit_code = signal_exit_code(signal_name)
+
+
+class Interrupted(KitError):
+  """A signal stopped work that is not resumed midway (an export, a
+  conversion, a comparison): what it was writing has been removed.
+
+  Printed as ``stopped: <message>``; exit_code as Preempted's.
+  """
+
+  def __init__(self, signal_name: str, consequence: str):
+    """consequence: what was left, and what to do ('nothing was exported;
+    ...')."""
+    super().__init__(f'{signal_name} received: {consequence}')
+    self.signal_name = signal_name
+    self.exit_code = signal_exit_code(signal_name)
+
+
+def signal_exit_code(signal_name: str) -> int:
+  """A shell's exit code for a process the signal ended: 143 for SIGTERM."""
+  return 128 + signal.Signals[signal_name].value
 
 
 class StorageError(KitError):

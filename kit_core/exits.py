@@ -1,14 +1,17 @@
 """How a command ends on an error: its one line on stderr and its exit
 code; a write the disk refused leaves nothing half-written behind."""
+import contextlib
 import errno
 import os
 import re
+import signal
 import sys
-from typing import Callable
+from typing import Callable, Iterator
 
 from absl import flags
 
 from kit_core import stale
+from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from kit_core.errors import Preempted
 from kit_core.errors import StorageError
@@ -50,9 +53,30 @@ def parse_flags(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS,
 
 def exit_message(error: KitError, error_exit: int = 1) -> tuple[str, int]:
   """The line a command prints for error, and its exit code."""
-  if isinstance(error, Preempted):
-    return f'stopped: {error}', Preempted.EXIT_CODE
+  if isinstance(error, (Preempted, Interrupted)):
+    return f'stopped: {error}', error.exit_code
   return f'error: {error}', error_exit
+
+
+@contextlib.contextmanager
+def interruptible(consequence: str) -> Iterator[None]:
+  """While the block runs, SIGTERM and SIGINT raise Interrupted(consequence)
+  in it, so that its cleanup runs (finally blocks, atomic writes removing
+  their temporary names) before the command ends in one line; the handlers
+  before are back after the block.
+
+  consequence: what the user is left with, and what to do.
+  """
+  def stop(signum, frame):  # pylint: disable=unused-argument
+    raise Interrupted(signal.Signals(signum).name, consequence)
+
+  before = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+  try:
+    yield
+  finally:
+    for number, handler in before.items():
+      # None: a handler not set from Python; the default is what it did.
+      signal.signal(number, signal.SIG_DFL if handler is None else handler)
 
 
 # What the OS says, by errno and as TensorFlow's C++ quotes it.

@@ -123,6 +123,8 @@ def run_command(main: Callable[[], None]) -> NoReturn:
   except SystemExit as e:
     code = _exit_code(e)
   except KeyboardInterrupt:
+    # Ctrl-C outside the parts that save or clean up on it: say so.
+    print('stopped: SIGINT received (Ctrl-C)', file=sys.stderr)
     code = 130
   except BrokenPipeError:
     code = 141  # The reader went away (| head): as a shell reports SIGPIPE.

@@ -1,4 +1,5 @@
-"""SIGTERM: save a checkpoint at the step reached, then stop.
+"""SIGTERM and Ctrl-C (SIGINT): save a checkpoint at the step reached, then
+stop.
 
 A preempted TPU VM or a cluster scheduler sends SIGTERM and allows a grace
 period. TensorFlow's ``PreemptionCheckpointHandler`` catches it and, with
@@ -6,11 +7,16 @@ several workers, agrees with them on the step at which all save, so that their
 checkpoints match. The kit hands it its own saving (``save``) and ending
 (``Preempted``) and checks after each execution of steps.
 
+SIGINT is turned into the SIGTERM the handler watches, so that Ctrl-C saves
+as a preemption does (with several workers, at one agreed step); the command
+then ends as Ctrl-C ends one, exit 130.
+
 The handler does nothing on Google Cloud CPU and TPU VMs, where TensorFlow
 leaves preemption to the platform (its own warning says so); a TPUEstimator
 job there was no better off.
 """
 import os
+import signal
 import tempfile
 from typing import Callable
 
@@ -23,24 +29,33 @@ from kit_core.errors import Preempted
 def watch(strategy: tf.distribute.Strategy,
           save: Callable[[], tuple[int, str | None]]
           ) -> tf.distribute.experimental.PreemptionCheckpointHandler:
-  """Starts watching for SIGTERM; returns the handler.
+  """Starts watching for SIGTERM and SIGINT; returns the handler.
 
   Call ``handler.save_checkpoint_if_preempted()`` after each execution of
-  steps, on every worker. After a SIGTERM it calls save() at an execution
-  that all workers reach, then raises Preempted.
+  steps, on every worker. After a SIGTERM or SIGINT it calls save() at an
+  execution that all workers reach, then raises Preempted. The caller puts
+  back both signals' handlers once training is saved.
 
   Args:
     strategy: the training's strategy (its cluster, if any).
     save: saves a checkpoint; returns (step, the checkpoint's file name or
       None where this worker keeps none).
   """
-  saved = {}
+  saved, received = {}, []
 
   def save_fn():
     saved['step'], saved['path'] = save()
 
   def exit_fn():
-    raise Preempted(saved.get('step', -1), saved.get('path'))
+    raise Preempted(saved.get('step', -1), saved.get('path'),
+                    received[0] if received else 'SIGTERM')
+
+  def on_sigint(signum, frame):  # pylint: disable=unused-argument
+    if not received:
+      received.append('SIGINT')
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  signal.signal(signal.SIGINT, on_sigint)
 
   # The handler also restores, and keeps a run counter, in a checkpoint of
   # its own: an empty one in a private folder, so that the kit's checkpoints

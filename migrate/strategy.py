@@ -9,6 +9,7 @@ import os
 
 import tensorflow as tf
 
+from kit_core import exits
 from kit_core.errors import KitError
 from migrate import rendezvous
 from mnist_common import tpu as tpu_lib
@@ -55,7 +56,7 @@ def check_tf_config() -> dict:
                    '"task": {"type": "worker", "index": 0}}')
   try:
     config = json.loads(raw)
-    workers = config['cluster']['worker']
+    config['cluster']['worker']  # Required, even beside a chief.
     task_type, index = config['task']['type'], config['task']['index']
   except (ValueError, KeyError, TypeError) as e:
     raise KitError(f'malformed TF_CONFIG ({type(e).__name__}: {e}); it needs '
@@ -117,7 +118,9 @@ def make_strategy(name: str, tpu: str | None = None, zone: str | None = None,
     return _tpu_strategy(tpu, zone, project)
   if name == 'multi_worker':
     members, rank = cluster_members(check_tf_config())
-    rendezvous.wait_for_workers(members, rank, worker_wait_seconds)
+    with exits.interruptible('the wait for the other tasks of TF_CONFIG was '
+                             'stopped; nothing was trained'):
+      rendezvous.wait_for_workers(members, rank, worker_wait_seconds)
     return tf.distribute.MultiWorkerMirroredStrategy()
   if name == 'mirrored':
     return tf.distribute.MirroredStrategy(_local_devices())

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from kit_core import atomic
 from kit_core import cpu
+from kit_core import exits
 from kit_core import keras_compat
 from kit_core import paths
 from kit_core import sharding
@@ -208,7 +209,7 @@ def _train(config: config_lib.Config, strategy: tf.distribute.Strategy,
       start_step=start if config.loop == 'custom' else 0)
   eval_data = data_lib.distribute(strategy, info.data_dir, 'test',
                                   eval_batch, False)
-  before = signal.getsignal(signal.SIGTERM)
+  before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
   sigterm = preemption.watch(
       strategy, lambda: _save_at_step(manager, optimizer, strategy))
   cadence = cadence_lib.Cadence(manager, config.checkpoint_steps,
@@ -226,8 +227,9 @@ def _train(config: config_lib.Config, strategy: tf.distribute.Strategy,
                       cadence, _summary_writer(model_dir, strategy))
     return lambda: custom_loop.evaluate(trainer, eval_data, eval_steps)
   finally:
-    # Training is saved: from here SIGTERM does what it did before.
-    signal.signal(signal.SIGTERM, before)
+    # Training is saved: from here the signals do what they did before.
+    for number, handler in before.items():
+      signal.signal(number, signal.SIG_DFL if handler is None else handler)
 
 
 def run(config: config_lib.Config,
@@ -290,14 +292,20 @@ def _train_evaluate_export(config: config_lib.Config,
             'predictions': [], 'fingerprint': weights_fingerprint(model)}
   logging.info('Weights fingerprint at step %d: %s', result['global_step'],
                result['fingerprint'])
-  if eval_steps:
-    metrics = evaluate()
-    result['eval'] = {k: float(v) for k, v in metrics.items()}
-    report.print_eval(metrics['accuracy'], eval_steps * eval_batch,
-                      metrics['loss'], result['global_step'])
-  if config.enable_predict:
-    result['predictions'] = predict(model, info, config.num_predictions)
-  result['export_dir'] = export(model, model_dir, strategy)
+  saved = (manager.latest_checkpoint if strategy_lib.is_chief(strategy) else
+           'the chief\'s model_dir')
+  # A signal from here on loses no training: the export is what it stops.
+  with exits.interruptible(f'training is saved in {saved}, nothing was '
+                           'exported; run the same command again to evaluate '
+                           'and export'):
+    if eval_steps:
+      metrics = evaluate()
+      result['eval'] = {k: float(v) for k, v in metrics.items()}
+      report.print_eval(metrics['accuracy'], eval_steps * eval_batch,
+                        metrics['loss'], result['global_step'])
+    if config.enable_predict:
+      result['predictions'] = predict(model, info, config.num_predictions)
+    result['export_dir'] = export(model, model_dir, strategy)
   if result['export_dir']:
     print(f'SavedModel: {result["export_dir"]}')
   return result

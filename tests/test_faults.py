@@ -400,17 +400,27 @@ def _wait_for(process, log, pattern, timeout=300):
     time.sleep(0.2)
 
 
-@pytest.mark.parametrize('module, args, first_save', [
-    pytest.param('migrate', ('--loop=custom',), r'step 10/', id='custom'),
+@pytest.mark.parametrize('module, args, first_save, stop', [
+    pytest.param('migrate', ('--loop=custom',), r'step 10/', signal.SIGTERM,
+                 id='custom'),
+    pytest.param('migrate', ('--loop=custom',), r'step 10/', signal.SIGINT,
+                 id='custom, Ctrl-C'),
     catalogue('migrate', ('--loop=custom', '--num_cpu_devices=2'),
-              r'step 10/', id='custom, 2 replicas'),
-    catalogue('migrate', ('--loop=fit',), r'step 10/', id='fit'),
+              r'step 10/', signal.SIGTERM, id='custom, 2 replicas'),
+    catalogue('migrate', ('--loop=fit',), r'step 10/', signal.SIGTERM,
+              id='fit'),
+    catalogue('migrate', ('--loop=fit',), r'step 10/', signal.SIGINT,
+              id='fit, Ctrl-C'),
     pytest.param('estimator_mnist', ('--save_checkpoints_steps=10',),
-                 r'Saving checkpoints for 10 ', id='estimator',
-                 marks=pytest.mark.estimator),
+                 r'Saving checkpoints for 10 ', signal.SIGTERM,
+                 id='estimator', marks=pytest.mark.estimator),
+    pytest.param('estimator_mnist', ('--save_checkpoints_steps=10',),
+                 r'Saving checkpoints for 10 ', signal.SIGINT,
+                 id='estimator, Ctrl-C', marks=pytest.mark.estimator),
 ])
 def test_sigterm_saves_the_step_reached_and_a_rerun_resumes_there(
-    tmp_path, fake_data_dir, module, args, first_save):
+    tmp_path, fake_data_dir, module, args, first_save, stop):
+  """And Ctrl-C (SIGINT) as SIGTERM does, exit 130."""
   model = tmp_path / 'model'
   common = [f'--data_dir={fake_data_dir.data_dir}', f'--model_dir={model}',
             '--batch_size=8', '--noenable_predict', '--eval_steps=0', *args]
@@ -420,13 +430,13 @@ def test_sigterm_saves_the_step_reached_and_a_rerun_resumes_there(
   process = _start(module, log, *common, '--train_steps=1000000')
   try:
     _wait_for(process, log, first_save)
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=120) == 143, log.read_text()[-3000:]
+    process.send_signal(stop)
+    assert process.wait(timeout=120) == 128 + stop, log.read_text()[-3000:]
   finally:
     process.kill()
   stopped = re.fullmatch(
-      r'stopped: SIGTERM received: checkpoint (\S+) saved at step (\d+); run '
-      r'the same command again to resume from it',
+      rf'stopped: {stop.name} received: checkpoint (\S+) saved at step (\d+); '
+      r'run the same command again to resume from it',
       last_line(log.read_text()))
   assert stopped, log.read_text()[-3000:]
   step = int(stopped.group(2))
@@ -474,6 +484,113 @@ def test_a_second_trainer_on_a_model_dir_in_use_stops_in_one_line(
   step = int(saved.rsplit('-', 1)[1])
   again = run_module(module, *common, f'--train_steps={step + 5}', timeout=300)
   assert again.returncode == 0, again.stderr[-3000:]
+
+
+# Code run before a command's main, to hold it at a known moment: prints
+# HELD, then sleeps where the signal is to land.
+_HOLD_MIGRATE_EXPORT = """
+import sys, time, tensorflow as tf
+real = tf.saved_model.save
+def save(obj, folder, **kwargs):
+  real(obj, folder, **kwargs)  # Written, not yet renamed into place.
+  print('HELD', file=sys.stderr, flush=True)
+  time.sleep(60)
+tf.saved_model.save = save
+"""
+_HOLD_ESTIMATOR_EXPORT = """
+import sys, time
+from tensorflow.python.saved_model import builder_impl
+real = builder_impl._SavedModelBuilder.save
+def save(self, *args, **kwargs):  # Variables written into export/temp-N.
+  print('HELD', file=sys.stderr, flush=True)
+  time.sleep(60)
+  return real(self, *args, **kwargs)
+builder_impl._SavedModelBuilder.save = save
+"""
+_HOLD_VERIFY = """
+import sys, time
+from migration_tools.checkpoint import verify
+def held(*args, **kwargs):
+  print('HELD', file=sys.stderr, flush=True)
+  time.sleep(60)
+verify.verify = held
+"""
+
+
+def _start_held(hold, main, log, *args):
+  """`main` (a module with run()) with args, after the code `hold`."""
+  code = (f'{hold}\nimport sys\nsys.argv = ["{main}", *{list(args)!r}]\n'
+          f'from {main} import run\nrun()\n')
+  with open(log, 'w') as f:
+    return subprocess.Popen(
+        [sys.executable, '-c', code], cwd=REPO, stdout=subprocess.DEVNULL,
+        stderr=f, env=dict(os.environ, PYTHONPATH=TOOLS_PYTHONPATH))
+
+
+def _unfinished(folder):
+  return [n for n in os.listdir(folder) if n.startswith(('.tmp-', 'temp-'))]
+
+
+@pytest.mark.parametrize('main, hold', [
+    pytest.param('migrate.main', _HOLD_MIGRATE_EXPORT, id='migrate'),
+    pytest.param('estimator_mnist.main', _HOLD_ESTIMATOR_EXPORT,
+                 id='estimator', marks=pytest.mark.estimator),
+])
+@pytest.mark.parametrize('stop', [signal.SIGTERM, signal.SIGINT],
+                         ids=['SIGTERM', 'SIGINT'])
+def test_a_signal_during_export_leaves_nothing_half_written(
+    tmp_path, fake_data_dir, main, hold, stop):
+  model = tmp_path / 'model'
+  args = [f'--data_dir={fake_data_dir.data_dir}', f'--model_dir={model}',
+          *QUICK, '--eval_steps=0']
+  log = tmp_path / 'run.log'
+  process = _start_held(hold, main, log, *args)
+  try:
+    _wait_for(process, log, r'(?m)^HELD$')
+    assert _unfinished(model / 'export'), 'the export was not under way'
+    process.send_signal(stop)
+    assert process.wait(timeout=120) == 128 + stop, log.read_text()[-3000:]
+  finally:
+    process.kill()
+  assert re.fullmatch(
+      rf'stopped: {stop.name} received: training is saved in \S+-2, nothing '
+      'was exported; run the same command again to evaluate and export',
+      last_line(log.read_text())), log.read_text()[-3000:]
+  assert os.listdir(model / 'export') == []
+  again = run_module(main.split('.')[0], *args, timeout=300)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert len(os.listdir(model / 'export')) == 1
+
+
+@pytest.mark.estimator
+def test_a_signal_during_verify_removes_the_unverified_output(tmp_path):
+  from estimator_mnist import model as estimator_model  # pylint: disable=g-import-not-at-top
+  source = tmp_path / 'estimator'
+  with tf.Graph().as_default():  # The kit's model, as an Estimator saves it.
+    tf.compat.v1.train.get_or_create_global_step()
+    estimator_model.build_network(
+        tf.compat.v1.placeholder(tf.float32, [1, 28, 28, 1]), training=True)
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      tf.compat.v1.train.Saver().save(session, str(source / 'model.ckpt'),
+                                      global_step=1)
+  output = tmp_path / 'converted'
+  log = tmp_path / 'convert.log'
+  process = _start_held(_HOLD_VERIFY, 'migration_tools.checkpoint.command',
+                        log, f'--estimator_dir={source}', f'--output={output}',
+                        '--verify')
+  try:
+    _wait_for(process, log, r'(?m)^HELD$')
+    assert output.exists()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=120) == 143, log.read_text()[-3000:]
+  finally:
+    process.kill()
+  assert last_line(log.read_text()) == (
+      f'stopped: SIGTERM received: the verification was stopped and {output} '
+      'was removed; run the same command again'), log.read_text()[-3000:]
+  assert not output.exists()
+  assert not [n for n in os.listdir(tmp_path) if n.startswith('.tmp-')]
 
 
 def _fingerprint(text):

@@ -41,7 +41,9 @@ from absl import logging
 import tensorflow as tf
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
+from kit_core import exits
 from kit_core import keras_compat
+from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from kit_core.errors import one_line
 from migration_tools import cli
@@ -89,30 +91,26 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   if tool_flags.keras2_dir and tool_flags.verify:
     raise KitError('--verify runs the legacy model_fn: it goes with '
                    '--estimator_dir only')
-  source = ('--keras2_dir', tool_flags.keras2_dir) if tool_flags.keras2_dir else (
-      '--estimator_dir', tool_flags.estimator_dir)
+  source = (('--keras2_dir', tool_flags.keras2_dir) if tool_flags.keras2_dir
+            else ('--estimator_dir', tool_flags.estimator_dir))
   files.check_output(tool_flags.output, *source)  # Before any work.
   # No batch here: a batch_size in --params goes to the port as it is.
   params = cli.parse_params(tool_flags.params, batch_flag=None)
   port = pair.load_port(tool_flags)
-  if tool_flags.keras2_dir:
-    path = keras2.convert_keras2(tool_flags.keras2_dir, tool_flags.output,
-                                 port, params)
-  else:
-    if tool_flags.verify or tool_flags['legacy_model_fn'].present:
-      legacy.require_estimator(
-          '--verify and --legacy_model_fn run your model_fn',
-          'convert here without them')
-      model_fn = pair.legacy_callable(tool_flags, 'legacy_model_fn')
-      input_fn = pair.legacy_callable(tool_flags, 'legacy_input_fn')
-      cli.set_legacy_flags(tool_flags.legacy_flags)
-    order = None
-    if port.variable_map is None and tool_flags['legacy_model_fn'].present:
-      # A map inferred by shape and order follows the legacy creation order,
-      # which the checkpoint (sorted by name) does not keep.
-      order = legacy.creation_order(model_fn, input_fn, params)
-    path = estimator.convert(tool_flags.estimator_dir, tool_flags.output,
-                             port, params, not tool_flags.no_slots, order)
+  fns = None  # The legacy model_fn and input_fn, when asked for.
+  if tool_flags.estimator_dir and (tool_flags.verify or
+                                   tool_flags['legacy_model_fn'].present):
+    legacy.require_estimator(
+        '--verify and --legacy_model_fn run your model_fn',
+        'convert here without them')
+    fns = (pair.legacy_callable(tool_flags, 'legacy_model_fn'),
+           pair.legacy_callable(tool_flags, 'legacy_input_fn'))
+    cli.set_legacy_flags(tool_flags.legacy_flags)
+  # A signal stops the writing (its temporary folder removed) or the
+  # verification (the unverified output removed): nothing half-done stays.
+  with exits.interruptible('nothing was written to --output; run the same '
+                           'command again'):
+    path = _convert(tool_flags, port, params, fns)
   print(f'Checkpoint: {path}')
   if tool_flags.estimator_dir and not keras_compat.is_keras3():
     # Keras 3 tracks a model's variables otherwise: it would restore this
@@ -121,16 +119,45 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
           f'over first: migration-convert-checkpoint '
           f'--keras2_dir={tool_flags.output} --output=NEW_DIR')
   if tool_flags.verify:
-    try:
-      result = verify.verify(tool_flags.estimator_dir, tool_flags.output, port,
-                      model_fn, input_fn, params, tool_flags.verify_examples)
-    except Exception as e:  # pylint: disable=broad-except
-      shutil.rmtree(tool_flags.output, ignore_errors=True)
-      raise KitError(f'{one_line(e)}; {tool_flags.output} was removed') from e
-    shown = ', '.join(f'{k} {v:.2e}' for k, v in
-                      sorted(result.max_diff_by_output.items()))
-    print(f'Verified on {result.examples} examples: every output agrees '
-          f'(max differences: {shown})')
+    _verify(tool_flags, port, params, fns)
+
+
+def _convert(tool_flags: flags.FlagValues, port, params: dict,
+             fns: tuple | None) -> str:
+  """Writes the converted checkpoint into --output; returns its path.
+  fns: the legacy model_fn and input_fn, or None."""
+  if tool_flags.keras2_dir:
+    return keras2.convert_keras2(tool_flags.keras2_dir, tool_flags.output,
+                                 port, params)
+  order = None
+  if port.variable_map is None and tool_flags['legacy_model_fn'].present:
+    # A map inferred by shape and order follows the legacy creation order,
+    # which the checkpoint (sorted by name) does not keep.
+    order = legacy.creation_order(*fns, params)
+  return estimator.convert(tool_flags.estimator_dir, tool_flags.output, port,
+                           params, not tool_flags.no_slots, order)
+
+
+def _verify(tool_flags: flags.FlagValues, port, params: dict,
+            fns: tuple) -> None:
+  """--verify: every output of both sides agrees, or --output is removed
+  (also when a signal stops the verification)."""
+  output = tool_flags.output
+  try:
+    with exits.interruptible(f'the verification was stopped and {output} '
+                             'was removed; run the same command again'):
+      result = verify.verify(tool_flags.estimator_dir, output, port, *fns,
+                             params, tool_flags.verify_examples)
+  except Interrupted:
+    shutil.rmtree(output, ignore_errors=True)
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    shutil.rmtree(output, ignore_errors=True)
+    raise KitError(f'{one_line(e)}; {output} was removed') from e
+  shown = ', '.join(f'{k} {v:.2e}' for k, v in
+                    sorted(result.max_diff_by_output.items()))
+  print(f'Verified on {result.examples} examples: every output agrees '
+        f'(max differences: {shown})')
 
 
 def run() -> None:

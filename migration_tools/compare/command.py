@@ -40,6 +40,7 @@ import tensorflow as tf
 
 from kit_core import checkpoint_files
 from kit_core import devices
+from kit_core import exits
 from kit_core import paths
 from kit_core import sharding
 from kit_core.errors import KitError
@@ -181,9 +182,13 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
     raise KitError(f'{", ".join(recorded)} with --bundle: the bundle holds '
                    'the values it was recorded with; leave them out')
   report = _check_outputs(tool_flags)
-  with tempfile.TemporaryDirectory() as workdir:
-    results, figures = (_replayed if tool_flags.bundle else _live)(
-        tool_flags, workdir)
+  # A signal stops the comparison with its temporary files removed, a bundle
+  # half-written removed, and no report.
+  with exits.interruptible('the comparison was stopped, no report was '
+                           'written; run the same command again'):
+    with tempfile.TemporaryDirectory() as workdir:
+      results, figures = (_replayed if tool_flags.bundle else _live)(
+          tool_flags, workdir)
   for result in results:
     print(result.summary())
   failed = [r for r in results if r.failed]

@@ -155,6 +155,34 @@ def test_every_tf_config_trains_or_ends_in_one_line(tmp_path, fake_data_dir,
   assert not (tmp_path / 'model').exists()
 
 
+def test_sigterm_ends_the_wait_for_the_other_tasks_in_one_line(tmp_path,
+                                                              fake_data_dir):
+  workers = [f'127.0.0.1:{port}' for port in _free_ports(2)]
+  tf_config = {'cluster': {'worker': workers},
+               'task': {'type': 'worker', 'index': 0}}
+  log = tmp_path / 'worker0.log'
+  with open(log, 'w') as f:
+    process = subprocess.Popen(
+        [sys.executable, '-m', 'migrate', '--strategy=multi_worker',
+         f'--data_dir={fake_data_dir.data_dir}',
+         f'--model_dir={tmp_path / "model"}', '--worker_wait_seconds=300'],
+        cwd=REPO, stderr=f, stdout=subprocess.DEVNULL,
+        env=dict(os.environ, PYTHONPATH=REPO, TF_CONFIG=json.dumps(tf_config)))
+  try:
+    deadline = time.monotonic() + 120
+    while 'Waiting up to 300 s' not in log.read_text():
+      assert process.poll() is None and time.monotonic() < deadline
+      time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 143
+  finally:
+    process.kill()
+  assert last_line(log.read_text()) == (
+      'stopped: SIGTERM received: the wait for the other tasks of TF_CONFIG '
+      'was stopped; nothing was trained')
+  assert not (tmp_path / 'model').exists()
+
+
 def test_a_port_in_use_is_one_line(tmp_path, fake_data_dir):
   with socket.socket() as taken:
     taken.bind(('127.0.0.1', 0))

@@ -295,7 +295,7 @@ def test_estimator_mnist_lists_every_legacy_construct():
       # tf.train.update_checkpoint_state, SessionRunArgs,
       # CheckpointSaverListener: TF 1.
       'tf1-removed',
-      # train(hooks=[StopOnSigterm()]): the SIGTERM hook.
+      # train(hooks=[StopOnSignal()]): the SIGTERM and SIGINT hook.
       'hooks',
       # The divergence guard reads the graph: tf.global_variables() and the
       # LOSSES collection the Estimator puts the model_fn's loss in.
