@@ -1,0 +1,113 @@
+"""kit_core's guards, called directly: checkpoints found by their files,
+outputs that may destroy no input, one trainer per model_dir, signals that
+end a block in one line."""
+import os
+import signal
+
+import pytest
+import tensorflow as tf
+
+from kit_core import checkpoint_files
+from kit_core import exits
+from kit_core import paths
+from kit_core.errors import Interrupted
+from kit_core.errors import KitError
+
+
+def _object_checkpoints(directory, steps):
+  """tf.train.Checkpoint's ckpt-N for each step, through a manager (which
+  writes the state file)."""
+  checkpoint = tf.train.Checkpoint(v=tf.Variable(0.0))
+  manager = tf.train.CheckpointManager(checkpoint, str(directory),
+                                       max_to_keep=5)
+  for step in steps:
+    checkpoint.v.assign(float(step))
+    manager.save(checkpoint_number=step)
+
+
+def test_checkpoints_are_found_by_their_files(tmp_path):
+  _object_checkpoints(tmp_path, [0, 2, 10])
+  expected = [str(tmp_path / f'ckpt-{n}') for n in (10, 2, 0)]
+  assert checkpoint_files.find(str(tmp_path)) == expected
+  # The state file naming a deleted checkpoint, then garbage, then gone:
+  # the files still say what is there (10 after 2: by step, not by name).
+  for path in tmp_path.glob('ckpt-10.*'):
+    path.unlink()
+  assert checkpoint_files.latest(str(tmp_path)) == expected[1]
+  (tmp_path / 'checkpoint').write_text('garbage {{{')
+  assert checkpoint_files.find(str(tmp_path)) == expected[1:]
+  (tmp_path / 'checkpoint').unlink()
+  assert checkpoint_files.latest(str(tmp_path)) == expected[1]
+  assert checkpoint_files.latest(str(tmp_path / 'nothing_here')) is None
+
+
+def test_record_state_names_the_checkpoint_for_tensorflow(tmp_path, caplog):
+  _object_checkpoints(tmp_path, [2, 4])
+  (tmp_path / 'checkpoint').unlink()
+  assert tf.train.latest_checkpoint(str(tmp_path)) is None
+  newest, older = checkpoint_files.find(str(tmp_path))
+  checkpoint_files.record_state(str(tmp_path), newest, [older])
+  assert tf.train.latest_checkpoint(str(tmp_path)) == newest
+  assert 'The checkpoint state file in' in caplog.text
+  assert 'is missing: resuming from ckpt-4' in caplog.text
+  # Written relative: the model_dir can be moved again.
+  assert str(tmp_path) not in (tmp_path / 'checkpoint').read_text()
+
+
+@pytest.mark.parametrize('make, folder, message', [
+    (lambda t: '', False, '--out is empty'),
+    (lambda t: t / 'link', False, r'--out \S+link is a symbolic link'),
+    (lambda t: t / 'a_folder', False, r'--out \S+a_folder is a folder; name a '
+     'file'),
+    (lambda t: t / 'a_file', True, r'--out \S+a_file is a file; name a new '
+     'folder'),
+    (lambda t: t / 'fifo', False, r'--out \S+fifo is a special file'),
+    (lambda t: t / 'source.py', False, r'--out \S+source.py would overwrite '
+     r'the input --in \S+source.py'),
+    (lambda t: t / 'a_folder' / 'inside.txt', False, r'--out \S+inside.txt '
+     r'would overwrite the input --in \S+a_folder'),
+    (lambda t: t / 'other.json', False, r'--out and --other are the same '
+     'path'),
+    (lambda t: t / 'missing' / 'x', False, r'--out \S+x: its folder does not '
+     'exist'),
+])
+def test_an_output_that_would_destroy_something_is_refused(tmp_path, make,
+                                                           folder, message):
+  (tmp_path / 'a_file').write_text('')
+  (tmp_path / 'source.py').write_text('')
+  (tmp_path / 'link').symlink_to(tmp_path / 'a_file')
+  (tmp_path / 'a_folder').mkdir()
+  (tmp_path / 'a_folder' / 'inside.txt').write_text('')
+  os.mkfifo(tmp_path / 'fifo')
+  inputs = [('the input --in', str(tmp_path / 'source.py')),
+            ('the input --in', str(tmp_path / 'a_folder'))]
+  with pytest.raises(KitError, match=message):
+    paths.check_output(str(make(tmp_path)), '--out', inputs,
+                       [('--other', str(tmp_path / 'other.json'))], folder)
+  assert (tmp_path / 'link').is_symlink()
+  # A new file beside the inputs is fine.
+  assert paths.check_output(str(tmp_path / 'new.txt'), '--out', inputs) == str(
+      tmp_path / 'new.txt')
+
+
+def test_one_trainer_holds_a_model_dir_until_its_block_ends(tmp_path):
+  with paths.one_trainer(str(tmp_path)):
+    # Another open file description conflicts as another process would.
+    with pytest.raises(KitError, match=rf'--model_dir {tmp_path} is in use by '
+                       rf'another trainer \(pid {os.getpid()} on \S+\); wait '
+                       'for it to end, or use another --model_dir'):
+      with paths.one_trainer(str(tmp_path)):
+        pass
+  with paths.one_trainer(str(tmp_path)):
+    pass  # Free again.
+
+
+def test_interruptible_turns_a_signal_into_one_line_and_restores_handlers():
+  before = signal.getsignal(signal.SIGTERM)
+  with pytest.raises(Interrupted) as raised:
+    with exits.interruptible('nothing was written'):
+      os.kill(os.getpid(), signal.SIGTERM)  # Handled as this call returns.
+      pytest.fail('the signal did not stop the block')
+  assert exits.exit_message(raised.value) == (
+      'stopped: SIGTERM received: nothing was written', 143)
+  assert signal.getsignal(signal.SIGTERM) == before
