@@ -13,3 +13,9 @@ class Config(config.CommonConfig):
   save_checkpoints_steps: int | None
   num_shards: int
   export_to_tpu: bool
+
+  @property
+  def shards(self) -> int:
+    """The cores the global batch is split over: num_shards on a TPU, one
+    off it."""
+    return self.num_shards if self.use_tpu else 1

@@ -111,8 +111,7 @@ def _train(estimator, max_steps: int, use_tpu: bool) -> None:
     estimator.train(data_lib.train_input_fn, max_steps=max_steps,
                     hooks=[hook, stop], saving_listeners=[listener])
   finally:
-    for number, handler in before.items():
-      signal.signal(number, signal.SIG_DFL if handler is None else handler)
+    exits.restore_handlers(before)
   if stop.received:
     latest = estimator.latest_checkpoint()
     raise Preempted(_step_of(latest), latest, stop.received)
@@ -246,10 +245,9 @@ def run(config: config_lib.Config,
   info = data or prepare.prepare(
       config.data_dir, config.data_source, config.data_url,
       config.seed)
-  shards = config.num_shards if config.use_tpu else 1
   evaluation = batching.plan(
       config.batch_size, config.eval_steps, info.train_examples,
-      info.test_examples, shards,
+      info.test_examples, config.shards,
       config.num_predictions if config.enable_predict else 0)
   if not (config.use_tpu or config.skip_resource_checks):
     resources.check_memory(model.forward_bytes(), config.batch_size)
@@ -265,12 +263,11 @@ def _train_evaluate_export(config: config_lib.Config,
                            model_dir: str) -> dict:
   """run()'s work once its input is checked and model_dir is held."""
   eval_batch, eval_steps = evaluation.batch, evaluation.steps
-  shards = config.num_shards if config.use_tpu else 1
   estimator = make_estimator(config, model_dir, info.data_dir, eval_batch,
                              cluster)
   logging.info('TPUEstimator: model_dir=%s use_tpu=%s global batch=%d%s',
                model_dir, config.use_tpu, config.batch_size,
-               f' ({config.batch_size // shards} per core, '
+               f' ({config.batch_size // config.shards} per core, '
                f'{config.iterations} steps per loop)' if config.use_tpu
                else ' (iterations_per_loop has no effect off a TPU)')
 

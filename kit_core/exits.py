@@ -74,9 +74,14 @@ def interruptible(consequence: str) -> Iterator[None]:
   try:
     yield
   finally:
-    for number, handler in before.items():
-      # None: a handler not set from Python; the default is what it did.
-      signal.signal(number, signal.SIG_DFL if handler is None else handler)
+    restore_handlers(before)
+
+
+def restore_handlers(before: dict) -> None:
+  """Puts back {signal number: the handler signal.signal returned}."""
+  for number, handler in before.items():
+    # None: a handler not set from Python; the default is what it did.
+    signal.signal(number, signal.SIG_DFL if handler is None else handler)
 
 
 # What the OS says, by errno and as TensorFlow's C++ quotes it.

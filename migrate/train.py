@@ -228,8 +228,7 @@ def _train(config: config_lib.Config, strategy: tf.distribute.Strategy,
     return lambda: custom_loop.evaluate(trainer, eval_data, eval_steps)
   finally:
     # Training is saved: from here the signals do what they did before.
-    for number, handler in before.items():
-      signal.signal(number, signal.SIG_DFL if handler is None else handler)
+    exits.restore_handlers(before)
 
 
 def run(config: config_lib.Config,
