@@ -5,7 +5,6 @@ import errno
 import fcntl
 import json
 import os
-import socket
 import tempfile
 from typing import Iterator, Sequence
 
@@ -15,9 +14,6 @@ from absl import logging
 from kit_core.errors import KitError
 
 Pairs = Sequence[tuple[str, str]]
-# Held by the trainer of a model_dir while it runs. An flock dies with its
-# process, so a kill -9 leaves the file but no lock.
-LOCK_NAME = '.trainer.lock'
 
 
 # The folders the trainers make inside a model_dir (exports, summaries).
@@ -68,33 +64,46 @@ def one_trainer(model_dir: str, flag: str = '--model_dir') -> Iterator[None]:
   """Holds model_dir for this process while the block runs: two trainers
   on one model_dir would interleave their checkpoints and exports.
 
+  The lock is an flock on the folder itself: nothing is written for it, and
+  it dies with its process, so a kill -9 leaves none behind.
+
   Raises:
     KitError: another process holds model_dir.
   """
-  path = os.path.join(model_dir, LOCK_NAME)
-  with open(path, 'a+', encoding='utf-8') as f:
+  folder = os.open(model_dir, os.O_RDONLY | os.O_DIRECTORY)
+  try:
     try:
-      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
       if e.errno not in (errno.EAGAIN, errno.EACCES):
         # A file system without locks: train, as before there were any.
         logging.warning('Cannot lock %s (%s): make sure no other trainer '
                         'uses it', model_dir, e.strerror)
-        yield
-        return
-      f.seek(0)
-      holder = f.read().strip() or 'another process'
-      raise KitError(f'{flag} {model_dir} is in use by another trainer '
-                     f'({holder}); wait for it to end, or use another '
-                     f'{flag}') from e
-    f.seek(0)
-    f.truncate()
-    f.write(f'pid {os.getpid()} on {socket.gethostname()}')
-    f.flush()
-    try:
-      yield
-    finally:
-      fcntl.flock(f, fcntl.LOCK_UN)
+      else:
+        holder = _lock_holder(folder)
+        raise KitError(f'{flag} {model_dir} is in use by another trainer '
+                       f'({f"pid {holder}" if holder else "another process"}'
+                       f'); wait for it to end, or use another {flag}') from e
+    yield
+  finally:
+    os.close(folder)  # Releases the lock.
+
+
+def _lock_holder(descriptor: int) -> int | None:
+  """The process holding an flock on the open file, from /proc/locks
+  (Linux), or None."""
+  stat = os.fstat(descriptor)
+  inode = (f'{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:'
+           f'{stat.st_ino}')
+  try:
+    with open('/proc/locks', encoding='ascii') as f:
+      for line in f:
+        fields = line.split()
+        if 'FLOCK' in fields and inode in fields and '->' not in fields:
+          return int(fields[fields.index(inode) - 1])
+  except (OSError, ValueError):
+    pass
+  return None
 
 
 def check_output(path: str, flag: str, inputs: Pairs = (),
