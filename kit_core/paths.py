@@ -127,10 +127,24 @@ def check_output(path: str, flag: str, inputs: Pairs = (),
   """
   if not path.strip():
     raise KitError(f'{flag} is empty (an unset variable?); give a path')
-  if os.path.islink(path):
-    raise KitError(f'{flag} {path} is a symbolic link; name a new path (the '
+  given, path = path, os.path.abspath(os.path.expanduser(path))
+  # By the path as given and as resolved: a link may lead either way.
+  names = {path, os.path.realpath(path)}
+  for what, value in inputs:
+    sources = {os.path.abspath(value), os.path.realpath(value)}
+    if names & sources or any(
+        os.path.isdir(source) and os.path.exists(name) and
+        name.startswith(source + os.sep) for source in sources
+        for name in names):
+      raise KitError(f'{flag} {path} would overwrite {what} {value}; write '
+                     'the output elsewhere')
+  for other, value in outputs:
+    if value and names & {os.path.abspath(value), os.path.realpath(value)}:
+      raise KitError(f'{flag} and {other} are the same path, {path}; give '
+                     'each its own')
+  if os.path.islink(given):
+    raise KitError(f'{flag} {given} is a symbolic link; name a new path (the '
                    'kit would replace the link, not what it points to)')
-  path = os.path.abspath(os.path.expanduser(path))
   if os.path.exists(path):
     if folder and not os.path.isdir(path):
       raise KitError(f'{flag} {path} is a file; name a new folder')
@@ -139,17 +153,6 @@ def check_output(path: str, flag: str, inputs: Pairs = (),
     if not folder and not os.path.isfile(path):
       raise KitError(f'{flag} {path} is a special file (FIFO, socket or '
                      'device); name a regular file')
-  real = os.path.realpath(path)
-  for what, value in inputs:
-    source = os.path.realpath(value)
-    if real == source or (os.path.isdir(source) and os.path.exists(real) and
-                          real.startswith(source + os.sep)):
-      raise KitError(f'{flag} {path} would overwrite {what} {value}; write '
-                     'the output elsewhere')
-  for other, value in outputs:
-    if value and real == os.path.realpath(value):
-      raise KitError(f'{flag} and {other} are the same path, {path}; give '
-                     'each its own')
   check_folder_exists(path, f'{flag} {path}')
   return path
 

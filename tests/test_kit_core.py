@@ -57,7 +57,7 @@ def test_record_state_names_the_checkpoint_for_tensorflow(tmp_path, caplog):
 @pytest.mark.parametrize('make, folder, message', [
     (lambda t: '', False, '--out is empty'),
     (lambda t: t / 'link', False, r'--out \S+link is a symbolic link'),
-    (lambda t: t / 'a_folder', False, r'--out \S+a_folder is a folder; name a '
+    (lambda t: t / 'b_folder', False, r'--out \S+b_folder is a folder; name a '
      'file'),
     (lambda t: t / 'a_file', True, r'--out \S+a_file is a file; name a new '
      'folder'),
@@ -77,6 +77,7 @@ def test_an_output_that_would_destroy_something_is_refused(tmp_path, make,
   (tmp_path / 'source.py').write_text('')
   (tmp_path / 'link').symlink_to(tmp_path / 'a_file')
   (tmp_path / 'a_folder').mkdir()
+  (tmp_path / 'b_folder').mkdir()
   (tmp_path / 'a_folder' / 'inside.txt').write_text('')
   os.mkfifo(tmp_path / 'fifo')
   inputs = [('the input --in', str(tmp_path / 'source.py')),
