@@ -69,7 +69,7 @@ def check_tf_config() -> dict:
                      f'list of "host:port", got {members!r}')
   others = sorted(set(config['cluster']) - set(TRAINING_JOBS))
   if others or task_type not in TRAINING_JOBS:
-    raise KitError(f'TF_CONFIG has a {(others or [task_type])[0]!r} job: '
+    raise KitError(f'TF_CONFIG names the job {(others or [task_type])[0]!r}: '
                    'MultiWorkerMirroredStrategy trains on a chief and '
                    'workers only (a "ps" job is ParameterServerStrategy\'s, an '
                    '"evaluator" a side-car this trainer does not run: it '

@@ -127,10 +127,10 @@ HOST = '127.0.0.1'
                  r'chief 0 \(127.0.0.1:\d+\) did not come within 3 s',
                  id='worker, chief absent'),
     pytest.param({'worker': HOST, 'ps': HOST}, ('worker', 0),
-                 r"TF_CONFIG has a 'ps' job: MultiWorkerMirroredStrategy "
+                 r"TF_CONFIG names the job 'ps': MultiWorkerMirroredStrategy "
                  'trains on a chief and workers only', id='a ps job'),
     pytest.param({'worker': HOST, 'evaluator': HOST}, ('evaluator', 0),
-                 r"TF_CONFIG has a 'evaluator' job", id='an evaluator'),
+                 r"TF_CONFIG names the job 'evaluator'", id='an evaluator'),
     pytest.param({'worker': HOST}, ('worker', '0'),
                  r"malformed TF_CONFIG: task.index must be a whole number, "
                  r"got '0' \(str\); write \"index\": 0", id='a string index'),
