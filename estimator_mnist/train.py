@@ -170,12 +170,11 @@ def fall_back_to_a_usable_checkpoint(model_dir: str) -> None:
     KitError: checkpoints are there and none can be used.
   """
   found = checkpoint_files.find(model_dir)
-  for kept, path in enumerate(found):
+  for path in found:
     reason = _unusable(path)
     if reason is None:
       _check_checkpoint_is_ours(model_dir, path)
-      checkpoint_files.record_state(model_dir, path,
-                                    list(reversed(found[kept + 1:])))
+      checkpoint_files.record_state(model_dir, found, path)
       return
     logging.warning('Skipped %s: %s; trying an older checkpoint', path,
                     reason)

@@ -73,20 +73,21 @@ def latest(directory: str) -> str | None:
   return found[0] if found else None
 
 
-def record_state(directory: str, newest: str, older: list[str]) -> None:
-  """Makes newest the checkpoint that directory's state file names (older
-  kept, oldest first), with a line when the file was missing or wrong:
-  TensorFlow's own restore and CheckpointManager read only that file."""
+def record_state(directory: str, found: list[str], chosen: str) -> None:
+  """Makes chosen, one of found (find's list), the checkpoint that
+  directory's state file names, the older ones of found kept; with a line
+  when the file was missing or wrong: TensorFlow's own restore and
+  CheckpointManager read only that file."""
   listed, problem = _listed(directory)
-  wanted = [*older, newest]
+  wanted = found[found.index(chosen):][::-1]  # Oldest first.
   if problem is None and listed == wanted:
     return
   if problem:
     logging.warning('The checkpoint state file in %s %s: resuming from %s, '
                     'the newest checkpoint found among the files', directory,
-                    problem, os.path.basename(newest))
+                    problem, os.path.basename(chosen))
   tf.compat.v1.train.update_checkpoint_state(
-      directory, os.path.basename(newest),
+      directory, os.path.basename(chosen),
       all_model_checkpoint_paths=[os.path.basename(p) for p in wanted])
 
 

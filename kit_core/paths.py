@@ -128,10 +128,9 @@ def check_output(path: str, flag: str, inputs: Pairs = (),
   if not path.strip():
     raise KitError(f'{flag} is empty (an unset variable?); give a path')
   given, path = path, os.path.abspath(os.path.expanduser(path))
-  # By the path as given and as resolved: a link may lead either way.
-  names = {path, os.path.realpath(path)}
+  names = _spellings(path)
   for what, value in inputs:
-    sources = {os.path.abspath(value), os.path.realpath(value)}
+    sources = _spellings(value)
     if names & sources or any(
         os.path.isdir(source) and os.path.exists(name) and
         name.startswith(source + os.sep) for source in sources
@@ -139,7 +138,7 @@ def check_output(path: str, flag: str, inputs: Pairs = (),
       raise KitError(f'{flag} {path} would overwrite {what} {value}; write '
                      'the output elsewhere')
   for other, value in outputs:
-    if value and names & {os.path.abspath(value), os.path.realpath(value)}:
+    if value and names & _spellings(value):
       raise KitError(f'{flag} and {other} are the same path, {path}; give '
                      'each its own')
   if os.path.islink(given):
@@ -155,6 +154,11 @@ def check_output(path: str, flag: str, inputs: Pairs = (),
                      'device); name a regular file')
   check_folder_exists(path, f'{flag} {path}')
   return path
+
+
+def _spellings(path: str) -> set[str]:
+  """path as given and as resolved: a link may lead either way."""
+  return {os.path.abspath(path), os.path.realpath(path)}
 
 
 def check_folder_exists(path: str, name: str) -> None:

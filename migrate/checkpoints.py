@@ -80,9 +80,7 @@ def restore(checkpoint: tf.train.Checkpoint, model_dir: str,
       if not names:
         logging.info('Restored %s', path)
         if record_state:
-          kept = candidates.index(path)
-          checkpoint_files.record_state(
-              model_dir, path, list(reversed(candidates[kept + 1:])))
+          checkpoint_files.record_state(model_dir, candidates, path)
         return True
       reason = f'its weights are not finite ({describe_names(names)})'
     unusable.append(os.path.basename(path))

@@ -45,9 +45,9 @@ def test_record_state_names_the_checkpoint_for_tensorflow(tmp_path, caplog):
   _object_checkpoints(tmp_path, [2, 4])
   (tmp_path / 'checkpoint').unlink()
   assert tf.train.latest_checkpoint(str(tmp_path)) is None
-  newest, older = checkpoint_files.find(str(tmp_path))
-  checkpoint_files.record_state(str(tmp_path), newest, [older])
-  assert tf.train.latest_checkpoint(str(tmp_path)) == newest
+  found = checkpoint_files.find(str(tmp_path))
+  checkpoint_files.record_state(str(tmp_path), found, found[0])
+  assert tf.train.latest_checkpoint(str(tmp_path)) == found[0]
   assert 'The checkpoint state file in' in caplog.text
   assert 'is missing: resuming from ckpt-4' in caplog.text
   # Written relative: the model_dir can be moved again.
