@@ -17,6 +17,7 @@ import stat
 import tokenize
 
 from migration_tools.scanner import rules as rules_lib
+from migration_tools.scanner import shapes
 from migration_tools.scanner import tf_api
 
 GUIDE = 'docs/MIGRATION.md'
@@ -167,14 +168,6 @@ def _canonical(path: str) -> tuple[tuple, str] | None:
   return None
 
 
-@dataclasses.dataclass(frozen=True)
-class _Candidate:
-  finding: Finding
-  # A symbol TF 2 redefined (tf.summary.scalar), spelt the TF 2 way: it is
-  # TF 1 code only in a file that has other TF 1 constructs.
-  ambiguous: bool
-
-
 class _Scanner:
   """Collects the findings of one parsed file."""
 
@@ -182,23 +175,66 @@ class _Scanner:
     self.path, self.table = path, table
     self.nodes = list(ast.walk(tree))  # Breadth first, without recursion.
     self.aliases = {}  # local name -> full dotted path
-    self.candidates = []
+    self.findings = []
+    # id of a call's func node -> shapes.TF1, TF2, UNDECIDED or SAME, for
+    # the calls of symbols TF 2 redefined, spelt plain tf.X.
+    self.eras = {}
+    self._marks = {}
     self.inside_chain = set()  # ids of nodes inside a resolved chain
     self.params_functions = any(
         isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and
         any(a.arg == 'params' for a in n.args.args + n.args.kwonlyargs)
         for n in self.nodes)
 
-  def _add(self, node, rule, code, compat_v1=False, ambiguous=False,
+  def _add(self, node, rule, code, compat_v1=False, era=shapes.TF1,
            **names):
-    """A candidate finding; names fill a generated rule's templates."""
+    """A finding, unless era says the construct is TF 2 code; names fill a
+    generated rule's templates."""
+    severity = self._severity(rule, era, compat_v1)
+    if severity is None:
+      return
     fill = (lambda text: text.format(**names)) if names else str
-    self.candidates.append(_Candidate(Finding(
+    self.findings.append(Finding(
         self.path, node.lineno, node.col_offset + 1, rule.id, rule.category,
-        rule.severity_via(compat_v1), fill(rule.construct), code,
-        fill(rule.becomes), f'{GUIDE}#{rule.section}'), ambiguous))
+        severity, fill(rule.construct), code, fill(rule.becomes),
+        f'{GUIDE}#{rule.section}'))
 
-  def run(self) -> list[_Candidate]:
+  def _severity(self, rule, era: str, compat_v1: bool) -> str | None:
+    """rule's severity for a construct of that era; None for TF 2 code. A
+    call its shape leaves open is decided by the rule's file marks, else
+    its default."""
+    if era in (shapes.UNDECIDED, shapes.SAME):
+      era = next((verdict for mark, verdict in rule.file_marks
+                  if self._has_mark(mark)), rule.undecided)
+    if era == shapes.TF2:
+      return None
+    if era == rules_lib.REVIEW:
+      return rules_lib.REVIEW
+    return rule.severity_via(compat_v1)
+
+  def _has_mark(self, mark: str) -> bool:
+    """Whether the file holds mark (see rules.Rule.file_marks)."""
+    if mark not in self._marks:
+      kind, _, what = mark.partition(':')
+      if kind == 'api':
+        self._marks[mark] = any(
+            self._api_path(n) == what for n in self.nodes
+            if isinstance(n, (ast.Attribute, ast.Name)))
+      else:
+        name, _, keyword = what.partition(':')
+        self._marks[mark] = any(
+            isinstance(n, ast.Call) and _callee(n) == name and
+            (not keyword or any(k.arg == keyword for k in n.keywords))
+            for n in self.nodes)
+    return self._marks[mark]
+
+  def _api_path(self, node: ast.AST) -> str | None:
+    parts = _dotted(node)
+    full = parts and self._resolve(parts)
+    resolved = full and _canonical(full)
+    return '.'.join(resolved[0]) if resolved else None
+
+  def run(self) -> list[Finding]:
     # Imports and aliases first: a name is used after its import, but the
     # walk below goes breadth first.
     for node in self.nodes:
@@ -221,7 +257,7 @@ class _Scanner:
         self._keyword(node)
       elif isinstance(node, ast.Subscript):
         self._subscript(node)
-    return self.candidates
+    return self.findings
 
   # Names.
 
@@ -298,12 +334,17 @@ class _Scanner:
     if status == 'changed' and (spelling == V2 or
                                 (n < len(parts) and not rule)):
       return True  # TF 2's own (tf2.summary.scalar, tf.data.Dataset.range).
-    ambiguous = status == 'changed' and spelling == PLAIN
+    # A symbol TF 2 redefined, spelt plain tf.X: its call's shape says
+    # which TensorFlow it was written for (the walk meets a call before its
+    # func); any other use is open.
+    era = shapes.TF1
+    if status == 'changed' and spelling == PLAIN:
+      era = self.eras.get(id(node), shapes.UNDECIDED)
     # Through a tf.compat.v1 that no longer has it (tf.compat.v1.estimator,
     # what Keras 3 took out of tf.compat.v1.layers), it breaks all the same.
     compat_v1 = spelling == V1 and bool(entry) and entry[3]
     if rule:
-      self._add(node, rule, code, compat_v1, ambiguous)
+      self._add(node, rule, code, compat_v1, era)
     elif status == 'removed':
       name = 'tf.' + '.'.join(parts[:n])
       target = (f'tf.{entry[2]} (the same {entry[0]}, renamed)' if entry[2]
@@ -350,42 +391,62 @@ class _Scanner:
                       spelling: str) -> None:
     """Arguments whose meaning TF 2 changed: the table's rows, else what
     tf_api.py records of both signatures."""
+    if spelling == V2:
+      return  # TF 2's signature by choice.
     path = '.'.join(parts)
     entry = self.table.api_table.get(path)
+    if not entry or entry[1] != 'changed':
+      era = shapes.TF1
+    elif spelling == V1:
+      era = shapes.TF1
+    elif len(entry) > 4:
+      era = shapes.era(node, *entry[4:7])
+    else:
+      era = shapes.SAME  # One signature for both: only the symbol changed.
+    self.eras[id(node.func)] = era
     positional = len(node.args)
     if any(isinstance(a, ast.Starred) for a in node.args):
       positional = 0  # Unknown: do not guess.
     keywords = [k.arg for k in node.keywords if k.arg]
-    if spelling == V2:
-      return  # TF 2's signature by choice.
-    ambiguous = bool(entry) and entry[1] == 'changed' and spelling == PLAIN
     compat_v1 = spelling == V1 and bool(entry) and entry[3]
     rows = self.table.args.get(path)
     if rows:
       for key, rule in rows:
         if (positional > key if isinstance(key, int) else key in keywords):
-          self._add(node, rule, code, compat_v1, ambiguous)
+          self._add(node, rule, code, compat_v1, era)
       return
-    if (not entry or entry[1] != 'changed' or len(entry) < 8 or
+    if (not entry or entry[1] != 'changed' or len(entry) < 5 or
         self.table.api_rule(parts)):
       return  # A row for the symbol itself says it all (tf.summary.scalar).
-    v1_names, v2_names, v2_varkw, most = entry[4:8]
+    self._generated_arguments(node, code, path, entry, era, compat_v1,
+                              positional, keywords)
+
+  def _generated_arguments(self, node, code, path, entry, era, compat_v1,
+                           positional, keywords) -> None:
+    """Keywords TF 2 refuses, positional arguments beyond what it takes, and
+    the first positional argument whose meaning moved."""
+    (v1_names, *_), v2s, moved = entry[4:7]
     name = 'tf.' + path
+    if era == shapes.SAME:
+      return
+    # An open call still breaks on a keyword TF 2 refuses: report those.
+    certain = shapes.TF1 if era == shapes.UNDECIDED else era
     for keyword in keywords:
-      if keyword in v1_names and keyword not in v2_names and not v2_varkw:
+      if keyword in v1_names and not any(keyword in s[0] or s[4]
+                                         for s in v2s):
         self._add(node, rules_lib.REMOVED_KEYWORD, code, compat_v1,
-                  ambiguous, name=name, keyword=keyword)
-    # A parameter renamed in place (tf.device's device_name_or_function) is
-    # no change of meaning; one that moved (dropout's rate) is.
-    moved = next((i for i, (a, b) in enumerate(zip(v1_names, v2_names))
-                  if a != b and (a in v2_names or b in v1_names)), None)
-    if 0 <= most < positional:
+                  certain, name=name, keyword=keyword)
+    most = max((-1 if s[3] else s[1]) for s in v2s)
+    if 0 <= most < positional and not any(s[3] for s in v2s):
       self._add(node, rules_lib.TOO_MANY_POSITIONAL, code, compat_v1,
-                ambiguous, name=name, most=most, given=positional)
-    elif moved is not None and positional > moved:
-      self._add(node, rules_lib.MOVED_POSITIONAL, code, compat_v1, ambiguous,
-                name=name, position=moved + 1, v1=v1_names[moved],
-                v2=v2_names[moved])
+                certain, name=name, most=most, given=positional)
+      return
+    first = next((m for m in moved if m[0] < positional), None)
+    if first:
+      position, v1, v2 = first
+      self._add(node, rules_lib.MOVED_POSITIONAL, code, compat_v1,
+                era,
+                name=name, position=position + 1, v1=v1, v2=v2)
 
   def _keyword(self, node: ast.keyword) -> None:
     if node.arg in self.table.keywords:
@@ -429,21 +490,22 @@ def _gets_input_fn(node: ast.Call) -> bool:
   return bool(parts) and parts[-1].endswith('input_fn')
 
 
-def _dedupe(candidates: list[_Candidate]) -> list[Finding]:
-  """One finding per construct per line; a symbol TF 2 redefined counts as
-  TF 1 only in a file with other TF 1 constructs."""
-  legacy_file = any(not c.ambiguous and c.finding.severity != rules_lib.STYLE
-                    for c in candidates)
-  seen, findings = set(), []
-  for c in sorted(candidates, key=lambda c: (c.finding.line,
-                                             c.finding.column)):
-    f = c.finding
+def _callee(node: ast.Call) -> str | None:
+  """The name a call calls: f in f(x), m in obj.m(x)."""
+  if isinstance(node.func, ast.Attribute):
+    return node.func.attr
+  return node.func.id if isinstance(node.func, ast.Name) else None
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+  """One finding per construct per line."""
+  seen, kept = set(), []
+  for f in sorted(findings, key=lambda f: (f.line, f.column)):
     key = (f.line, f.rule, f.construct)
-    if key in seen or (c.ambiguous and not legacy_file):
-      continue
-    seen.add(key)
-    findings.append(f)
-  return findings
+    if key not in seen:
+      seen.add(key)
+      kept.append(f)
+  return kept
 
 
 def scan_source(source: str, path: str,

@@ -26,6 +26,7 @@ Keras 3 took out of it (tf.compat.v1.layers.dense) breaks even there.
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -85,21 +86,42 @@ def _kind(obj) -> str:
   return 'function' if inspect.isroutine(obj) else 'object'
 
 
-def _params(obj):
+def _params(obj) -> dict | None:
+  """obj's signature as data: its parameter names (positional ones first),
+  how many may be passed positionally and how many must be, *args and
+  **kwargs."""
   try:
     signature = inspect.signature(obj)
   except (TypeError, ValueError):
     return None
   parameters = list(signature.parameters.values())
-  # Positional ones first, in order, then keyword-only ones.
-  names = [p.name for p in parameters
-           if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-  most_positional = len(names)
+  positional = [p for p in parameters
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  names = [p.name for p in positional]
   names += [p.name for p in parameters if p.kind == p.KEYWORD_ONLY]
-  varkw = any(p.kind == p.VAR_KEYWORD for p in parameters)
-  if any(p.kind == p.VAR_POSITIONAL for p in parameters):
-    most_positional = -1  # No limit.
-  return names, varkw, most_positional
+  return {
+      'names': names, 'positional': len(positional),
+      'required': sum(p.default is p.empty for p in positional),
+      'varargs': any(p.kind == p.VAR_POSITIONAL for p in parameters),
+      'varkw': any(p.kind == p.VAR_KEYWORD for p in parameters)}
+
+
+# TF 1 renamed a parameter by keeping both and calling
+# deprecated_argument_lookup('new', new, 'old', old): the two are one
+# argument. dropout's ('rate', rate, 'keep_prob', keep) passes 1 - keep_prob
+# instead, so a pair counts only when each name passes its own variable.
+_ALIAS = re.compile(r'deprecated_argument_lookup\(\s*[\'"](\w+)[\'"]\s*,\s*'
+                    r'(\w+)\s*,\s*[\'"](\w+)[\'"]\s*,\s*(\w+)\s*\)')
+
+
+def _aliases(obj) -> list[list[str]]:
+  """The parameter pairs obj's source treats as one argument."""
+  try:
+    source = inspect.getsource(inspect.unwrap(obj))
+  except (TypeError, OSError, ValueError):
+    return []
+  return [[new, old] for new, new_var, old, old_var in _ALIAS.findall(source)
+          if new == new_var and old == old_var]
 
 
 def dump_tf215() -> dict:
@@ -133,23 +155,34 @@ def dump_tf215() -> dict:
       v1_params, v2_params = _params(obj), _params(in_v2)
       if v1_params and v2_params:
         entry['params'] = [v1_params, v2_params]
+        entry['aliases'] = _aliases(obj)
     symbols[path] = entry
   return {'version': tf.__version__, 'symbols': symbols}
 
 
-def dump_newest(paths: list[str]) -> dict:
-  """In the newest TF: which of paths its tf, and its tf.compat.v1, still
-  have."""
+def dump_newest(request: dict) -> dict:
+  """In the newest TF: which of request['paths'] its tf, and its
+  tf.compat.v1, still have, and the signatures of request['signatures'] in
+  its tf."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   present = {'tf': [], 'compat_v1': []}
   for root, key in ((tf, 'tf'), (tf.compat.v1, 'compat_v1')):
-    for path in paths:
+    for path in request['paths']:
       try:
         _lookup(root, path)
         present[key].append(path)
       except AttributeError:
         pass
-  return {'version': tf.__version__, 'present': present}
+  signatures = {}
+  for path in request['signatures']:
+    try:
+      params = _params(_lookup(tf, path))
+    except AttributeError:
+      continue
+    if params:
+      signatures[path] = params
+  return {'version': tf.__version__, 'present': present,
+          'signatures': signatures}
 
 
 def _run(python: str, mode: str, stdin: str = '') -> dict:
@@ -184,6 +217,43 @@ def _kept_in_compat_v1(symbols: dict, present: set) -> set:
   return kept
 
 
+def _signature(params: dict) -> tuple:
+  return (tuple(params['names']), params['positional'], params['required'],
+          params['varargs'], params['varkw'])
+
+
+def moved_positions(v1: dict, v2: dict, aliases: list) -> list[tuple]:
+  """(position, v1 name, v2 name) of each positional argument whose meaning
+  differs: a name that moved (dropout's keep_prob -> rate), not one renamed
+  in place (tf.device's device_name_or_function) nor one TF 1 already took
+  under both names (conv1d's value and input)."""
+  same = {frozenset(pair) for pair in aliases}
+  v1_names, v2_names = v1['names'], v2['names']
+  moved = []
+  for i in range(min(v1['positional'], v2['positional'])):
+    a, b = v1_names[i], v2_names[i]
+    if a == b or frozenset((a, b)) in same:
+      continue
+    if a in v2_names or b in v1_names:
+      moved.append((i, a, b))
+  return moved
+
+
+def _call_data(entry: dict, newest_params: dict | None) -> tuple:
+  """(v1 signature, TF 2 signatures, moved positions) of a changed symbol,
+  or () when its signatures agree. A signature is (names, how many
+  positional, how many required, *args, **kwargs); TF 2's are 2.15's and,
+  when it differs, the newest's."""
+  v1, v2 = entry['params']
+  v2s = [v2] + ([newest_params] if newest_params and newest_params != v2
+                else [])
+  if all(p['names'] == v1['names'] for p in v2s):
+    return ()
+  moved = sorted({m for p in v2s
+                  for m in moved_positions(v1, p, entry['aliases'])})
+  return (_signature(v1), tuple(_signature(p) for p in v2s), tuple(moved))
+
+
 def combine(old: dict, newest: dict) -> str:
   """The text of tf_api.py."""
   present = set(newest['present']['tf'])
@@ -203,11 +273,9 @@ def combine(old: dict, newest: dict) -> str:
       continue  # The module's entry covers it.
     row = (entry['kind'], status, target, path in in_compat_v1)
     if status == 'changed' and 'params' in entry:
-      # Another object under the same name (tf.losses.Reduction); with its
-      # signatures when they differ, for the checks of a call's arguments.
-      (v1_names, _, _), (v2_names, v2_varkw, v2_positional) = entry['params']
-      if v1_names != v2_names:
-        row += (tuple(v1_names), tuple(v2_names), v2_varkw, v2_positional)
+      # Another object under the same name (tf.losses.Reduction): its
+      # signatures, for the checks of a call's arguments.
+      row += _call_data(entry, newest['signatures'].get(path))
     table[path] = row
   lines = [
       '"""What TF 2 did to each symbol of tf.compat.v1 (generated: do not '
@@ -217,10 +285,10 @@ def combine(old: dict, newest: dict) -> str:
       f'TensorFlow {old["version"]}',
       f'(tf.compat.v1 and tf) and {newest["version"]} (tf). Each path maps '
       'to (kind, status,',
-      'TF 2 name, kept in the newest tf.compat.v1[, v1 parameters, TF 2 '
-      'parameters,',
-      'TF 2 takes **kwargs, most positional arguments TF 2 takes (-1: no '
-      'limit)]);',
+      'TF 2 name, kept in the newest tf.compat.v1[, v1 signature, TF 2 '
+      'signatures,',
+      'moved positions]); a signature is (names, positional, required, '
+      '*args, **kwargs);',
       'see generate_api.py.',
       '"""',
       '',
@@ -256,8 +324,9 @@ def main(argv: list[str]) -> None:
           file=sys.stderr)
     names = set(old['symbols']) | {e['v2'] for e in old['symbols'].values()
                                    if e.get('v2')}
-    newest = _run(flags.FLAGS.newest_python, 'newest',
-                  json.dumps(sorted(names)))
+    changed = [path for path, e in old['symbols'].items() if 'params' in e]
+    newest = _run(flags.FLAGS.newest_python, 'newest', json.dumps(
+        {'paths': sorted(names), 'signatures': sorted(changed)}))
     text = combine(old, newest)
     atomic.write_text(OUTPUT, text)
     print(f'wrote {OUTPUT} ({text.count(chr(10))} lines, TF '

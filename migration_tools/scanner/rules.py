@@ -32,11 +32,18 @@ import dataclasses
 # How bad a finding is; SARIF levels in parentheses.
 BREAKS = 'breaks'  # (error) fails on TF 2: gone, or an argument TF 2 refuses.
 SILENT = 'silent'  # (error) runs on TF 2 but computes something else.
+# (warning) a symbol TF 2 redefined, called so that the call alone cannot
+# say which TensorFlow it was written for: read it (shapes.py).
+REVIEW = 'review'
 COMPAT = 'compat'  # (warning) runs through tf.compat.v1 until that goes.
 STYLE = 'style'  # (note) works; cleaner the TF 2 way.
-SEVERITIES = (SILENT, BREAKS, COMPAT, STYLE)  # Most severe first.
-SARIF_LEVEL = {BREAKS: 'error', SILENT: 'error', COMPAT: 'warning',
-               STYLE: 'note'}
+SEVERITIES = (SILENT, BREAKS, REVIEW, COMPAT, STYLE)  # Most severe first.
+SARIF_LEVEL = {BREAKS: 'error', SILENT: 'error', REVIEW: 'warning',
+               COMPAT: 'warning', STYLE: 'note'}
+
+# What decides a call the call's shape leaves open, per row: the first of
+# the row's file marks the file holds, else the row's own default.
+TF1_SHAPE, TF2_SHAPE = 'tf1', 'tf2'
 
 # Groups for the report's plan and the corpus's recall and precision.
 CATEGORIES = {
@@ -69,6 +76,13 @@ class Rule:
     becomes: what to write instead.
     section: the anchor of the section of docs/MIGRATION.md.
     title: what the rule finds, where construct is a template.
+    undecided: for a symbol TF 2 redefined, spelt plain tf.X, called in a
+      way that binds to both signatures: TF1_SHAPE reports it at severity,
+      REVIEW as a review.
+    file_marks: (mark, TF1_SHAPE | TF2_SHAPE | REVIEW) pairs that decide
+      such a call instead, the first the file holds: ``api:PATH`` (a use of
+      tf.PATH), ``call:NAME`` (a call of a function or method NAME),
+      ``call:NAME:KEYWORD`` (with that keyword).
   """
   id: str
   match: str
@@ -78,6 +92,8 @@ class Rule:
   becomes: str
   section: str
   title: str = ''  # For a generated rule, whose construct is a template.
+  undecided: str = REVIEW
+  file_marks: tuple[tuple[str, str], ...] = ()
 
   @property
   def description(self) -> str:
@@ -111,6 +127,12 @@ _SILENT = 'silent-meaning-changes'
 _TF1 = 'other-tf-1-symbols'
 
 _KERAS_SAVES_IT = ('a Keras callback, or code in your own loop')
+# A v1 summary call has no step. TF 2 code may leave it out when the file
+# sets a default step; with a TF 2 writer but no step in sight, read it.
+_SUMMARY_SHAPE = dict(undecided=TF1_SHAPE, file_marks=(
+    ('api:summary.experimental.set_step', TF2_SHAPE),
+    ('call:as_default:step', TF2_SHAPE),
+    ('api:summary.create_file_writer', REVIEW)))
 _V1_LOSS = ('tf.keras.losses with reduction NONE, averaged over the global '
             'batch (tf.nn.compute_average_loss): TF 1 losses reduce by '
             'SUM_BY_NONZERO_WEIGHTS and add to a collection')
@@ -122,14 +144,15 @@ RULES = (
          'tf.summary.scalar (v1)', "TF 2's tf.summary.scalar(name, data, "
          'step) writes only under a default writer and returns False '
          'without one: a v1 summary op silently records nothing',
-         _SUMMARIES),
+         _SUMMARIES, **_SUMMARY_SHAPE),
     Rule('summary-histogram', 'api:summary.histogram', 'silent', SILENT,
          'tf.summary.histogram (v1)', "TF 2's tf.summary.histogram needs a "
          'default writer and a step, or silently records nothing',
-         _SUMMARIES),
+         _SUMMARIES, **_SUMMARY_SHAPE),
     Rule('summary-image', 'api:summary.image', 'silent', SILENT,
          'tf.summary.image (v1)', "TF 2's tf.summary.image needs a default "
-         'writer and a step, or silently records nothing', _SUMMARIES),
+         'writer and a step, or silently records nothing', _SUMMARIES,
+         **_SUMMARY_SHAPE),
     Rule('dropout-positional', 'arg:nn.dropout:1', 'silent', SILENT,
          'tf.nn.dropout(x, keep_prob)', "TF 2's second argument is rate = "
          '1 - keep_prob: write tf.nn.dropout(x, rate=1 - keep_prob), or a '
@@ -264,7 +287,8 @@ RULES = (
          'tf.feature_column', 'Keras preprocessing layers (StringLookup, '
          'Hashing, Discretization, ...) or tf.keras.utils.FeatureSpace: '
          'feature columns are deprecated and Keras 3 has no DenseFeatures',
-         _MODEL_FN),
+         _MODEL_FN,
+         undecided=TF1_SHAPE),
     Rule('estimator', 'api:estimator.*', 'estimator', BREAKS, 'tf.estimator',
          'Keras and tf.distribute (tf.estimator is gone from TF 2.16)',
          _MODEL_FN),
@@ -354,10 +378,17 @@ RULES = (
          'no collections in TF 2: see tf.get_collection', _GRAPH),
     Rule('gradients', 'api:gradients', 'graph', BREAKS, 'tf.gradients',
          'tf.GradientTape (tape.gradient); tf.gradients still works inside '
-         'a tf.function', _GRAPH),
+         'a tf.function', _GRAPH,
+         # Graph-only either way: a TF 1 graph file, or TF 2 code inside a
+         # tf.function; open where the file shows neither.
+         file_marks=(('api:Session', TF1_SHAPE),
+                     ('api:placeholder', TF1_SHAPE),
+                     ('api:function', TF2_SHAPE),
+                     ('api:GradientTape', TF2_SHAPE))),
     Rule('initializers-v1', 'api:initializers.*', 'graph', BREAKS,
          'tf.initializers (v1)', 'tf.keras.initializers (the same names in '
-         'CamelCase, e.g. GlorotUniform)', _GRAPH),
+         'CamelCase, e.g. GlorotUniform)', _GRAPH,
+         undecided=TF2_SHAPE),
     Rule('make-template', 'api:make_template', 'graph', BREAKS,
          'tf.make_template', 'a Keras layer or tf.Module called twice',
          _GRAPH),
@@ -436,7 +467,8 @@ RULES = (
     # Summaries.
     Rule('summary-v1', 'api:summary.*', 'summaries', BREAKS,
          'tf.summary (v1)', 'tf.summary (TF 2) under a default writer and a '
-         'step: writer.as_default(step=...)', _SUMMARIES),
+         'step: writer.as_default(step=...)', _SUMMARIES,
+         **_SUMMARY_SHAPE),
     # tf.flags, tf.app, tf.logging.
     Rule('flags', 'api:flags.*', 'flags-logging', BREAKS, 'tf.flags',
          'absl.flags (the same DEFINE_* functions: from absl import flags)',

@@ -103,3 +103,52 @@ def test_one_finding_per_construct_per_line():
 def test_a_row_of_an_unknown_kind_is_refused():
   with pytest.raises(ValueError, match='unknown match'):
     engine.Table([_rule('bad', 'regex:.*')], API)
+
+
+# A toy symbol TF 2 redefined: TF 1's f(x, keep, name=None, old=None), TF 2's
+# f(x, rate, name=None, new=None); position 1 moved (keep -> rate).
+_V1_SIGNATURE = (('x', 'keep', 'name', 'old'), 4, 2, False, False)
+_V2_SIGNATURE = (('x', 'rate', 'name', 'new'), 4, 2, False, False)
+SHAPE_API = {'toy.f': ('function', 'changed', '', True, _V1_SIGNATURE,
+                       (_V2_SIGNATURE,), ((1, 'keep', 'rate'),)),
+             'toy.g': ('function', 'changed', '', True),
+             'toy.marker': ('function', 'same', '', True)}
+SHAPE_TABLE = engine.Table([
+    _rule('g-v1', 'api:toy.g', rules.SILENT),
+    rules.Rule('g-marked', 'api:toy.h', 'tf1-api', rules.SILENT, 'h', 'x',
+               'toy-section', undecided=rules.TF1_SHAPE,
+               file_marks=(('api:toy.marker', rules.TF2_SHAPE),)),
+], {**SHAPE_API, 'toy.h': ('function', 'changed', '', True)})
+
+
+def shape_found(call: str) -> list[tuple[str, str]]:
+  source = f'import tensorflow as tf\n{call}\n'
+  return [(f.rule, f.severity)
+          for f in engine.scan_source(source, 'toy.py', SHAPE_TABLE)]
+
+
+@pytest.mark.parametrize('call,expected', [
+    ('tf.toy.f(x, r, new=1)', []),  # Binds to TF 2's signature only.
+    ('tf.toy.f(x, k, old=1)', [('tf1-keyword', rules.BREAKS),
+                               ('tf1-positional', rules.SILENT)]),
+    ('tf.toy.f(x, keep=k)', [('tf1-keyword', rules.BREAKS)]),
+    ('tf.toy.f(x, self.keep)', [('tf1-positional', rules.SILENT)]),
+    ('tf.toy.f(x, drop_rate)', []),
+    ('tf.toy.f(x, 0.5)', [('tf1-positional', rules.REVIEW)]),
+    ('tf.toy.f(x, rate=0.5)', []),  # Nothing moved is passed.
+    ('tf.toy.f(x, *args)', []),
+    # A symbol redefined whole: a call that cannot tell is for review, or
+    # decided by the row's file marks and default.
+    ('tf.toy.g(x)', [('g-v1', rules.REVIEW)]),
+    ('tf.toy.h(x)', [('g-marked', rules.SILENT)]),
+    ('tf.toy.marker()\ntf.toy.h(x)', []),
+])
+def test_a_redefined_symbol_is_judged_by_its_call_shape(call, expected):
+  assert shape_found(call) == expected
+
+
+def test_through_compat_v1_the_call_is_tf1_whatever_its_shape():
+  source = 'import tensorflow.compat.v1 as tf\ntf.toy.f(x, 0.5)\ntf.toy.g(x)\n'
+  assert [(f.rule, f.severity) for f in engine.scan_source(
+      source, 'toy.py', SHAPE_TABLE)] == [('tf1-positional', rules.SILENT),
+                                          ('g-v1', rules.SILENT)]
