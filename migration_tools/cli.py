@@ -11,6 +11,7 @@ flags keep their defaults unless ``--legacy_flags`` sets them
 import json
 import shlex
 import sys
+import textwrap
 from typing import Callable
 
 from absl import app
@@ -80,6 +81,22 @@ def set_legacy_flags(spec: str) -> None:
                    'as on its command line') from e
 
 
+def flags_help(tool_flags: flags.FlagValues) -> str:
+  """Each flag with its help and default. (absl's get_help lists flags by
+  the module that defined them, and a FlagValues of the tool's own has
+  none.)"""
+  lines = []
+  for name in sorted(tool_flags):
+    flag = tool_flags[name]
+    if flag.name != name:
+      continue  # A short name of another flag.
+    default = '' if flag.default is None else (
+        f" (default: {flag.default_as_str or repr(flag.default)})")
+    lines += textwrap.wrap(f'--{name}: {flag.help}{default}', 78,
+                           initial_indent='  ', subsequent_indent='    ')
+  return '\n'.join(lines)
+
+
 def run(main: Callable[[flags.FlagValues, list[str]], None],
         define_flags: Callable[[flags.FlagValues], None], usage: str,
         bad_input_exit: int = 1) -> None:
@@ -97,7 +114,7 @@ def run(main: Callable[[flags.FlagValues, list[str]], None],
 
   def parse(argv: list[str]) -> list[str]:
     if any(arg in _HELP for arg in argv[1:]):
-      print(usage.strip() + '\n\nflags:\n' + tool_flags.get_help())
+      print(usage.strip() + '\n\nflags:\n' + flags_help(tool_flags))
       sys.exit(0)
     try:
       positional = tool_flags(argv)

@@ -69,14 +69,24 @@ class Table:
     self._api_cache = {}
     self.subscripts, self.imports, self.args, self.input_fn_calls = (
         {}, [], {}, {})
+    self.method_args, self.shape_attributes, self.wrappers = {}, {}, {}
     for rule in rules:
       kind, _, what = rule.match.partition(':')
       if kind == 'api':
         self.api.append((tuple(what.split('.')), rule))
       elif kind == 'keyword':
         self.keywords[what] = rule
-      elif kind == 'method':
-        self.methods[what] = rule
+      elif kind in ('method', 'attribute'):
+        for name in what.split('|'):
+          self.methods[name] = rule
+      elif kind == 'shape-attribute':
+        self.shape_attributes[what] = rule
+      elif kind == 'wrapper':
+        self.wrappers[what] = rule
+      elif kind == 'method-arg':
+        method, _, argument = what.partition(':')
+        self.method_args.setdefault(method, []).append(
+            (_argument_key(argument), rule))
       elif kind == 'subscript':
         self.subscripts[what] = rule
       elif kind == 'import':
@@ -86,8 +96,9 @@ class Table:
         key = int(argument) if argument.isdigit() else argument
         self.args.setdefault(path, []).append((key, rule))
       elif kind == 'input_fn-call':
-        for method in what.split('|'):
-          self.input_fn_calls[method] = rule
+        methods, _, keywords = what.partition(':')
+        for method in methods.split('|'):
+          self.input_fn_calls[method] = (rule, set(keywords.split(',')) - {''})
       else:
         raise ValueError(f'rule {rule.id}: unknown match {rule.match!r}')
 
@@ -121,6 +132,16 @@ class Table:
                  if _matches(pattern, parts)), None)
 
 
+def _argument_key(argument: str) -> tuple:
+  """'1:global_step:var_list' -> (1, 'global_step', 'var_list'): position
+  1, TF 1's parameter there and TF 2's; 'global_step' -> the keyword."""
+  position, _, names = argument.partition(':')
+  if not position.isdigit():
+    return (argument,)
+  tf1, _, tf2 = names.partition(':')
+  return (int(position), tf1, tf2)
+
+
 def _matches(pattern: tuple, parts: tuple) -> bool:
   """'*.X' ends in X after one or more segments; 'a.*' is a or under it;
   other segments are shell patterns, one per segment, or alternatives of
@@ -152,7 +173,9 @@ V1, V2, PLAIN = 'v1', 'v2', 'plain'
 def _canonical(path: str) -> tuple[tuple, str] | None:
   """'tensorflow.compat.v1.estimator.X' -> (('estimator', 'X'), V1): the
   path inside TF's API and its spelling; None for a path outside
-  TensorFlow."""
+  TensorFlow. tf.compat.v1 spelt out again under a tf that is already
+  compat.v1 (tf.compat.v1.X after import tensorflow.compat.v1 as tf) is
+  the same tf.compat.v1."""
   for prefix, spelling in (('tensorflow.compat.v1', V1),
                            ('tensorflow.compat.v2', V2),
                            ('tensorflow_estimator.compat.v1', V1),
@@ -162,7 +185,11 @@ def _canonical(path: str) -> tuple[tuple, str] | None:
       rest = path[len(prefix) + 1:]
       if prefix.startswith('tensorflow_estimator'):
         rest = 'estimator.' + rest if rest else 'estimator'
-      return tuple(rest.split('.')) if rest else (), spelling
+      parts = tuple(rest.split('.')) if rest else ()
+      while parts[:2] in (('compat', 'v1'), ('compat', 'v2')):
+        spelling = V1 if parts[1] == 'v1' else V2
+        parts = parts[2:]
+      return parts, spelling
   if path == 'tensorflow_estimator' or path.startswith('tensorflow_estimator.'):
     return ('estimator',) + tuple(path.split('.')[1:]), PLAIN
   return None
@@ -180,11 +207,9 @@ class _Scanner:
     # the calls of symbols TF 2 redefined, spelt plain tf.X.
     self.eras = {}
     self._marks = {}
+    self.wrapped = {}  # 'contrib.tpu()' -> (first use, rule, attributes)
     self.inside_chain = set()  # ids of nodes inside a resolved chain
-    self.params_functions = any(
-        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and
-        any(a.arg == 'params' for a in n.args.args + n.args.kwonlyargs)
-        for n in self.nodes)
+    self.params_subscripts = _params_subscripts(self.nodes)
 
   def _add(self, node, rule, code, compat_v1=False, era=shapes.TF1,
            **names):
@@ -257,6 +282,9 @@ class _Scanner:
         self._keyword(node)
       elif isinstance(node, ast.Subscript):
         self._subscript(node)
+    for wrapper, (node, rule, attributes) in self.wrapped.items():
+      self._add(node, rule, wrapper, wrapper=wrapper, count=len(attributes),
+                uses=', '.join(sorted(set(attributes))))
     return self.findings
 
   # Names.
@@ -362,6 +390,25 @@ class _Scanner:
       self._use(node, full, '.'.join(parts))
     elif node.attr in self.table.methods:
       self._add(node, self.table.methods[node.attr], f'.{node.attr}')
+    elif (node.attr in self.table.shape_attributes and
+          _indexes_a_shape(node.value)):
+      self._add(node, self.table.shape_attributes[node.attr],
+                f'{ast.unparse(node.value)}.{node.attr}')
+    if isinstance(node.value, ast.Call):
+      self._wrapped(node)
+
+  def _wrapped(self, node: ast.Attribute) -> None:
+    """X().attr where X is a wrapper the scanner cannot follow
+    (tensor2tensor's contrib.tpu() returns tf.contrib.tpu): collected, and
+    named once per file and wrapper (run)."""
+    parts = _dotted(node.value.func)
+    if not parts or (self._resolve(parts) and
+                     _canonical(self._resolve(parts))):
+      return
+    for segment, rule in self.table.wrappers.items():
+      if segment in parts:
+        key = '.'.join(parts) + '()'
+        self.wrapped.setdefault(key, (node, rule, []))[2].append(node.attr)
 
   def _name(self, node: ast.Name) -> None:
     full = self.aliases.get(node.id)
@@ -381,11 +428,28 @@ class _Scanner:
     resolved = full and _canonical(full)
     if resolved:
       self._call_arguments(node, '.'.join(parts), *resolved)
-    if (isinstance(node.func, ast.Attribute) and
-        node.func.attr in self.table.input_fn_calls and
-        _gets_input_fn(node)):
-      self._add(node, self.table.input_fn_calls[node.func.attr],
-                f'.{node.func.attr}(input_fn)')
+    if isinstance(node.func, ast.Attribute):
+      self._method_call(node, node.func.attr)
+
+  def _method_call(self, node: ast.Call, method: str) -> None:
+    """A method's call: Estimator.train(input_fn) and the like, and
+    arguments whose meaning TF 2 changed (minimize's global_step)."""
+    if method in self.table.input_fn_calls:
+      rule, keywords = self.table.input_fn_calls[method]
+      if _gets_input_fn(node, keywords):
+        self._add(node, rule, f'.{method}(input_fn)')
+    for key, rule in self.table.method_args.get(method, ()):
+      if len(key) == 1:
+        if any(k.arg == key[0] for k in node.keywords):
+          self._add(node, rule, f'.{method}({key[0]}=)')
+      elif len(node.args) > key[0] and not any(
+          isinstance(a, ast.Starred) for a in node.args):
+        # TF 2's parameter may go by several names (var_list|variables).
+        leans = {shapes.lean(node.args[key[0]], key[1], tf2)
+                 for tf2 in key[2].split('|')}
+        era = (shapes.TF2 if shapes.TF2 in leans else
+               leans.pop() if len(leans) == 1 else shapes.UNDECIDED)
+        self._add(node, rule, f'.{method}(..., {key[1]})', era=era)
 
   def _call_arguments(self, node: ast.Call, code: str, parts: tuple,
                       spelling: str) -> None:
@@ -459,9 +523,41 @@ class _Scanner:
     if (isinstance(key, ast.Constant) and
         key.value in self.table.subscripts and
         isinstance(node.value, ast.Name) and node.value.id == 'params' and
-        self.params_functions):
+        id(node) in self.params_subscripts):
       self._add(node, self.table.subscripts[key.value],
                 f"params[{key.value!r}]")
+
+
+# A function that takes params beside one of these is TF 2 code (a
+# strategy's input pipeline, the kit's Port.input_pipeline), not an
+# Estimator's model_fn or input_fn.
+_TF2_PARAMETERS = {'strategy', 'input_context', 'ctx'}
+
+
+def _params_subscripts(nodes: list[ast.AST]) -> set[int]:
+  """ids of the subscripts inside functions that take params as
+  TPUEstimator passes it to a model_fn or an input_fn."""
+  inside = set()
+  for node in nodes:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+      names = {a.arg for a in node.args.args + node.args.kwonlyargs}
+      if 'params' in names and not names & _TF2_PARAMETERS:
+        inside |= {id(n) for n in ast.walk(node)
+                   if isinstance(n, ast.Subscript)}
+  return inside
+
+
+def _indexes_a_shape(node: ast.AST) -> bool:
+  """x.shape[i], x.get_shape()[i], x.shape.dims[i], input_shape[i]: where
+  TF 1 gave a Dimension and TF 2 gives an int or None."""
+  if not isinstance(node, ast.Subscript):
+    return False
+  shape = node.value
+  if isinstance(shape, ast.Call):
+    shape = shape.func
+  if isinstance(shape, ast.Attribute):
+    return shape.attr in ('shape', 'get_shape', 'dims')
+  return isinstance(shape, ast.Name) and shape.id.endswith('shape')
 
 
 def _dotted(node: ast.AST) -> list[str] | None:
@@ -475,8 +571,15 @@ def _dotted(node: ast.AST) -> list[str] | None:
   return [node.id] + parts[::-1]
 
 
-def _gets_input_fn(node: ast.Call) -> bool:
-  """train(input_fn=...), train(train_input_fn, ...), train(lambda: ...)."""
+def _gets_input_fn(node: ast.Call, keywords: set[str]) -> bool:
+  """train(input_fn=...), train(train_input_fn, ...), train(lambda: ...),
+  with no keyword outside keywords (the Estimator method's own, when given:
+  a repository's executor.evaluate(eval_input_fn, metric_fn=...) is not
+  one) and no other function passed positionally."""
+  if keywords and any(k.arg and k.arg not in keywords for k in node.keywords):
+    return False
+  if any((_dotted(a) or [''])[-1].endswith('_fn') for a in node.args[1:]):
+    return False
   if any(k.arg == 'input_fn' for k in node.keywords):
     return True
   if not node.args:

@@ -14,10 +14,21 @@ a row here and a line to tests/tools/test_scan.py's RULE_CASES.
   keyword:NAME   a keyword argument NAME= in any call;
   arg:PATH:N     a call of PATH with more than N positional arguments;
   arg:PATH:NAME  a call of PATH with the keyword argument NAME=;
-  input_fn-call:M1|M2  a call of a method M1 or M2 given an input_fn (by
-                 keyword, or positionally a name ending in input_fn or a
-                 lambda);
+  input_fn-call:M1|M2:KW,...  a call of a method M1 or M2 given an input_fn
+                 (by keyword, or positionally a name ending in input_fn or a
+                 lambda), with no keyword but KW, ... and no other function;
   method:NAME    a call of a method NAME on any object (``.NAME(``);
+  attribute:N1|N2  an attribute N1 or N2 of any object (``.N1``);
+  method-arg:NAME:KEYWORD  a call of a method NAME with KEYWORD=;
+  method-arg:NAME:N:TF1:TF2  a call of a method NAME with more than N
+                 positional arguments, the N+1th read as TF 1's parameter
+                 TF1 or TF 2's TF2, which may list names as A|B
+                 (shapes.lean; open: review);
+  shape-attribute:NAME  ``.NAME`` of an indexed shape (x.shape[i].NAME,
+                 x.get_shape()[i].NAME, input_shape[i].NAME);
+  wrapper:SEGMENT  ``w().attr`` where w, not TensorFlow, has a segment
+                 SEGMENT (contrib.tpu().TPUEstimator): named once per file
+                 and wrapper;
   subscript:KEY  ``something['KEY']``;
   import:MODULE  an import of MODULE (MODULE.* for it and under it).
 PATH segments may hold shell wildcards (train.*Optimizer) and alternatives
@@ -262,7 +273,9 @@ RULES = (
          BREAKS, 'train_and_evaluate', "fit(validation_data=...) or your "
          "loop's evaluation; a separate evaluator reads checkpoints",
          _TRAIN_AND_EVALUATE),
-    Rule('estimator-call', 'input_fn-call:train|evaluate|predict',
+    Rule('estimator-call', 'input_fn-call:train|evaluate|predict:input_fn,'
+         'hooks,steps,max_steps,saving_listeners,checkpoint_path,name,'
+         'predict_keys,yield_single_examples',
          'tpu-estimator', BREAKS, 'Estimator.train/evaluate/predict(input_fn)',
          'model.fit / evaluate / predict on a tf.data.Dataset, or your loop '
          'over strategy.experimental_distribute_dataset', _MODEL_FN),
@@ -296,6 +309,21 @@ RULES = (
          'tensorflow.python.estimator', 'Keras and tf.distribute '
          '(tf.estimator is gone from TF 2.16)', _MODEL_FN),
     # tf.contrib: gone, each sub-module to its own place.
+    Rule('layer-norm-epsilon', 'api:contrib.layers|slim.layer_norm',
+         'contrib', SILENT, 'contrib layer_norm (epsilon 1e-12)',
+         'tf.keras.layers.LayerNormalization(epsilon=1e-12, axis=-1): '
+         "contrib's layer_norm divides by sqrt(variance + 1e-12), Keras's "
+         'default epsilon is 1e-3, which changes the outputs (BERT-class '
+         'models keep 1e-12)', _SILENT),
+    Rule('checkpoints-iterator',
+         'api:*.checkpoints_iterator|wait_for_new_checkpoint', 'contrib',
+         BREAKS, 'contrib checkpoints_iterator', 'tf.train.checkpoints_'
+         'iterator (TF 2 keeps it, with the same arguments)', _CHECKPOINTS),
+    Rule('wrapper-call', 'wrapper:contrib', 'contrib', BREAKS, '{wrapper}',
+         'a wrapper the scanner cannot follow: its {count} use(s) in this '
+         "file ({uses}) are tf.contrib's; migrate each as the tf.contrib "
+         'rows say', _CONTRIB,
+         title='a wrapper around tf.contrib (contrib.tpu())'),
     Rule('contrib-tpu', 'api:contrib.tpu.*', 'contrib', BREAKS,
          'tf.contrib.tpu', 'tf.distribute.TPUStrategy, tf.tpu.experimental',
          _CONTRIB),
@@ -311,7 +339,8 @@ RULES = (
          'init_from_checkpoint), tf.nest, arg_scope dropped', _CONTRIB),
     Rule('contrib-training', 'api:contrib.training.*', 'contrib', BREAKS,
          'tf.contrib.training', 'plain Python or dataclasses for HParams; '
-         'tf.data for batching and bucketing', _CONTRIB),
+         'tf.data for batching and bucketing; tf.train.checkpoints_iterator '
+         'for its evaluation loop', _CONTRIB),
     Rule('contrib-data', 'api:contrib.data.*', 'contrib', BREAKS,
          'tf.contrib.data', 'tf.data (parallel_interleave -> '
          'Dataset.interleave(num_parallel_calls=...), map_and_batch -> '
@@ -435,6 +464,11 @@ RULES = (
     Rule('initializable-iterator', 'method:make_initializable_iterator',
          'io', BREAKS, 'Dataset.make_initializable_iterator',
          'iterate the dataset; a new iter() restarts it', _IO),
+    Rule('dataset-output-shapes',
+         'attribute:output_shapes|output_types|output_classes', 'io', BREAKS,
+         'Dataset.output_shapes / output_types / output_classes',
+         'dataset.element_spec (tf.compat.v1.data.get_output_shapes(dataset) '
+         'and get_output_types keep it running)', _IO),
     Rule('data-iterators-v1', 'api:data.make_one_shot_iterator', 'io',
          BREAKS, 'tf.data.make_one_shot_iterator', 'iter(dataset)', _IO),
     # Optimizers, schedules and layers.
@@ -449,6 +483,16 @@ RULES = (
     Rule('optimizer-v1', 'api:train.*Optimizer', 'train-layers', BREAKS,
          'tf.train optimizer', 'tf.keras.optimizers (schedules count '
          'optimizer.iterations)', _OPTIMIZERS),
+    Rule('minimize-global-step',
+         'method-arg:minimize:1:global_step:var_list|variables|vars', 'train-layers',
+         BREAKS, 'minimize(loss, global_step)', 'a Keras optimizer counts '
+         "its steps itself (optimizer.iterations); its minimize's second "
+         'argument is var_list: minimize(loss, var_list, tape=tape)',
+         _OPTIMIZERS),
+    Rule('minimize-global-step-keyword', 'method-arg:minimize:global_step',
+         'train-layers', BREAKS, 'minimize(global_step=)', 'a Keras '
+         'optimizer counts its steps itself (optimizer.iterations) and takes '
+         'no global_step', _OPTIMIZERS),
     Rule('decay-v1', 'api:train.*_decay', 'train-layers', BREAKS,
          'tf.train learning-rate decay', 'a tf.keras.optimizers.schedules '
          'schedule (it counts optimizer.iterations, not a global step)',
@@ -480,6 +524,10 @@ RULES = (
          'absl.app (app.run(main))', _ABSL),
     Rule('logging', 'api:logging.*', 'flags-logging', BREAKS, 'tf.logging',
          'absl.logging (logging.info, logging.set_verbosity)', _ABSL),
+    Rule('dimension-value', 'shape-attribute:value', 'tf1-api', BREAKS,
+         'Dimension.value', "drop .value: TF 2's shape[i] is an int or None "
+         '(AttributeError on .value, under tf.compat.v1 too); '
+         'tf.compat.dimension_value(shape[i]) reads both', _TF1),
     # tf.compat.v1 itself.
     Rule('compat-v1-import', 'import:tensorflow.compat.v1', 'compat', COMPAT,
          'import of tensorflow.compat.v1', 'import tensorflow as tf '

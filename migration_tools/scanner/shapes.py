@@ -60,6 +60,8 @@ def _tokens(text: str) -> set[str]:
 
 
 def _identifier(node: ast.AST) -> str | None:
+  if isinstance(node, ast.Call):  # tf.train.get_or_create_global_step()
+    return _identifier(node.func)
   if isinstance(node, ast.Name):
     return node.id
   if isinstance(node, ast.Attribute):

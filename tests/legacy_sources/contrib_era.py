@@ -13,7 +13,7 @@ def model_fn(features, labels, mode, params):
   loss = tf.losses.sparse_softmax_cross_entropy(labels, logits)  # expect: losses-v1
   optimizer = contrib_tpu.CrossShardOptimizer(  # expect: cross-shard-optimizer
       tf.train.MomentumOptimizer(0.1, 0.9))  # expect: momentum-v1
-  train_op = optimizer.minimize(loss, tf.train.get_global_step())  # expect: get-global-step
+  train_op = optimizer.minimize(loss, tf.train.get_global_step())  # expect: minimize-global-step, get-global-step
   return tpu_estimator.TPUEstimatorSpec(mode, loss=loss, train_op=train_op,  # expect: estimator-spec
                                         eval_metrics=(metric_fn, [labels, logits]),  # expect: eval-metrics
                                         host_call=None)  # expect: host-call

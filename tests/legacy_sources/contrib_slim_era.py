@@ -49,7 +49,7 @@ def model_fn(features, labels, mode, params):
   optimizer = tf.contrib.opt.AdamWOptimizer(1e-4, 1e-3)  # expect: contrib-opt
   if params['use_tpu']:
     optimizer = tf.contrib.tpu.CrossShardOptimizer(optimizer)  # expect: cross-shard-optimizer
-  train_op = optimizer.minimize(loss, tf.train.get_global_step())  # expect: get-global-step
+  train_op = optimizer.minimize(loss, tf.train.get_global_step())  # expect: minimize-global-step, get-global-step
 
   def host_call_fn(gs, loss):
     with tf.contrib.summary.create_file_writer(params['model_dir']).as_default():  # expect: contrib-summary

@@ -152,3 +152,39 @@ def test_through_compat_v1_the_call_is_tf1_whatever_its_shape():
   assert [(f.rule, f.severity) for f in engine.scan_source(
       source, 'toy.py', SHAPE_TABLE)] == [('tf1-positional', rules.SILENT),
                                           ('g-v1', rules.SILENT)]
+
+
+INDIRECT_TABLE = engine.Table([
+    _rule('attr', 'attribute:old_a|old_b'),
+    _rule('step-keyword', 'method-arg:run:step'),
+    _rule('step-positional', 'method-arg:run:1:step:items|things'),
+    _rule('dim', 'shape-attribute:value'),
+    _rule('wrapped', 'wrapper:legacy'),
+    _rule('fit', 'input_fn-call:fit:input_fn,steps'),
+], API)
+
+
+@pytest.mark.parametrize('source,expected', [
+    ('x.old_a\ny.old_b\nz.new_a\n', [(1, 'attr'), (2, 'attr')]),
+    ('o.run(a, step=s)\n', [(1, 'step-keyword')]),
+    ('o.run(a, global_step)\no.run(a, my_things)\n', [(1, 'step-positional')]),
+    ('x.shape[0].value\nx.get_shape()[1].value\nx.value\nd[0].value\n',
+     [(1, 'dim'), (2, 'dim')]),
+    # Named once per file and wrapper, at its first use.
+    ('legacy.mod().A()\nlegacy.mod().B()\nother.mod().A()\n',
+     [(1, 'wrapped')]),
+    ('e.fit(input_fn=f, steps=1)\ne.fit(train_input_fn, metric_fn)\n'
+     'e.fit(input_fn=f, epochs=2)\n', [(1, 'fit')]),
+])
+def test_indirect_match_kinds(source, expected):
+  assert [(f.line, f.rule) for f in engine.scan_source(
+      source, 'toy.py', INDIRECT_TABLE)] == expected
+
+
+def test_a_wrapper_is_named_with_its_uses():
+  table = engine.Table([rules.Rule(
+      'wrapped', 'wrapper:legacy', 'tf1-api', rules.BREAKS, '{wrapper}',
+      '{count}: {uses}', 'toy-section')], API)
+  [finding] = engine.scan_source('legacy.mod().A()\nlegacy.mod().B()\n',
+                                 'toy.py', table)
+  assert (finding.construct, finding.becomes) == ('legacy.mod()', '2: A, B')
