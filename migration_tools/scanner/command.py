@@ -76,6 +76,14 @@ def main(tool_flags: flags.FlagValues, paths: list[str]) -> None:
     result = scan(paths)
   except ValueError as e:
     raise KitError(str(e)) from e
+  if result.empty:
+    listed = [u.path for u in result.not_scanned
+              if any(u.path.startswith(p) for p in result.empty)]
+    raise KitError(
+        f'nothing to scan in {", ".join(result.empty)}: no .py file or '
+        'notebook' + (f' ({len(listed)} other file(s) mention TensorFlow, '
+                      'which the scanner does not read)' if listed else '') +
+        '; give the folder of your Python code')
   _write(report.FORMATS[tool_flags.format](result), output)
   if output:
     print(report.summary_line(result), file=sys.stderr)

@@ -16,6 +16,7 @@ import os
 import stat
 import tokenize
 
+from migration_tools.scanner import notebooks
 from migration_tools.scanner import rules as rules_lib
 from migration_tools.scanner import shapes
 from migration_tools.scanner import tf_api
@@ -38,6 +39,13 @@ class Finding:
   code: str
   becomes: str
   section: str  # docs/MIGRATION.md#anchor
+  cell: int = 0  # In a notebook: its cell (from 1), line being in the cell.
+
+  @property
+  def place(self) -> str:
+    """'path:line:column', or 'path [cell N]:line:column' in a notebook."""
+    cell = f' [cell {self.cell}]' if self.cell else ''
+    return f'{self.path}{cell}:{self.line}:{self.column}'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +61,11 @@ class Result:
   unchecked: list[Unchecked]
   skipped: list[str]  # Files with the skip-file pragma.
   files: int
+  # Files in the folders walked that may hold TensorFlow code the scanner
+  # does not read (a .md, a .sh), with the reason: listed, not failed.
+  not_scanned: list[Unchecked] = dataclasses.field(default_factory=list)
+  # Paths given in which there was nothing to scan at all.
+  empty: list[str] = dataclasses.field(default_factory=list)
 
 
 class Table:
@@ -627,15 +640,41 @@ def scan_source(source: str, path: str,
           if f.line not in ignored]
 
 
+NOTEBOOK = '.ipynb'
+# Files that may hold TensorFlow code the scanner does not read; listed when
+# they mention it (in their first _PEEK bytes).
+_TEXT_SUFFIXES = ('.md', '.rst', '.txt', '.sh', '.pyx', '.pxd', '.pyi',
+                  '.cfg', '.yaml', '.yml', '.json', '.bzl', '.cc', '.h')
+_PEEK = 65536
+
+
+def _mentions_tensorflow(path: str) -> bool:
+  try:
+    with open(path, 'rb') as f:
+      head = f.read(_PEEK)
+  except OSError:
+    return False
+  return b'tensorflow' in head or b'import tf' in head
+
+
 def python_files(paths: list[str]) -> tuple[list[str], list[Unchecked]]:
-  """The .py files under paths, sorted, and what could not be looked at: a
-  folder that cannot be listed, a special file (a FIFO would block a read
-  for ever), each unchecked rather than taken for clean.
+  """The .py files and notebooks under paths, sorted, and what could not
+  be looked at: a folder that cannot be listed, a special file (a FIFO
+  would block a read for ever), each unchecked rather than taken for
+  clean. A file named on its own is read whatever its name.
 
   Raises:
     ValueError: a path does not exist.
   """
-  files, unchecked = [], []
+  files, unchecked, _ = walk(paths)
+  return files, unchecked
+
+
+def walk(paths: list[str]
+         ) -> tuple[list[str], list[Unchecked], list[Unchecked]]:
+  """python_files' two lists, and the files in the folders walked that
+  mention TensorFlow but are not read (not_scanned)."""
+  files, unchecked, not_scanned = [], [], []
 
   def cannot_list(error: OSError) -> None:
     unchecked.append(Unchecked(error.filename, 'cannot list this folder: '
@@ -658,13 +697,21 @@ def python_files(paths: list[str]) -> tuple[list[str], list[Unchecked]]:
       for root, dirs, names in os.walk(path, onerror=cannot_list):
         dirs[:] = sorted(d for d in dirs if not d.startswith('.'))
         for name in sorted(names):
-          if name.endswith('.py'):
-            take(os.path.join(root, name))
+          full = os.path.join(root, name)
+          if name.endswith(('.py', NOTEBOOK)):
+            take(full)
+          elif (name.endswith(_TEXT_SUFFIXES) and os.path.isfile(full) and
+                _mentions_tensorflow(full)):
+            suffix = os.path.splitext(name)[1]
+            not_scanned.append(Unchecked(full, (
+                f'not scanned: a {suffix} file that mentions TensorFlow; '
+                'the scanner reads .py files and notebooks only, so read '
+                'its code yourself')))
     elif os.path.lexists(path):
       take(path)
     else:
       raise ValueError(f'no such file or directory: {path}')
-  return files, unchecked
+  return files, unchecked, not_scanned
 
 
 def read_source(path: str) -> str:
@@ -674,38 +721,73 @@ def read_source(path: str) -> str:
     return f.read()
 
 
+def _scan_notebook(path: str, result: Result) -> None:
+  try:
+    notebook = notebooks.read(path)
+  except (OSError, ValueError, UnicodeDecodeError) as e:
+    result.unchecked.append(Unchecked(path, f'cannot read the notebook: {e}'))
+    return
+  for cell, reason in notebook.bad_cells:
+    result.unchecked.append(Unchecked(
+        path, f'cell {cell} does not parse as Python 3 ({reason}); the other '
+        'cells were scanned'))
+  try:
+    found = scan_source(notebook.source, path)
+  except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+    result.unchecked.append(Unchecked(path, f'cannot be analysed: {e}'))
+    return
+  for f in found:
+    cell, line = notebook.locate(f.line)
+    result.findings.append(dataclasses.replace(f, line=line, cell=cell))
+
+
+def _scan_file(path: str, result: Result) -> None:
+  try:
+    source = read_source(path)
+  except (OSError, SyntaxError, UnicodeDecodeError) as e:
+    result.unchecked.append(Unchecked(path, f'cannot read: {e}'))
+    return
+  if any(line.strip().startswith(SKIP_FILE) for line in source.splitlines()):
+    result.skipped.append(path)
+    return
+  try:
+    result.findings += scan_source(source, path)
+  except (SyntaxError, ValueError) as e:
+    result.unchecked.append(Unchecked(
+        path, f'does not parse as Python 3 (line '
+        f'{getattr(e, "lineno", "?")}): {getattr(e, "msg", e)}'))
+  except (RecursionError, MemoryError):
+    result.unchecked.append(Unchecked(
+        path, 'cannot be analysed: an expression is nested too deeply for '
+        "Python's parser"))
+
+
+def _under(path: str, root: str) -> bool:
+  return path == root or path.startswith(os.path.join(root, ''))
+
+
 def scan(paths: list[str]) -> Result:
   """Scans files and directories.
 
   Args:
-    paths: files and directories (walked for .py files).
+    paths: files and directories (walked for .py files and notebooks).
 
   Returns:
-    The findings, and the files left unchecked or skipped.
+    The findings, the files left unchecked, skipped or not scanned, and the
+    paths that held nothing to scan.
 
   Raises:
     ValueError: a path does not exist.
   """
-  files, unchecked = python_files(paths)
-  result = Result([], unchecked, [], 0)
+  files, unchecked, not_scanned = walk(paths)
+  result = Result([], unchecked, [], 0, not_scanned)
   for path in files:
     result.files += 1
-    try:
-      source = read_source(path)
-    except (OSError, SyntaxError, UnicodeDecodeError) as e:
-      result.unchecked.append(Unchecked(path, f'cannot read: {e}'))
-      continue
-    if any(line.strip().startswith(SKIP_FILE) for line in source.splitlines()):
-      result.skipped.append(path)
-      continue
-    try:
-      result.findings += scan_source(source, path)
-    except (SyntaxError, ValueError) as e:
-      result.unchecked.append(Unchecked(
-          path, f'does not parse as Python 3 (line '
-          f'{getattr(e, "lineno", "?")}): {getattr(e, "msg", e)}'))
-    except (RecursionError, MemoryError):
-      result.unchecked.append(Unchecked(
-          path, 'cannot be analysed: an expression is nested too deeply for '
-          "Python's parser"))
+    if path.endswith(NOTEBOOK):
+      _scan_notebook(path, result)
+    else:
+      _scan_file(path, result)
+  looked_at = files + [u.path for u in unchecked]
+  result.empty = [p for p in paths
+                  if not any(_under(f, p) for f in looked_at)]
   return result

