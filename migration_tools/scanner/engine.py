@@ -40,6 +40,8 @@ class Finding:
   becomes: str
   section: str  # docs/MIGRATION.md#anchor
   cell: int = 0  # In a notebook: its cell (from 1), line being in the cell.
+  step: int = 2  # rules.Rule.step
+  mechanical: str = ''  # rules.Rule.mechanical
 
   @property
   def place(self) -> str:
@@ -225,9 +227,9 @@ class _Scanner:
     self.params_subscripts = _params_subscripts(self.nodes)
 
   def _add(self, node, rule, code, compat_v1=False, era=shapes.TF1,
-           **names):
+           step=None, **names):
     """A finding, unless era says the construct is TF 2 code; names fill a
-    generated rule's templates."""
+    generated rule's templates; step overrides the rule's."""
     severity = self._severity(rule, era, compat_v1)
     if severity is None:
       return
@@ -235,7 +237,8 @@ class _Scanner:
     self.findings.append(Finding(
         self.path, node.lineno, node.col_offset + 1, rule.id, rule.category,
         severity, fill(rule.construct), code, fill(rule.becomes),
-        f'{GUIDE}#{rule.section}'))
+        f'{GUIDE}#{rule.section}', step=step or rule.step,
+        mechanical=rule.mechanical))
 
   def _severity(self, rule, era: str, compat_v1: bool) -> str | None:
     """rule's severity for a construct of that era; None for TF 2 code. A
@@ -384,8 +387,11 @@ class _Scanner:
     # Through a tf.compat.v1 that no longer has it (tf.compat.v1.estimator,
     # what Keras 3 took out of tf.compat.v1.layers), it breaks all the same.
     compat_v1 = spelling == V1 and bool(entry) and entry[3]
+    # Whatever the row (tf.contrib.tpu.TPUEstimator is a TPUEstimator),
+    # tf.contrib stops the code on TF 2.15 first.
+    step = 1 if parts[0] == 'contrib' else None
     if rule:
-      self._add(node, rule, code, compat_v1, era)
+      self._add(node, rule, code, compat_v1, era, step)
     elif status == 'removed':
       name = 'tf.' + '.'.join(parts[:n])
       target = (f'tf.{entry[2]} (the same {entry[0]}, renamed)' if entry[2]

@@ -39,8 +39,8 @@ def format_text(result: engine.Result) -> str:
       current = f.path
     lines.append(f'{f.place}: {f.severity}: {f.construct}: `{f.code}` -> '
                  f'{f.becomes} (see {f.section})')
-  if result.findings:
-    lines += [''] + _plan(result.findings)
+  if result.findings or result.unchecked:
+    lines += [''] + _plan(result)
   lines += [f'{u.path}: unchecked: {u.reason}' for u in result.unchecked]
   lines += [f'{u.path}: {u.reason}' for u in result.not_scanned]
   lines += [f'{path}: skipped: {engine.SKIP_FILE}' for path in result.skipped]
@@ -48,22 +48,74 @@ def format_text(result: engine.Result) -> str:
   return '\n'.join(lines)
 
 
-def _plan(findings: list[engine.Finding]) -> list[str]:
-  by_severity = collections.Counter(f.severity for f in findings)
-  lines = ['Plan (most severe first; silent and breaks are errors, compat '
-           'warnings, style notes):',
-           '  ' + ', '.join(f'{by_severity[s]} {s}'
-                            for s in rules_lib.SEVERITIES if by_severity[s])]
+STEPS = {1: 'Step 1, to run on TF 2.15 under tensorflow.compat.v1 '
+            '(tf.contrib, Python 2, Dimension.value)',
+         2: 'Step 2, to leave tf.compat.v1, by guide section'}
+
+
+def _counts(counter: collections.Counter) -> str:
+  return ', '.join(f'{counter[s]} {s}' for s in rules_lib.SEVERITIES
+                   if counter[s])
+
+
+def _sections(findings: list[engine.Finding]) -> list[str]:
+  """One line per guide section, the most severe first."""
   sections = collections.defaultdict(collections.Counter)
   for f in findings:
     sections[f.section][f.severity] += 1
   order = sorted(sections, key=lambda s: (
       min(_rank(v) for v in sections[s]), -sum(sections[s].values()), s))
-  width = max(len(s) for s in order)
-  for section in order:
-    counts = ', '.join(f'{sections[section][s]} {s}'
-                       for s in rules_lib.SEVERITIES if sections[section][s])
-    lines.append(f'  {section:<{width}}  {counts}')
+  width = max((len(s) for s in order), default=0)
+  return [f'    {section:<{width}}  {_counts(sections[section])}'
+          for section in order]
+
+
+def plan(result: engine.Result) -> dict:
+  """The plan as data: per step, its findings' counts by guide section, and
+  the mechanical renames by kind."""
+  steps = {}
+  for step in STEPS:
+    mine = [f for f in result.findings if f.step == step]
+    design = [f for f in mine if not f.mechanical]
+    steps[step] = {
+        'title': STEPS[step], 'findings': len(mine),
+        'sections': {s: dict(collections.Counter(
+            f.severity for f in design if f.section == s))
+                     for s in sorted({f.section for f in design})},
+        'mechanical': dict(collections.Counter(
+            f.mechanical for f in mine if f.mechanical))}
+  python2 = [u.path for u in result.unchecked
+             if 'does not parse as Python 3' in u.reason]
+  steps[1]['not_python3'] = python2
+  return steps
+
+
+def _plan(result: engine.Result) -> list[str]:
+  """The plan in the order a team works: what stops the code on TF 2.15
+  first, then the rest by guide section; mechanical renames one line per
+  kind, so that the design work stands out."""
+  lines = ['Plan (silent and breaks are errors; review and compat warnings; '
+           'style notes):',
+           '  ' + _counts(collections.Counter(f.severity
+                                              for f in result.findings))]
+  data = plan(result)
+  for step, title in STEPS.items():
+    mine = [f for f in result.findings if f.step == step]
+    python2 = data[step].get('not_python3', [])
+    if not mine and not python2:
+      continue
+    lines.append(f'  {title}: {len(mine)} finding(s)' + (
+        f', {len(python2)} file(s) in Python 2 (port them to Python 3 '
+        'first, e.g. with 2to3)' if python2 else ''))
+    lines += _sections([f for f in mine if not f.mechanical])
+    mechanical = data[step]['mechanical']
+    if mechanical:
+      lines.append('    mechanical renames (one line per kind; any rename '
+                   'tool does them):')
+      width = max(len(k) for k in mechanical)
+      lines += [f'      {kind:<{width}}  {count}'
+                for kind, count in sorted(mechanical.items(),
+                                          key=lambda kv: (-kv[1], kv[0]))]
   return lines
 
 
@@ -73,6 +125,7 @@ def format_json(result: engine.Result) -> str:
       'unchecked': [dataclasses.asdict(u) for u in result.unchecked],
       'not_scanned': [dataclasses.asdict(u) for u in result.not_scanned],
       'skipped': result.skipped, 'files': result.files,
+      'plan': plan(result),
       'by_severity': dict(collections.Counter(
           f.severity for f in result.findings))}, indent=1)
 
@@ -118,6 +171,7 @@ def _sarif_rule(rule: rules_lib.Rule) -> dict:
       'help': {'text': f'See {engine.GUIDE}#{rule.section}'},
       'defaultConfiguration': {'level': rules_lib.SARIF_LEVEL[rule.severity]},
       'properties': {'category': rule.category, 'severity': rule.severity,
+                     'step': rule.step, 'mechanical': rule.mechanical,
                      'tags': sorted({rule.category, rule.severity})},
   }
 
@@ -133,7 +187,8 @@ def format_sarif(result: engine.Result) -> str:
                            else '') + f'{f.construct}: `{f.code}` -> '
                           f'{f.becomes} (see {f.section})'},
       'locations': [_location(f.path, f.line, f.column, f.cell)],
-      'properties': {'severity': f.severity, 'category': f.category},
+      'properties': {'severity': f.severity, 'category': f.category,
+                     'step': f.step, 'mechanical': f.mechanical},
   } for f in result.findings]
   notifications = [{
       'level': 'error', 'message': {'text': f'unchecked: {u.reason}'},

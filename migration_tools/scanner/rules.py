@@ -87,6 +87,8 @@ class Rule:
     becomes: what to write instead.
     section: the anchor of the section of docs/MIGRATION.md.
     title: what the rule finds, where construct is a template.
+    step: the plan's step (see below).
+    mechanical: the kind of a mechanical rename, for the plan.
     undecided: for a symbol TF 2 redefined, spelt plain tf.X, called in a
       way that binds to both signatures: TF1_SHAPE reports it at severity,
       REVIEW as a review.
@@ -105,6 +107,13 @@ class Rule:
   title: str = ''  # For a generated rule, whose construct is a template.
   undecided: str = REVIEW
   file_marks: tuple[tuple[str, str], ...] = ()
+  # The plan's step: 1, what stops the code running on TF 2.15 at all, even
+  # through tf.compat.v1 (tf.contrib, Dimension.value); 2, leaving
+  # tf.compat.v1.
+  step: int = 2
+  # For a rename any tool can do (tf.gfile -> tf.io.gfile): its kind, one
+  # line of the plan for all of them.
+  mechanical: str = ''
 
   @property
   def description(self) -> str:
@@ -148,7 +157,7 @@ _V1_LOSS = ('tf.keras.losses with reduction NONE, averaged over the global '
             'batch (tf.nn.compute_average_loss): TF 1 losses reduce by '
             'SUM_BY_NONZERO_WEIGHTS and add to a collection')
 
-RULES = (
+_ROWS = (
     # Silent meaning changes: the line still runs on TF 2. First: a row that
     # matches wins, so the specific come before the general.
     Rule('summary-op', 'api:summary.scalar', 'silent', SILENT,
@@ -438,26 +447,36 @@ RULES = (
     # Files, records and input pipelines.
     Rule('gfile', 'api:gfile.*', 'io', BREAKS, 'tf.gfile',
          'tf.io.gfile (GFile, exists, makedirs, glob, listdir: snake_case '
-         'names)', _IO),
+         'names)', _IO,
+         mechanical='tf.gfile -> tf.io.gfile'),
     Rule('python-io', 'api:python_io.*', 'io', BREAKS, 'tf.python_io',
          'tf.io (TFRecordWriter, TFRecordOptions) and '
-         'tf.data.TFRecordDataset for reading', _IO),
+         'tf.data.TFRecordDataset for reading', _IO,
+         mechanical='tf.python_io -> tf.io'),
     Rule('parse-single-example', 'api:parse_single_example', 'io', BREAKS,
-         'tf.parse_single_example', 'tf.io.parse_single_example', _IO),
+         'tf.parse_single_example', 'tf.io.parse_single_example', _IO,
+         mechanical='tf.X -> tf.io.X (parsing and features)'),
     Rule('parse-example', 'api:parse_example', 'io', BREAKS,
-         'tf.parse_example', 'tf.io.parse_example', _IO),
+         'tf.parse_example', 'tf.io.parse_example', _IO,
+         mechanical='tf.X -> tf.io.X (parsing and features)'),
     Rule('fixed-len-feature', 'api:FixedLenFeature', 'io', BREAKS,
-         'tf.FixedLenFeature', 'tf.io.FixedLenFeature', _IO),
+         'tf.FixedLenFeature', 'tf.io.FixedLenFeature', _IO,
+         mechanical='tf.X -> tf.io.X (parsing and features)'),
     Rule('var-len-feature', 'api:VarLenFeature', 'io', BREAKS,
-         'tf.VarLenFeature', 'tf.io.VarLenFeature', _IO),
+         'tf.VarLenFeature', 'tf.io.VarLenFeature', _IO,
+         mechanical='tf.X -> tf.io.X (parsing and features)'),
     Rule('decode-raw', 'api:decode_raw', 'io', BREAKS, 'tf.decode_raw',
-         'tf.io.decode_raw', _IO),
+         'tf.io.decode_raw', _IO,
+         mechanical='tf.X -> tf.io.X (parsing and features)'),
     Rule('to-dtype', 'api:to_int32', 'io', BREAKS, 'tf.to_int32',
-         'tf.cast(x, tf.int32)', _IO),
+         'tf.cast(x, tf.int32)', _IO,
+         mechanical='tf.to_<dtype>(x) -> tf.cast(x, dtype)'),
     Rule('to-float', 'api:to_float', 'io', BREAKS, 'tf.to_float',
-         'tf.cast(x, tf.float32)', _IO),
+         'tf.cast(x, tf.float32)', _IO,
+         mechanical='tf.to_<dtype>(x) -> tf.cast(x, dtype)'),
     Rule('to-int64', 'api:to_int64', 'io', BREAKS, 'tf.to_int64',
-         'tf.cast(x, tf.int64)', _IO),
+         'tf.cast(x, tf.int64)', _IO,
+         mechanical='tf.to_<dtype>(x) -> tf.cast(x, dtype)'),
     Rule('one-shot-iterator', 'method:make_one_shot_iterator', 'io', BREAKS,
          'Dataset.make_one_shot_iterator', 'iterate the dataset (for batch '
          'in dataset, or iter(dataset))', _IO),
@@ -516,18 +535,22 @@ RULES = (
     # tf.flags, tf.app, tf.logging.
     Rule('flags', 'api:flags.*', 'flags-logging', BREAKS, 'tf.flags',
          'absl.flags (the same DEFINE_* functions: from absl import flags)',
-         _ABSL),
+         _ABSL,
+         mechanical='tf.flags / tf.app.flags -> absl.flags'),
     Rule('app-flags', 'api:app.flags.*', 'flags-logging', BREAKS,
          'tf.app.flags', 'absl.flags (the same DEFINE_* functions: from absl '
-         'import flags)', _ABSL),
+         'import flags)', _ABSL,
+         mechanical='tf.flags / tf.app.flags -> absl.flags'),
     Rule('app', 'api:app.*', 'flags-logging', BREAKS, 'tf.app',
-         'absl.app (app.run(main))', _ABSL),
+         'absl.app (app.run(main))', _ABSL,
+         mechanical='tf.app.run -> absl.app.run'),
     Rule('logging', 'api:logging.*', 'flags-logging', BREAKS, 'tf.logging',
-         'absl.logging (logging.info, logging.set_verbosity)', _ABSL),
+         'absl.logging (logging.info, logging.set_verbosity)', _ABSL,
+         mechanical='tf.logging -> absl.logging'),
     Rule('dimension-value', 'shape-attribute:value', 'tf1-api', BREAKS,
          'Dimension.value', "drop .value: TF 2's shape[i] is an int or None "
          '(AttributeError on .value, under tf.compat.v1 too); '
-         'tf.compat.dimension_value(shape[i]) reads both', _TF1),
+         'tf.compat.dimension_value(shape[i]) reads both', _TF1, step=1),
     # tf.compat.v1 itself.
     Rule('compat-v1-import', 'import:tensorflow.compat.v1', 'compat', COMPAT,
          'import of tensorflow.compat.v1', 'import tensorflow as tf '
@@ -536,6 +559,10 @@ RULES = (
          'tensorflow.python (private)', 'the public tf.* name: private '
          'modules move between releases', _TF1),
 )
+
+# tf.contrib is not in TF 2.15, not even in tf.compat.v1: step 1.
+RULES = tuple(dataclasses.replace(rule, step=1) if rule.category == 'contrib'
+              else rule for rule in _ROWS)
 
 # Rules the engine makes per symbol from tf_api.py (no row of their own).
 REMOVED_SYMBOL = Rule(

@@ -559,10 +559,41 @@ def test_text_report_groups_by_file_and_ends_with_a_plan():
   files = [l.split(':')[0] for l in text[:plan] if l]
   assert files == sorted(files)  # Grouped, one block per file.
   assert text[plan + 1].startswith('  ') and 'silent' in text[plan + 1]
-  sections = [l.split()[0] for l in text[plan + 2:-1]]
-  assert sections[0] == 'docs/MIGRATION.md#silent-meaning-changes' or (
-      sections[0] == 'docs/MIGRATION.md#host_call-and-summaries')
+  steps = [l for l in text[plan:] if l.startswith('  Step')]
+  assert [l.split(',')[0] for l in steps] == ['  Step 1', '  Step 2']
+  counts = [int(l.rsplit(': ', 1)[1].split()[0]) for l in steps]
+  assert sum(counts) == len(result.findings)
+  step2 = text.index(steps[1])
+  sections = [l.split()[0] for l in text[step2:] if l.startswith('    docs/')]
+  assert sections[0] == 'docs/MIGRATION.md#silent-meaning-changes'
   assert text[-1].startswith(f'{len(result.findings)} legacy construct(s)')
+
+
+def test_the_plan_puts_tf215_first_and_groups_mechanical_renames():
+  result = engine.scan([SOURCES])
+  text = report.format_text(result).splitlines()
+  step1 = text.index(next(l for l in text if l.startswith('  Step 1')))
+  step2 = text.index(next(l for l in text if l.startswith('  Step 2')))
+  assert step1 < step2
+  # Python 2 files and tf.contrib stop the code on TF 2.15: step 1.
+  assert '1 file(s) in Python 2' in text[step1]
+  assert any('#tfcontrib' in l for l in text[step1:step2])
+  assert not any('#tfcontrib' in l for l in text[step2:])
+  # One line per kind of mechanical rename, with its count, none of them
+  # among the guide's sections.
+  data = report.plan(result)
+  logging_count = sum(f.rule == 'logging' for f in result.findings)
+  assert data[2]['mechanical']['tf.logging -> absl.logging'] == logging_count
+  assert '      tf.logging -> absl.logging ' in '\n'.join(text[step2:])
+  assert '#tfflags-tfapp-tflogging' not in '\n'.join(text[step2:])
+  # A TPUEstimator construct counts in step 1 when reached through
+  # tf.contrib, in step 2 through tf.compat.v1.
+  steps = {(os.path.basename(f.path), f.line): f.step
+           for f in result.findings if f.rule == 'run-config'}
+  assert steps[('contrib_era.py', 29)] == 1
+  assert steps[('compat_v1_era.py', 25)] == 2
+  assert {f.step for f in result.findings
+          if f.rule == 'dimension-value'} == {1}
 
 
 @pytest.mark.e2e
