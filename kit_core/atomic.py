@@ -56,5 +56,11 @@ def write_text(path: str, text: str) -> None:
       f.write(text)
 
 
+def write_bytes(path: str, data: bytes) -> None:
+  with temporary_path(path) as tmp:
+    with open(tmp, 'wb') as f:
+      f.write(data)
+
+
 def write_json(path: str, value, indent: int = 1, default=None) -> None:
   write_text(path, json.dumps(value, indent=indent, default=default))

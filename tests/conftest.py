@@ -119,10 +119,12 @@ def run_compare(report, *args: str):
 
 
 def run_module(module: str, *args: str, timeout: float = 600,
-               env: dict | None = None) -> subprocess.CompletedProcess:
-  """Runs ``python -m module args`` from the repo root; returns the result."""
+               env: dict | None = None,
+               cwd: str = REPO) -> subprocess.CompletedProcess:
+  """Runs ``python -m module args`` from cwd (the repo root by default);
+  returns the result."""
   full_env = {**os.environ, 'PYTHONPATH': REPO, **(env or {})}
-  return subprocess.run([sys.executable, '-m', module, *args], cwd=REPO,
+  return subprocess.run([sys.executable, '-m', module, *args], cwd=cwd,
                         env=full_env, capture_output=True, text=True,
                         timeout=timeout, check=False)
 

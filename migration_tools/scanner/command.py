@@ -37,6 +37,7 @@ from kit_core.errors import KitError
 from migration_tools import cli
 from migration_tools.scanner import engine
 from migration_tools.scanner import report
+from migration_tools.scanner import rewrite
 from migration_tools.scanner import rules
 
 # The library entry points, importable from the command's module too.
@@ -51,6 +52,13 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
   flags.DEFINE_string('output', None, 'Write the report to this file '
                       '(written whole, or not at all) instead of stdout.',
                       flag_values=tool_flags)
+  flags.DEFINE_string('diff', None, 'Also write a unified diff of the '
+                      'rewrites that are safe by construction (tf.gfile, '
+                      'tf.flags and tf.logging to absl, tf.to_*, renamed '
+                      'symbols, the rest of TF 1 through tf.compat.v1, '
+                      'Dimension.value) to this file; no file is edited. '
+                      'Apply it from this folder with git apply FILE or '
+                      'patch -p1 < FILE.', flag_values=tool_flags)
 
 
 def _write(text: str, output: str | None) -> None:
@@ -63,15 +71,41 @@ def _write(text: str, output: str | None) -> None:
     raise KitError(f'cannot write --output={output}: {e.strerror}') from e
 
 
+def _write_diff(result, paths: list[str], diff: str) -> None:
+  """The safe rewrites of every Python file scanned (not the unchecked
+  ones, nor those skipped by pragma), as one patch."""
+  left_out = {u.path for u in result.unchecked} | set(result.skipped)
+  files = [f for f in engine.python_files(paths)[0]
+           if not f.endswith(engine.NOTEBOOK) and f not in left_out]
+  patch, changed = b'', 0
+  for path in files:
+    try:
+      part = rewrite.file_diff(path)
+    except (OSError, SyntaxError, ValueError, UnicodeError):
+      continue  # Listed as unchecked in the report already.
+    patch += part
+    changed += bool(part)
+  try:
+    atomic.write_bytes(diff, patch)
+  except OSError as e:
+    raise KitError(f'cannot write --diff={diff}: {e.strerror}') from e
+  print(f'wrote {diff}: safe rewrites in {changed} of {len(files)} '
+        'file(s); apply with git apply or patch -p1', file=sys.stderr)
+
+
 def main(tool_flags: flags.FlagValues, paths: list[str]) -> None:
   """Scans paths, writes the report; exits 1 when something must change."""
   if not paths:
     raise KitError('give one or more files or directories to scan, e.g. '
                    'migration-scan my_model/')
-  output = tool_flags.output
+  output, diff = tool_flags.output, tool_flags.diff
+  scanned = [('the scanned path', p) for p in paths]
   if output is not None:
-    output = kit_paths.check_output(
-        output, '--output', [('the scanned path', p) for p in paths])
+    output = kit_paths.check_output(output, '--output', scanned)
+  if diff is not None:
+    diff = kit_paths.check_output(
+        diff, '--diff', scanned,
+        [('--output', output)] if output is not None else [])
   try:
     result = scan(paths)
   except ValueError as e:
@@ -85,6 +119,8 @@ def main(tool_flags: flags.FlagValues, paths: list[str]) -> None:
                       'which the scanner does not read)' if listed else '') +
         '; give the folder of your Python code')
   _write(report.FORMATS[tool_flags.format](result), output)
+  if diff is not None:
+    _write_diff(result, paths, diff)
   if output:
     print(report.summary_line(result), file=sys.stderr)
   # A file that could not be read or parsed is unchecked, not clean; style

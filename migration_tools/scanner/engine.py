@@ -275,9 +275,9 @@ class _Scanner:
     resolved = full and _canonical(full)
     return '.'.join(resolved[0]) if resolved else None
 
-  def run(self) -> list[Finding]:
-    # Imports and aliases first: a name is used after its import, but the
-    # walk below goes breadth first.
+  def bind_names(self) -> None:
+    """Imports and aliases first: a name is used after its import, but
+    the walk of run goes breadth first."""
     for node in self.nodes:
       if isinstance(node, ast.Import):
         self._import(node)
@@ -285,6 +285,9 @@ class _Scanner:
         self._import_from(node)
       elif isinstance(node, ast.Assign):
         self._alias(node)
+
+  def run(self) -> list[Finding]:
+    self.bind_names()
     for node in self.nodes:
       if id(node) in self.inside_chain:
         continue
@@ -628,6 +631,18 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
       seen.add(key)
       kept.append(f)
   return kept
+
+
+def names(tree: ast.AST) -> dict[str, str]:
+  """The local names a module binds to dotted paths, as the scanner follows
+  them (import tensorflow as tf: {'tf': 'tensorflow'})."""
+  scanner = _Scanner('', tree, _DEFAULT_TABLE)
+  scanner.bind_names()
+  return scanner.aliases
+
+
+# For the rewrites (rewrite.py), which follow names as the scanner does.
+canonical, dotted, indexes_a_shape = _canonical, _dotted, _indexes_a_shape
 
 
 def scan_source(source: str, path: str,
