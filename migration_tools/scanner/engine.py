@@ -570,15 +570,16 @@ def _params_subscripts(nodes: list[ast.AST]) -> set[int]:
 
 
 def _indexes_a_shape(node: ast.AST) -> bool:
-  """x.shape[i], x.get_shape()[i], x.shape.dims[i], input_shape[i]: where
-  TF 1 gave a Dimension and TF 2 gives an int or None."""
+  """x.shape[i], x.get_shape()[i], input_shape[i]: where TF 1 gave a
+  Dimension and TF 2 gives an int or None. (x.shape.dims[i] is a Dimension
+  in TF 2 too: its .value is right.)"""
   if not isinstance(node, ast.Subscript):
     return False
   shape = node.value
   if isinstance(shape, ast.Call):
     shape = shape.func
   if isinstance(shape, ast.Attribute):
-    return shape.attr in ('shape', 'get_shape', 'dims')
+    return shape.attr in ('shape', 'get_shape')
   return isinstance(shape, ast.Name) and shape.id.endswith('shape')
 
 

@@ -11,7 +11,7 @@ from tensorflow.contrib.training.python.training import evaluation  # expect: co
 def classifier_head(output_layer, model_layer):
   hidden_size = output_layer.shape[-1].value  # expect: dimension-value
   width = output_layer.get_shape()[1].value  # expect: dimension-value
-  depth = model_layer.shape.dims[0].value  # expect: dimension-value
+  depth = model_layer.shape.dims[0].value  # A Dimension in TF 2 too.
   input_shape = model_layer.get_shape()
   batch = input_shape[0].value  # expect: dimension-value
   fine = output_layer.shape[-1]
