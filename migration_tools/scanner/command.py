@@ -112,7 +112,7 @@ def main(tool_flags: flags.FlagValues, paths: list[str]) -> None:
     raise KitError(str(e)) from e
   if result.empty:
     listed = [u.path for u in result.not_scanned
-              if any(u.path.startswith(p) for p in result.empty)]
+              if any(engine.under(u.path, p) for p in result.empty)]
     raise KitError(
         f'nothing to scan in {", ".join(result.empty)}: no .py file or '
         'notebook' + (f' ({len(listed)} other file(s) mention TensorFlow, '

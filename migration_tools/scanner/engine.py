@@ -22,6 +22,9 @@ from migration_tools.scanner import shapes
 from migration_tools.scanner import tf_api
 
 GUIDE = 'docs/MIGRATION.md'
+# The reason an unchecked file gives when it is Python 2 (or broken): the
+# plan counts these in its step 1.
+NOT_PYTHON3 = 'does not parse as Python 3'
 SKIP_FILE = '# migration-scan: skip-file'
 IGNORE_LINE = '# migration-scan: ignore'
 
@@ -424,8 +427,8 @@ class _Scanner:
     (tensor2tensor's contrib.tpu() returns tf.contrib.tpu): collected, and
     named once per file and wrapper (run)."""
     parts = _dotted(node.value.func)
-    if not parts or (self._resolve(parts) and
-                     _canonical(self._resolve(parts))):
+    full = parts and self._resolve(parts)
+    if not parts or (full and _canonical(full)):
       return
     for segment, rule in self.table.wrappers.items():
       if segment in parts:
@@ -481,9 +484,7 @@ class _Scanner:
       return  # TF 2's signature by choice.
     path = '.'.join(parts)
     entry = self.table.api_table.get(path)
-    if not entry or entry[1] != 'changed':
-      era = shapes.TF1
-    elif spelling == V1:
+    if not entry or entry[1] != 'changed' or spelling == V1:
       era = shapes.TF1
     elif len(entry) > 4:
       era = shapes.era(node, *entry[4:7])
@@ -522,16 +523,15 @@ class _Scanner:
                                          for s in v2s):
         self._add(node, rules_lib.REMOVED_KEYWORD, code, compat_v1,
                   certain, name=name, keyword=keyword)
-    most = max((-1 if s[3] else s[1]) for s in v2s)
-    if 0 <= most < positional and not any(s[3] for s in v2s):
+    most = max(s[1] for s in v2s)  # What the more lenient TF 2 takes.
+    if most < positional and not any(s[3] for s in v2s):
       self._add(node, rules_lib.TOO_MANY_POSITIONAL, code, compat_v1,
                 certain, name=name, most=most, given=positional)
       return
     first = next((m for m in moved if m[0] < positional), None)
-    if first:
+    if first is not None:
       position, v1, v2 = first
-      self._add(node, rules_lib.MOVED_POSITIONAL, code, compat_v1,
-                era,
+      self._add(node, rules_lib.MOVED_POSITIONAL, code, compat_v1, era,
                 name=name, position=position + 1, v1=v1, v2=v2)
 
   def _keyword(self, node: ast.keyword) -> None:
@@ -751,8 +751,8 @@ def _scan_notebook(path: str, result: Result) -> None:
     return
   for cell, reason in notebook.bad_cells:
     result.unchecked.append(Unchecked(
-        path, f'cell {cell} does not parse as Python 3 ({reason}); the other '
-        'cells were scanned'))
+        path, f'cell {cell} {NOT_PYTHON3} ({reason}); the other cells were '
+        'scanned'))
   try:
     found = scan_source(notebook.source, path)
   except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
@@ -776,7 +776,7 @@ def _scan_file(path: str, result: Result) -> None:
     result.findings += scan_source(source, path)
   except (SyntaxError, ValueError) as e:
     result.unchecked.append(Unchecked(
-        path, f'does not parse as Python 3 (line '
+        path, f'{NOT_PYTHON3} (line '
         f'{getattr(e, "lineno", "?")}): {getattr(e, "msg", e)}'))
   except (RecursionError, MemoryError):
     result.unchecked.append(Unchecked(
@@ -784,7 +784,8 @@ def _scan_file(path: str, result: Result) -> None:
         "Python's parser"))
 
 
-def _under(path: str, root: str) -> bool:
+def under(path: str, root: str) -> bool:
+  """Whether path is root or inside it."""
   return path == root or path.startswith(os.path.join(root, ''))
 
 
@@ -811,5 +812,5 @@ def scan(paths: list[str]) -> Result:
       _scan_file(path, result)
   looked_at = files + [u.path for u in unchecked]
   result.empty = [p for p in paths
-                  if not any(_under(f, p) for f in looked_at)]
+                  if not any(under(f, p) for f in looked_at)]
   return result

@@ -85,7 +85,7 @@ def plan(result: engine.Result) -> dict:
         'mechanical': dict(collections.Counter(
             f.mechanical for f in mine if f.mechanical))}
   python2 = [u.path for u in result.unchecked
-             if 'does not parse as Python 3' in u.reason]
+             if u.reason.startswith(engine.NOT_PYTHON3)]
   steps[1]['not_python3'] = python2
   return steps
 
