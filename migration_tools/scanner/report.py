@@ -37,6 +37,8 @@ def format_text(result: engine.Result) -> str:
       if current is not None:
         lines.append('')
       current = f.path
+      lines.append(_file_line(f.path, [g for g in result.findings
+                                       if g.path == f.path]))
     lines.append(f'{f.place}: {f.severity}: {f.construct}: `{f.code}` -> '
                  f'{f.becomes} (see {f.section})')
   if result.findings or result.unchecked:
@@ -88,6 +90,19 @@ def plan(result: engine.Result) -> dict:
              if u.reason.startswith(engine.NOT_PYTHON3)]
   steps[1]['not_python3'] = python2
   return steps
+
+
+def _file_line(path: str, findings: list[engine.Finding]) -> str:
+  """A file's findings by the plan's steps: 'path: 3 for step 1, 12 for
+  step 2 (5 mechanical)'."""
+  parts = []
+  for step in STEPS:
+    mine = [f for f in findings if f.step == step]
+    mechanical = sum(bool(f.mechanical) for f in mine)
+    if mine:
+      parts.append(f'{len(mine)} for step {step}' + (
+          f' ({mechanical} mechanical)' if mechanical else ''))
+  return f'{path}: ' + ', '.join(parts)
 
 
 def _plan(result: engine.Result) -> list[str]:

@@ -561,6 +561,12 @@ def test_text_report_groups_by_file_and_ends_with_a_plan():
   plan = text.index(next(l for l in text if l.startswith('Plan')))
   files = [l.split(':')[0] for l in text[:plan] if l]
   assert files == sorted(files)  # Grouped, one block per file.
+  # Each block opens with the file's findings by the plan's steps.
+  graph = os.path.join(SOURCES, 'tf1_graph.py')
+  in_graph = [f for f in result.findings if f.path == graph]
+  mechanical = sum(bool(f.mechanical) for f in in_graph)
+  assert f'{graph}: {len(in_graph)} for step 2 ({mechanical} mechanical)' in (
+      text)
   assert text[plan + 1].startswith('  ') and 'silent' in text[plan + 1]
   steps = [l for l in text[plan:] if l.startswith('  Step')]
   assert [l.split(',')[0] for l in steps] == ['  Step 1', '  Step 2']
