@@ -34,12 +34,22 @@ class Notebook:
     return cell, line - first + 1
 
 
-def _cell_text(cell: dict) -> str:
+# Cell magics whose body is still Python; any other (%%bash, %%writefile)
+# makes the cell something else, left out.
+_PYTHON_CELL_MAGICS = ('%%time', '%%timeit', '%%capture', '%%prun')
+
+
+def _cell_text(cell: dict) -> str | None:
+  """The cell's Python, IPython syntax blanked; None for a cell in another
+  language."""
   text = cell.get('source', '')
   if isinstance(text, list):
     text = ''.join(text)
   if not isinstance(text, str):
     raise ValueError('a cell source that is not text')
+  first = text.lstrip()
+  if first.startswith('%%') and not first.startswith(_PYTHON_CELL_MAGICS):
+    return None
   # IPython syntax is not Python: blank it, keeping the line count.
   return '\n'.join('' if line.lstrip().startswith(('%', '!')) else line
                    for line in text.splitlines())
@@ -62,6 +72,8 @@ def read(path: str) -> Notebook:
     if not isinstance(cell, dict) or cell.get('cell_type') != 'code':
       continue
     text = _cell_text(cell)
+    if text is None:
+      continue
     try:
       ast.parse(text)
     except (SyntaxError, ValueError) as e:

@@ -697,6 +697,7 @@ NOTEBOOK_CELLS = [
     ('code', 'print "python 2"\n'),  # Does not parse: listed, not fatal.
     ('markdown', 'Train:\n'),
     ('code', 'x = 1\ntf.logging.info("step %d", x)\n'),
+    ('code', '%%bash\nls -l $DATA\n'),  # Not Python: left out.
 ]
 
 
