@@ -392,44 +392,78 @@ def _start(module, log, *args):
         stderr=f)
 
 
+def _start_held(hold, main, log, *args):
+  """`main` (a module with run()) with args, after the code `hold`."""
+  code = (f'{hold}\nimport sys\nsys.argv = ["{main}", *{list(args)!r}]\n'
+          f'from {main} import run\nrun()\n')
+  with open(log, 'w') as f:
+    return subprocess.Popen(
+        [sys.executable, '-c', code], cwd=REPO, stdout=subprocess.DEVNULL,
+        stderr=f, env=dict(os.environ, PYTHONPATH=TOOLS_PYTHONPATH))
+
+
 def _wait_for(process, log, pattern, timeout=300):
+  """The first match of pattern in the log, once the process wrote it."""
   deadline = time.monotonic() + timeout
-  while not re.search(pattern, log.read_text()):
+  while not (match := re.search(pattern, log.read_text())):
     assert process.poll() is None and time.monotonic() < deadline, (
         log.read_text()[-3000:])
     time.sleep(0.2)
+  return match
 
 
-@pytest.mark.parametrize('module, args, first_save, stop', [
-    pytest.param('migrate', ('--loop=custom',), r'step 10/', signal.SIGTERM,
-                 id='custom'),
-    pytest.param('migrate', ('--loop=custom',), r'step 10/', signal.SIGINT,
-                 id='custom, Ctrl-C'),
+# Prints each step the migrate loops reach (they log only when they save),
+# so that a test can signal at a step no periodic save covers.
+_REPORT_MIGRATE_STEPS = """
+import sys
+from migrate import cadence
+real = cadence.Cadence.after_execution
+def after_execution(self, step, *args, **kwargs):
+  print(f'REACHED {step}', file=sys.stderr, flush=True)
+  return real(self, step, *args, **kwargs)
+cadence.Cadence.after_execution = after_execution
+"""
+
+
+@pytest.mark.parametrize('module, args, reached, stop', [
+    pytest.param('migrate', ('--loop=custom',), r'REACHED (1\d)\b',
+                 signal.SIGTERM, id='custom'),
+    pytest.param('migrate', ('--loop=custom',), r'REACHED (1\d)\b',
+                 signal.SIGINT, id='custom, Ctrl-C'),
     catalogue('migrate', ('--loop=custom', '--num_cpu_devices=2'),
-              r'step 10/', signal.SIGTERM, id='custom, 2 replicas'),
-    catalogue('migrate', ('--loop=fit',), r'step 10/', signal.SIGTERM,
+              r'REACHED (1\d)\b', signal.SIGTERM, id='custom, 2 replicas'),
+    catalogue('migrate', ('--loop=fit',), r'REACHED (1\d)\b', signal.SIGTERM,
               id='fit'),
-    catalogue('migrate', ('--loop=fit',), r'step 10/', signal.SIGINT,
+    catalogue('migrate', ('--loop=fit',), r'REACHED (1\d)\b', signal.SIGINT,
               id='fit, Ctrl-C'),
-    pytest.param('estimator_mnist', ('--save_checkpoints_steps=10',),
-                 r'Saving checkpoints for 10 ', signal.SIGTERM,
-                 id='estimator', marks=pytest.mark.estimator),
-    pytest.param('estimator_mnist', ('--save_checkpoints_steps=10',),
-                 r'Saving checkpoints for 10 ', signal.SIGINT,
-                 id='estimator, Ctrl-C', marks=pytest.mark.estimator),
+    # The model_fn's LoggingTensorHook logs every 100 steps.
+    pytest.param('estimator_mnist', (), r', step = ([1-9]\d\d+)\b',
+                 signal.SIGTERM, id='estimator', marks=pytest.mark.estimator),
+    pytest.param('estimator_mnist', (), r', step = ([1-9]\d\d+)\b',
+                 signal.SIGINT, id='estimator, Ctrl-C',
+                 marks=pytest.mark.estimator),
 ])
 def test_sigterm_saves_the_step_reached_and_a_rerun_resumes_there(
-    tmp_path, fake_data_dir, module, args, first_save, stop):
-  """And Ctrl-C (SIGINT) as SIGTERM does, exit 130."""
+    tmp_path, fake_data_dir, module, args, reached, stop):
+  """And Ctrl-C (SIGINT) as SIGTERM does, exit 130.
+
+  Periodic saves are far apart (every 100,000 steps), so the checkpoint the
+  stop names can only be the one saved for the signal, at a step at least the
+  one the run was seen to reach before it.
+  """
   model = tmp_path / 'model'
   common = [f'--data_dir={fake_data_dir.data_dir}', f'--model_dir={model}',
             '--batch_size=8', '--noenable_predict', '--eval_steps=0', *args]
   if module == 'migrate':
-    common += ['--checkpoint_steps=10', '--steps_per_execution=5']
+    common += ['--checkpoint_steps=100000', '--steps_per_execution=5']
+  else:
+    common += ['--save_checkpoints_steps=100000']
   log = tmp_path / 'first.log'
-  process = _start(module, log, *common, '--train_steps=1000000')
+  first = [*common, '--train_steps=1000000']
+  process = (_start_held(_REPORT_MIGRATE_STEPS, 'migrate.main', log, *first)
+             if module == 'migrate' else _start(module, log, *first))
   try:
-    _wait_for(process, log, first_save)
+    seen = int(_wait_for(process, log, reached).group(1))
     process.send_signal(stop)
     assert process.wait(timeout=120) == 128 + stop, log.read_text()[-3000:]
   finally:
@@ -440,7 +474,7 @@ def test_sigterm_saves_the_step_reached_and_a_rerun_resumes_there(
       last_line(log.read_text()))
   assert stopped, log.read_text()[-3000:]
   step = int(stopped.group(2))
-  assert step > 10 and stopped.group(1).endswith(f'-{step}')
+  assert step >= seen > 0 and stopped.group(1).endswith(f'-{step}')
   assert tf.train.latest_checkpoint(str(model)) == stopped.group(1)
   result = run_module(module, *common, f'--train_steps={step + 5}',
                       timeout=300)
@@ -515,16 +549,6 @@ def held(*args, **kwargs):
   time.sleep(60)
 verify.verify = held
 """
-
-
-def _start_held(hold, main, log, *args):
-  """`main` (a module with run()) with args, after the code `hold`."""
-  code = (f'{hold}\nimport sys\nsys.argv = ["{main}", *{list(args)!r}]\n'
-          f'from {main} import run\nrun()\n')
-  with open(log, 'w') as f:
-    return subprocess.Popen(
-        [sys.executable, '-c', code], cwd=REPO, stdout=subprocess.DEVNULL,
-        stderr=f, env=dict(os.environ, PYTHONPATH=TOOLS_PYTHONPATH))
 
 
 def _unfinished(folder):

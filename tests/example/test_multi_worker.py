@@ -217,7 +217,10 @@ def test_sigterm_to_one_worker_saves_both_at_one_step_and_both_resume(
                       last_line(logs[0]))
   assert stopped, logs[0][-3000:]
   step = int(stopped.group(3))
-  assert stopped.group(2) == str(step) and step > 8
+  # Every execution saves here, so the step the workers agree on can be the
+  # save the chief was seen to make (8), if worker 1 heard the signal before
+  # its own check at that step.
+  assert stopped.group(2) == str(step) and step >= 8
   # The worker keeps no checkpoint of its own, but saved at the same step.
   assert last_line(logs[1]) == (f'stopped: SIGTERM received: the chief '
                                 f'worker saved the checkpoint at step {step}; '
