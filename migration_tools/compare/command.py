@@ -81,6 +81,11 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
                       'legacy flags, --params, --steps, --batch_size, '
                       '--eval_batches and --replicas are the recorded ones.',
                       **define)
+  flags.DEFINE_boolean('tpu_ready', True,
+                       'Also check that the port\'s step and predict compile '
+                       'with XLA on inputs of fixed shapes, as on a TPU '
+                       '(--notpu_ready: the port is not meant for TPUs).',
+                       **define)
   flags.DEFINE_string('report', 'equivalence_report.json',
                       'Where the JSON report goes; the loss plot goes beside '
                       'it, with the suffix .png.', **define)
@@ -132,10 +137,11 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
   cli.set_legacy_flags(tool_flags.legacy_flags)
   if not tool_flags.record_bundle:
     return harness.compare(pair, port, workdir,
-                           harness.cpu_strategies(counts), options), {
+                           harness.cpu_strategies(counts), options,
+                           tpu_ready=tool_flags.tpu_ready), {
                                **dataclasses.asdict(options)}
   results, bundle = harness.record_bundle(pair, port, workdir, counts,
-                                          options)
+                                          options, tool_flags.tpu_ready)
   print(f'Bundle: {golden.save(tool_flags.record_bundle, bundle)}')
   return results, dataclasses.asdict(options)
 
@@ -149,7 +155,7 @@ def _replayed(tool_flags: flags.FlagValues, workdir: str
         f'{bundle.versions.get("tensorflow")}; replicas '
         f'{",".join(map(str, bundle.replica_counts))}')
   results = harness.check_bundle(bundle, pair_lib.load_port(tool_flags),
-                                 workdir)
+                                 workdir, tool_flags.tpu_ready)
   return results, {**bundle.options, 'bundle': tool_flags.bundle,
                    'recorded_with': bundle.versions}
 

@@ -6,8 +6,8 @@ on CPU and the port's own pieces (``port.Port``) under each strategy, from the
 same initial state, and returns a ``checks.CheckResult`` for every check:
 inventory, optimizer, inputs, inference (and where the layers part),
 one_step, learning_rate, trajectory, updates (each variable's step and slot,
-relative), stepwise, evaluation, served_predictions and dropout (random
-numbers aligned). A check that raises is an ERROR with its cause and the
+relative), stepwise, evaluation, served_predictions, dropout (random
+numbers aligned) and tpu_ready (the port's step compiled with XLA). A check that raises is an ERROR with its cause and the
 others still run; ``write_report`` writes the JSON report and the loss-curve
 PNG. The command is ``compare.py``.
 """
@@ -32,6 +32,7 @@ from migration_tools.compare import golden
 from migration_tools.compare import layers
 from migration_tools.compare import plot
 from migration_tools.compare import port_runner
+from migration_tools.compare import tpu_ready as tpu_ready_lib
 from migration_tools.compare import updates
 from migration_tools.compare.checks import CheckResult
 
@@ -109,7 +110,8 @@ class Recorder:
             for name in self.planned]
 
 
-def planned_checks(labels: list[str], serving: bool) -> list[str]:
+def planned_checks(labels: list[str], serving: bool,
+                   tpu_ready: bool = True) -> list[str]:
   """The checks compare() runs, in order, for these replica labels."""
   names = ['inventory', 'optimizer', 'inputs', 'inference']
   for index, label in enumerate(labels):
@@ -119,7 +121,7 @@ def planned_checks(labels: list[str], serving: bool) -> list[str]:
     if index == 0:
       names += ['evaluation'] + (['served_predictions'] if serving else [])
     names += [f'updates ({label})', f'stepwise ({label})']
-  return names + ['dropout (1 replica)']
+  return names + ['dropout (1 replica)'] + (['tpu_ready'] if tpu_ready else [])
 
 
 class LiveSource:
@@ -480,7 +482,8 @@ def _inventory(rec: Recorder, run: _Run, legacy: Legacy, runner: Port) -> bool:
 def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
             strategies: dict[str, tf.distribute.Strategy],
             options: Options = Options(),
-            tape: golden.Tape | None = None) -> list[CheckResult]:
+            tape: golden.Tape | None = None,
+            tpu_ready: bool = True) -> list[CheckResult]:
   """Runs every check, the legacy side live, and returns every planned one,
   in order.
 
@@ -493,6 +496,8 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
     options: the training compared.
     tape: if given, every answer of the legacy side is written to it (for
       record_bundle).
+    tpu_ready: also check that the port's step compiles for a TPU
+      (compare/tpu_ready).
 
   Returns:
     A CheckResult per check of planned_checks(); a check that raised is an
@@ -502,27 +507,28 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
     KitError: the legacy input_fn fails before any check can run.
   """
   return run_checks(LiveSource(pair, options, tape), port, workdir,
-                    strategies, options)
+                    strategies, options, tpu_ready)
 
 
-def check_bundle(bundle: golden.Bundle, port: port_lib.Port, workdir: str
-                 ) -> list[CheckResult]:
+def check_bundle(bundle: golden.Bundle, port: port_lib.Port, workdir: str,
+                 tpu_ready: bool = True) -> list[CheckResult]:
   """compare(), the legacy side answered from a golden bundle: the same
   checks on the replica counts it recorded, with its options."""
   return run_checks(ReplaySource(bundle), port, workdir,
                     cpu_strategies(bundle.replica_counts),
-                    Options(**bundle.options))
+                    Options(**bundle.options), tpu_ready)
 
 
 def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
-                  replica_counts: list[int], options: Options
+                  replica_counts: list[int], options: Options,
+                  tpu_ready: bool = True
                   ) -> tuple[list[CheckResult], golden.Bundle]:
   """compare() on these replica counts, recording the legacy side; returns
   the results and the bundle (golden.save writes it)."""
   tape = golden.Tape()
   source = LiveSource(pair, options, tape)
   results = run_checks(source, port, workdir, cpu_strategies(replica_counts),
-                       options)
+                       options, tpu_ready)
   bundle = golden.Bundle(
       dataclasses.asdict(options), list(replica_counts),
       pair.serving_input_fn is not None and port.export is not None,
@@ -533,10 +539,10 @@ def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
 
 def run_checks(source: runners.LegacySource, port: port_lib.Port,
                workdir: str, strategies: dict[str, tf.distribute.Strategy],
-               options: Options) -> list[CheckResult]:
+               options: Options, tpu_ready: bool = True) -> list[CheckResult]:
   """compare() on a legacy source, live or replayed."""
   serving = source.serving_input_fn is not None and port.export is not None
-  rec = Recorder(planned_checks(list(strategies), serving))
+  rec = Recorder(planned_checks(list(strategies), serving, tpu_ready))
   data = source.data()
   run = _Run(source, port, data, legacy_lib.cycled(data, options.steps),
              options)
@@ -569,6 +575,10 @@ def run_checks(source: runners.LegacySource, port: port_lib.Port,
         _run_trajectory(rec, label, legacy, runner, run)
         _stepwise_and_updates(rec, label, replicas, strategy, run)
   _dropout(rec, run)
+  if tpu_ready:  # Last, with dropout on, as the step runs on a TPU.
+    rec.run('tpu_ready', lambda: tpu_ready_lib.check(
+        port, legacy_lib.model_params(options.params, options.global_batch),
+        run.batches))
   return _with_parting(rec.results(), run.parting)
 
 

@@ -115,7 +115,7 @@ def test_the_correct_port_passes_on_1_2_and_4_replicas(name, data_dirs,
                             '--replicas=1,2,4')
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
   assert all(c['passed'] for c in checks.values()), result.stdout
-  assert len(checks) == (24 if PAIRS[name].serving else 23)
+  assert len(checks) == (25 if PAIRS[name].serving else 24)
   for label in ('1 replica', '2 replicas', '4 replicas'):
     assert checks[f'updates ({label})']['max_abs_diff'] <= 5e-5
     assert checks[f'one_step ({label})']['legacy_reference'] == (

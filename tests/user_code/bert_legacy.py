@@ -36,12 +36,15 @@ NO_DECAY = ('LayerNorm', 'layer_norm', 'bias')
 FEATURES = ('input_ids', 'input_mask', 'segment_ids', 'label_ids')
 
 
-def write_data(data_dir: str, examples: int = 256, seed: int = 0) -> None:
+def write_data(data_dir: str, examples: int = 256, seed: int = 0,
+               pretrained: bool = True) -> None:
   """examples.tfrecord: token sequences padded to SEQ, a label that depends
-  on the tokens (so training moves the loss); and pretrained/model.ckpt, the
-  encoder's 'pretrained' weights the classifier warm-starts from."""
-  os.makedirs(os.path.join(data_dir, 'pretrained'), exist_ok=True)
-  write_pretrained(os.path.join(data_dir, 'pretrained', 'model.ckpt'))
+  on the tokens (so training moves the loss); and, if pretrained,
+  pretrained/model.ckpt, the encoder's 'pretrained' weights the classifier
+  warm-starts from (written with tf.compat.v1.layers: not on Keras 3)."""
+  if pretrained:
+    os.makedirs(os.path.join(data_dir, 'pretrained'), exist_ok=True)
+    write_pretrained(os.path.join(data_dir, 'pretrained', 'model.ckpt'))
   rng = np.random.default_rng(seed)
   with tf.io.TFRecordWriter(os.path.join(data_dir,
                                          'examples.tfrecord')) as writer:

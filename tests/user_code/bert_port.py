@@ -365,3 +365,64 @@ def no_warmup() -> port_lib.Port:
 def bias_corrected_adam() -> port_lib.Port:
   return dataclasses.replace(make_port(), make_optimizer=lambda params: (
       make_optimizer(params, bias_correction=True)))
+
+
+# What a TPU refuses (the tpu_ready check), one function each: ports that
+# train and match on a CPU, and would not compile for a TPU.
+def remainder_kept() -> port_lib.Port:
+  """The last, smaller batch is kept: the batch dimension is unknown."""
+  def input_pipeline_with_remainder(strategy, params):
+    def dataset_fn(context):
+      batch = context.get_per_replica_batch_size(params['batch_size'])
+      return tf.data.TFRecordDataset(
+          os.path.join(params['data_dir'], 'examples.tfrecord')).map(
+              legacy._parse).batch(batch)  # pylint: disable=protected-access
+    return strategy.distribute_datasets_from_function(dataset_fn)
+  return dataclasses.replace(make_port(),
+                             input_pipeline=input_pipeline_with_remainder)
+
+
+class _IdsCleanedInPython(Trainer):
+  """Out-of-vocabulary ids mapped to 0 by numpy, inside the step."""
+
+  def outputs(self, features, training):
+    def clean(ids):
+      ids = ids.numpy()
+      return ids * (ids < legacy.VOCAB)
+    with tf.name_scope('clean_ids'):
+      ids = tf.py_function(clean, [features['input_ids']], tf.int32)
+    ids.set_shape(features['input_ids'].shape)
+    return super().outputs({**features, 'input_ids': ids}, training)
+
+
+def py_function_in_the_step() -> port_lib.Port:
+  return dataclasses.replace(make_port(), trainer_class=_IdsCleanedInPython)
+
+
+class _HashedSegments(Trainer):
+  """Segment ids hashed from their text form (feature hashing), in the
+  step."""
+
+  def outputs(self, features, training):
+    with tf.name_scope('hash_segments'):
+      segments = tf.strings.to_hash_bucket_fast(
+          tf.strings.as_string(features['segment_ids']), 2)
+    return super().outputs(
+        {**features, 'segment_ids': tf.cast(segments, tf.int32)}, training)
+
+
+def string_op_in_the_step() -> port_lib.Port:
+  return dataclasses.replace(make_port(), trainer_class=_HashedSegments)
+
+
+class _LossOverLabelledOnly(Trainer):
+  """Examples whose label is negative (unlabelled) dropped from the loss."""
+
+  def per_example_loss(self, labels, outputs):
+    labelled = labels >= 0
+    return super().per_example_loss(tf.boolean_mask(labels, labelled),
+                                    tf.boolean_mask(outputs, labelled))
+
+
+def boolean_mask_in_the_step() -> port_lib.Port:
+  return dataclasses.replace(make_port(), trainer_class=_LossOverLabelledOnly)
