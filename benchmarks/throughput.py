@@ -55,7 +55,7 @@ flags.DEFINE_integer('steps_per_execution', 50, 'Steps per host visit for the '
 flags.DEFINE_list('trainers', [], 'Run only these: estimator, '
                   'estimator_guarded, fit_1, fit_many, custom_1, custom_many, '
                   'fit_2_replicas, custom_2_replicas, fit_tape, custom_tape, '
-                  'fit_bf16, custom_bf16; empty: all this '
+                  'fit_xla, custom_xla, fit_bf16, custom_bf16; empty: all this '
                   'TensorFlow can run.')
 flags.DEFINE_bool('skip_unavailable', False, 'Leave out, with a line, the '
                   'asked-for trainers this TensorFlow cannot run (estimator '

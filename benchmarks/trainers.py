@@ -120,15 +120,15 @@ class _WindowCallback(tf.keras.callbacks.Callback):
 
 def fit(strategy, steps_per_execution: int, info, batch: int,
         window_steps: int, windows: int, keras_train_step: bool = False,
-        precision: str = 'float32') -> dict:
+        precision: str = 'float32', jit_compile: bool = False) -> dict:
   """keras_train_step: Keras's own train_step (a GradientTape), as the kit
-  had it before model_lib.gradients."""
+  had it before model_lib.gradients. jit_compile: migrate's --jit_compile."""
   model, optimizer, dataset = _model_and_data(strategy, info, batch,
                                               precision)
   if keras_train_step:
     # The same layers and variables, in a plain Model.
     model = tf.keras.Model(model.inputs, model.outputs)
-  fit_loop.compile_model(model, optimizer, steps_per_execution)
+  fit_loop.compile_model(model, optimizer, steps_per_execution, jit_compile)
   callback = _WindowCallback(window_steps)
   model.fit(dataset, epochs=1, steps_per_epoch=window_steps * (windows + 1),
             callbacks=[callback], verbose=0)
@@ -150,11 +150,12 @@ class TapeTrainer(custom_loop.Trainer):
 
 def custom(strategy, steps_per_call: int, info, batch: int,
            window_steps: int, windows: int,
-           trainer_class=custom_loop.Trainer, precision: str = 'float32'
-           ) -> dict:
+           trainer_class=custom_loop.Trainer, precision: str = 'float32',
+           jit_compile: bool = False) -> dict:
   model, optimizer, dataset = _model_and_data(strategy, info, batch,
                                               precision)
-  trainer = trainer_class(model, optimizer, strategy, batch)
+  trainer = trainer_class(model, optimizer, strategy, batch,
+                          jit_compile=jit_compile)
   iterator = process.keep_alive(iter(dataset))
   steps = tf.constant(steps_per_call)
   stamps = []
@@ -200,6 +201,11 @@ def by_id(steps_per_execution: int) -> dict[str, Trainer]:
       'custom_tape': Trainer(f'custom, {many} steps per call, GradientTape',
                              partial(custom, one, many,
                                      trainer_class=TapeTrainer)),
+      # --jit_compile: the step through XLA, as on a TPU.
+      'fit_xla': Trainer(f'fit, steps_per_execution={many}, jit_compile',
+                         partial(fit, one, many, jit_compile=True)),
+      'custom_xla': Trainer(f'custom, {many} steps per call, jit_compile',
+                            partial(custom, one, many, jit_compile=True)),
       # --precision=mixed_bfloat16: faster, but not the legacy numerics.
       'fit_bf16': Trainer(f'fit, steps_per_execution={many}, {bf16}',
                           partial(fit, one, many, precision=bf16), bf16),

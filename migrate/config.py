@@ -18,3 +18,4 @@ class Config(config.CommonConfig):
   precision: str
   worker_wait_seconds: int
   checkpoint_steps: int
+  jit_compile: bool

@@ -26,14 +26,17 @@ class SaveAndLog(tf.keras.callbacks.Callback):
     self._cadence.end(int(self._step.numpy()))
 
 
-def compile_model(model: tf.keras.Model, optimizer, steps_per_execution: int
-                  ) -> None:
-  """Loss averaged over the global batch (Keras does it under a strategy)."""
+def compile_model(model: tf.keras.Model, optimizer, steps_per_execution: int,
+                  jit_compile: bool = False) -> None:
+  """Loss averaged over the global batch (Keras does it under a strategy).
+  jit_compile: the step compiled with XLA (given, not Keras 3's 'auto',
+  which turns it on wherever there is a GPU)."""
   with model.distribute_strategy.scope():
     model.compile(optimizer=optimizer, loss=model_lib.per_example_loss,
                   metrics=[tf.keras.metrics.SparseCategoricalAccuracy(
                       'accuracy')],
-                  steps_per_execution=steps_per_execution)
+                  steps_per_execution=steps_per_execution,
+                  jit_compile=jit_compile)
 
 
 def executions(steps: int, steps_per_execution: int) -> list[tuple[int, int]]:
@@ -51,7 +54,7 @@ def executions(steps: int, steps_per_execution: int) -> list[tuple[int, int]]:
 
 def train(model: tf.keras.Model, optimizer, dataset,
           steps_per_execution: int, cadence: cadence_lib.Cadence,
-          model_dir: str, verbose: int) -> None:
+          model_dir: str, verbose: int, jit_compile: bool = False) -> None:
   """Trains from the optimizer's step up to exactly cadence.total_steps.
 
   Each block of ``executions`` is one Keras epoch of its own; a remainder
@@ -67,14 +70,14 @@ def train(model: tf.keras.Model, optimizer, dataset,
   ]
   for steps, per_execution in executions(max(remaining, 0),
                                          steps_per_execution):
-    compile_model(model, optimizer, per_execution)
+    compile_model(model, optimizer, per_execution, jit_compile)
     # shuffle=False: a dataset shuffles itself; Keras 3 warns of the default.
     model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=callbacks,
               verbose=verbose, shuffle=False)
 
 
 def evaluate(model: tf.keras.Model, optimizer, dataset, steps: int,
-             steps_per_execution: int) -> dict:
+             steps_per_execution: int, jit_compile: bool = False) -> dict:
   """Metrics over exactly `steps` batches, in one pass.
 
   Keras 3 runs whole executions, so this runs them at the largest number of
@@ -82,5 +85,5 @@ def evaluate(model: tf.keras.Model, optimizer, dataset, steps: int,
   """
   per_execution = max(n for n in range(1, min(steps, steps_per_execution) + 1)
                       if steps % n == 0)
-  compile_model(model, optimizer, per_execution)
+  compile_model(model, optimizer, per_execution, jit_compile)
   return model.evaluate(dataset, steps=steps, verbose=0, return_dict=True)

@@ -65,6 +65,13 @@ flags.DEFINE_integer(
     'worker_wait_seconds', 300,
     'With --strategy=multi_worker: how long to wait for the other workers of '
     'TF_CONFIG before giving up with a message.', lower_bound=1)
+flags.DEFINE_boolean(
+    'jit_compile', False,
+    'Compile the training and evaluation steps with XLA '
+    '(jit_compile=True), as a TPU always does: run the step through XLA on '
+    'a CPU or GPU before a TPU is at hand. Off by default: on a CPU, XLA runs '
+    'this step slower than the graph (benchmarks/README.md). No effect on a '
+    'TPU, which compiles it anyway.')
 flags.DEFINE_integer('checkpoint_steps', 100,
                      'Save a checkpoint (and log the loss) every this many '
                      'steps. With --loop=fit, a multiple of '

@@ -189,8 +189,9 @@ def _build_and_restore(config: config_lib.Config,
   restored = checkpoints.restore(checkpoint, model_dir,
                                  strategy_lib.is_chief(strategy))
   manager = checkpoints.make_manager(checkpoint, model_dir, strategy)
-  logging.info('model_dir=%s, loop=%s, precision=%s, %s at step %d of %d',
+  logging.info('model_dir=%s, loop=%s, precision=%s%s, %s at step %d of %d',
                model_dir, config.loop, config.precision,
+               ', steps compiled with XLA' if config.jit_compile else '',
                'resuming' if restored else 'starting',
                int(optimizer.iterations.numpy()), config.train_steps)
   return model, optimizer, manager
@@ -218,11 +219,13 @@ def _train(config: config_lib.Config, strategy: tf.distribute.Strategy,
     if config.loop == 'fit':
       fit_loop.train(model, optimizer, train_data,
                      config.steps_per_execution, cadence, model_dir,
-                     verbose=1 if strategy_lib.is_chief(strategy) else 0)
+                     verbose=1 if strategy_lib.is_chief(strategy) else 0,
+                     jit_compile=config.jit_compile)
       return lambda: fit_loop.evaluate(model, optimizer, eval_data,
-                                       eval_steps, config.steps_per_execution)
+                                       eval_steps, config.steps_per_execution,
+                                       config.jit_compile)
     trainer = custom_loop.Trainer(model, optimizer, strategy,
-                                  config.batch_size)
+                                  config.batch_size, config.jit_compile)
     custom_loop.train(trainer, train_data, config.steps_per_execution,
                       cadence, _summary_writer(model_dir, strategy))
     return lambda: custom_loop.evaluate(trainer, eval_data, eval_steps)

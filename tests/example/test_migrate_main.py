@@ -21,7 +21,8 @@ FLAG_NAMES = ('tpu', 'tpu_zone', 'gcp_project', 'data_dir', 'data_source',
               'data_url', 'model_dir', 'batch_size', 'train_steps',
               'eval_steps', 'learning_rate', 'use_tpu', 'enable_predict',
               'num_predictions', 'seed', 'strategy', 'num_cpu_devices',
-              'steps_per_execution', 'loop', 'checkpoint_steps', 'precision')
+              'steps_per_execution', 'loop', 'checkpoint_steps', 'precision',
+              'jit_compile')
 
 
 def _common(fake_data_dir, model_dir, *extra):
@@ -42,6 +43,17 @@ def test_custom_loop_on_two_cpu_replicas_logs_its_strategy(tmp_path,
   assert re.search(r'Eval accuracy: [\d.]+ on 512 test images', result.stdout)
   assert len(re.findall(r'Prediction is "\d"', result.stdout)) == 10
   assert os.listdir(tmp_path / 'model' / 'train')  # TensorBoard events.
+
+
+@pytest.mark.parametrize('loop', ['custom', 'fit'])
+def test_jit_compile_trains_through_xla(tmp_path, fake_data_dir, loop):
+  result = run_module('migrate', *_common(
+      fake_data_dir, tmp_path / 'model', f'--loop={loop}', '--jit_compile',
+      '--train_steps=10', '--checkpoint_steps=10', '--noenable_predict'))
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert f'loop={loop}, precision=float32, steps compiled with XLA' in (
+      result.stderr)
+  assert re.search(r'Eval accuracy: [\d.]+ on 512 test images', result.stdout)
 
 
 def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, fake_data_dir):

@@ -34,7 +34,7 @@ def make_config(model_dir, **overrides):
       enable_predict=True, num_predictions=5, seed=0, steps_per_execution=5,
       loop='fit', checkpoint_steps=10, precision='float32',
       worker_wait_seconds=300, skip_resource_checks=False, use_tpu=False,
-      num_cpu_devices=1)
+      num_cpu_devices=1, jit_compile=False)
   values.update(overrides)
   return config.Config(**values)
 
