@@ -4,10 +4,12 @@ check each deliberate bug of the BERT-shaped port fails first, with its hint.
 
   python benchmarks/equivalence.py [--steps=100] [--batch_sizes=32,64,128]
   python benchmarks/equivalence.py --pairs=bert --batch_sizes= --bert_bugs
+  python benchmarks/equivalence.py --steps=2 --batch_sizes=64 --speed
 
 Each pair's data is written by its legacy module (its team's data script)
 into a temporary folder. Prints, per run, every check's status and headline
-figure (its max difference); docs/EQUIVALENCE.md quotes them.
+figure (its max difference; with --speed, each speed check's ratio of the
+port's examples/s to the legacy step's); docs/EQUIVALENCE.md quotes them.
 """
 import json
 import os
@@ -27,6 +29,8 @@ flags.DEFINE_list('batch_sizes', ['32', '64', '128'],
 flags.DEFINE_integer('pair_batch', 32, 'Global batch for the test pairs.')
 flags.DEFINE_list('pairs', ['cnn', 'resnet', 'tabular', 'bert'],
                   'The test pairs to run.')
+flags.DEFINE_bool('speed', False, 'Also time each port against its model_fn '
+                  '(migration-compare --speed) on 1, 2 and 4 replicas.')
 flags.DEFINE_bool('bert_bugs', False, 'Also run each deliberate bug of the '
                   'BERT-shaped port (3 steps, 1 replica): the check it fails '
                   'first and its message.')
@@ -55,9 +59,11 @@ def _env() -> dict:
 
 
 def _run(label: str, args: list[str], report: str) -> None:
+  speed = ['--speed'] if FLAGS.speed else []
   result = subprocess.run([sys.executable, '-m', 'migration_tools.compare',
-                           f'--report={report}', *args], capture_output=True,
-                          text=True, env=_env(), check=False)
+                           f'--report={report}', *args, *speed],
+                          capture_output=True, text=True, env=_env(),
+                          check=False)
   if not os.path.exists(report):
     print(f'{label}: no report ({result.stderr.strip().splitlines()[-1]})')
     return
@@ -66,6 +72,9 @@ def _run(label: str, args: list[str], report: str) -> None:
   for check in checks:
     figure = check['max_abs_diff']
     shown = '' if figure is None else f'{figure:.3g}'
+    if 'ratio' in check:
+      shown = (f'{check["ratio"]:.2f}x: {check["port"]["examples_per_s"]:.0f} '
+               f'against {check["legacy"]["examples_per_s"]:.0f} examples/s')
     print(f'  {check["status"]:7s} {check["name"]:28s} {shown}')
 
 

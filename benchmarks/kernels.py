@@ -13,11 +13,6 @@ how the kit found why its first port ran slower than TPUEstimator: the
 tape's gradients let oneDNN fuse each convolution's weight and bias gradients
 into a slower kernel (benchmarks/README.md). Writes the figures as JSON too.
 """
-import collections
-import glob
-import os
-import re
-import statistics
 import sys
 import tempfile
 
@@ -30,6 +25,7 @@ import tensorflow as tf
 import trainers  # pylint: disable=g-bad-import-order
 
 from kit_core import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core import profile as profile_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from kit_core.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common import prepare  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -47,52 +43,12 @@ flags.DEFINE_string('data_dir', None, 'Prepared data (see python -m migrate '
 flags.DEFINE_string('report', 'kernels.json', 'Where the JSON goes.')
 FLAGS = flags.FLAGS
 
-# A kernel's trace event is "op name:op type"; runtime events ("Iterator::...",
-# "EagerLocalExecute: ...") have other shapes.
-_KERNEL_EVENT = re.compile(r'^([^:\s]+):([A-Za-z_]\w*)$')
-
-
-def _events(logdir: str):
-  """(name, duration in ms) of every host event in the profile under logdir."""
-  # Imported here: a TF-internal module (the profiler's trace format).
-  from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
-  files = glob.glob(os.path.join(logdir, '**', '*.xplane.pb'), recursive=True)
-  if not files:
-    raise KitError(f'the profiler wrote no trace under {logdir}')
-  space = xplane_pb2.XSpace()
-  with open(files[0], 'rb') as f:
-    space.ParseFromString(f.read())
-  for plane in space.planes:
-    for line in plane.lines:
-      for event in line.events:
-        yield (plane.event_metadata[event.metadata_id].name,
-               event.duration_ps / 1e9)
-
-
-def kernel_times(logdir: str, steps: int) -> list[dict]:
-  """Each kernel's calls per step and ms per step, slowest first."""
-  durations = collections.defaultdict(list)
-  for name, ms in _events(logdir):
-    match = _KERNEL_EVENT.match(name)
-    if match:
-      durations[match.groups()].append(ms)
-  rows = []
-  for (op, kernel), times in durations.items():
-    calls = len(times) / steps
-    rows.append({'op': op, 'kernel': kernel, 'calls_per_step': calls,
-                 'ms_per_step': statistics.median(times) * calls})
-  return sorted(rows, key=lambda row: -row['ms_per_step'])
-
-
 def profile(train, info, batch: int, steps: int) -> list[dict]:
   """Kernel times of trainers.by_id()'s `train`, over 2 windows of steps."""
   with tempfile.TemporaryDirectory() as logdir:
-    tf.profiler.experimental.start(logdir)
-    try:
+    with profile_lib.profiled(logdir):
       train(info, batch, steps, 1)
-    finally:
-      tf.profiler.experimental.stop()
-    return kernel_times(logdir, 2 * steps)
+    return profile_lib.kernel_times(logdir, 2 * steps)
 
 
 def table(label: str, rows: list[dict], top: int) -> str:

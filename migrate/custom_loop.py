@@ -24,10 +24,9 @@ class Trainer:
     compiles it (migrate's --jit_compile)."""
     self.model, self.optimizer, self.strategy = model, optimizer, strategy
     self.global_batch = global_batch
-    self._train_step, self._eval_step = self.train_step, self.eval_step
-    if jit_compile:
-      self._train_step = tf.function(self.train_step, jit_compile=True)
-      self._eval_step = tf.function(self.eval_step, jit_compile=True)
+    if jit_compile:  # What strategy.run runs, each replica's step.
+      self.train_step = tf.function(self.train_step, jit_compile=True)
+      self.eval_step = tf.function(self.eval_step, jit_compile=True)
     with strategy.scope():
       self.loss = tf.keras.metrics.Mean('loss')
       self.accuracy = tf.keras.metrics.SparseCategoricalAccuracy('accuracy')
@@ -69,7 +68,7 @@ class Trainer:
     (a third of a step here).
     """
     for _ in tf.range(steps):
-      self.strategy.run(self._train_step, args=next(iterator))
+      self.strategy.run(self.train_step, args=next(iterator))
     # identity, not read_value(): Keras 3's variables are not tf.Variables.
     return tf.identity(self.optimizer.iterations)
 
@@ -81,7 +80,7 @@ class Trainer:
   @tf.function
   def eval_steps(self, iterator, steps: tf.Tensor) -> None:
     for _ in tf.range(steps):
-      self.strategy.run(self._eval_step, args=next(iterator))
+      self.strategy.run(self.eval_step, args=next(iterator))
 
   def reset(self) -> dict:
     """Returns the metrics since the last reset, and resets them."""

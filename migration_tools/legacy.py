@@ -357,6 +357,12 @@ class LegacyRunner(runners.LegacySide):
     values['examples'] = len(tf.nest.flatten(features)[0])
     return values
 
+  def train_only(self, features, labels) -> None:
+    """One step and nothing else fetched, as TPUEstimator ran it off a TPU:
+    one session.run(train_op) on the whole batch (for timing)."""
+    self.train.session.run(self.train.spec.train_op,
+                           self.train.feed(features, labels))
+
   def _sharded(self, features, labels) -> dict[str, Any]:
     """One step as TPUEstimator took it on `shards` TPU cores.
 

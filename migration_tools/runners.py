@@ -104,6 +104,10 @@ class LegacySource(Protocol):
   def runner(self, shards: int, purpose: str) -> LegacySide:
     """A fresh legacy run on `shards` cores, named by purpose."""
 
+  def timing_runner(self) -> Any:
+    """A fresh legacy run to time (train_only), or None when the legacy
+    side is not run here (replayed from a bundle)."""
+
 
 class PortSide(Protocol):
   """The port under a strategy, fed the legacy batches."""

@@ -181,3 +181,19 @@ def auto_named_layers() -> port_lib.Port:
 def not_a_port() -> dict:
   """What a user might return before reading the contract."""
   return {'build_model': model_lib.build_model}
+
+
+class _EveryPassFourTimes(custom_loop.Trainer):
+  """Computes the same forward and backward pass four times each step and
+  uses their mean: the same update, about four times the work."""
+
+  def loss_and_gradients(self, images, labels):
+    passes = [super(_EveryPassFourTimes, self).loss_and_gradients(
+        images, labels) for _ in range(4)]
+    gradients = [tf.add_n(list(g)) / 4.0 for g in zip(*[p[2] for p in passes])]
+    return passes[0][0], passes[0][1], gradients
+
+
+def four_times_the_work() -> port_lib.Port:
+  """Not a bug in what it computes: a port much slower than its model_fn."""
+  return _kit_port_with(trainer_class=_EveryPassFourTimes)

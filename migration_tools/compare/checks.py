@@ -18,6 +18,9 @@ PASSED, FAILED, ERROR, NOT_RUN = 'passed', 'failed', 'error', 'not run'
 # A check of an optional piece the port does not give (e.g. no
 # input_pipeline): not a failure, and said.
 SKIPPED = 'skipped'
+# A finding to look at that fails nothing: e.g. a port slower than its
+# model_fn (speed), which is not a difference in what it computes.
+REVIEW = 'review'
 
 
 @dataclasses.dataclass
@@ -26,8 +29,9 @@ class CheckResult:
 
   status: PASSED or FAILED (judged on the figures), ERROR (the check raised:
   message is the cause), NOT_RUN (a check it needs failed first, or the kit
-  cannot judge it: message says why) or SKIPPED (the port does not give
-  what it compares, or another check judges it).
+  cannot judge it: message says why), SKIPPED (the port does not give
+  what it compares, or another check judges it) or REVIEW (a finding to
+  look at, not a failure: message says what).
   """
   name: str
   status: str
@@ -61,7 +65,8 @@ class CheckResult:
           f'(tolerance {self.tolerance:.0e})' if self.tolerance is not None
           else '(free run, reported; stepwise holds each step)')
     label = {PASSED: 'PASS', FAILED: 'FAIL', ERROR: 'ERROR',
-             NOT_RUN: 'NOT RUN', SKIPPED: 'SKIP'}[self.status]
+             NOT_RUN: 'NOT RUN', SKIPPED: 'SKIP',
+             REVIEW: 'REVIEW'}[self.status]
     message = ''
     if self.message:
       message = ('; ' if figure else ' ') + self.message

@@ -49,6 +49,7 @@ from migration_tools import legacy
 from migration_tools import pair as pair_lib
 from migration_tools.compare import golden
 from migration_tools.compare import harness
+from migration_tools.compare import speed as speed_lib
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 
@@ -86,6 +87,19 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
                        'with XLA on inputs of fixed shapes, as on a TPU '
                        '(--notpu_ready: the port is not meant for TPUs).',
                        **define)
+  flags.DEFINE_boolean('speed', False,
+                       'Also time the port\'s training step against the '
+                       'model_fn\'s (live; from a bundle the port\'s alone), '
+                       'on each replica count, with the kernels whose time '
+                       'differs most; a port below '
+                       f'{speed_lib.MARGIN:.0%} of the legacy rate is '
+                       'reported for review, not failed.', **define)
+  flags.DEFINE_integer('speed_window_steps', 10, 'With --speed: steps per '
+                       'timed window (and per call of the port\'s '
+                       'train_steps).', lower_bound=1, **define)
+  flags.DEFINE_integer('speed_windows', 3, 'With --speed: timed windows per '
+                       'side, after a warm-up one; the median is reported.',
+                       lower_bound=1, **define)
   flags.DEFINE_string('report', 'equivalence_report.json',
                       'Where the JSON report goes; the loss plot goes beside '
                       'it, with the suffix .png.', **define)
@@ -95,6 +109,13 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
 _RECORDED = ('legacy_model_fn', 'legacy_input_fn', 'legacy_serving_input_fn',
              'legacy_flags', 'params', 'steps', 'batch_size', 'eval_batches',
              'replicas', 'warm_start_from')
+
+
+def _speed(tool_flags: flags.FlagValues) -> speed_lib.Options | None:
+  if not tool_flags.speed:
+    return None
+  return speed_lib.Options(tool_flags.speed_window_steps,
+                           tool_flags.speed_windows)
 
 
 def _replica_counts(values: list[str], global_batch: int) -> list[int]:
@@ -138,10 +159,12 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
   if not tool_flags.record_bundle:
     return harness.compare(pair, port, workdir,
                            harness.cpu_strategies(counts), options,
-                           tpu_ready=tool_flags.tpu_ready), {
+                           tpu_ready=tool_flags.tpu_ready,
+                           speed=_speed(tool_flags)), {
                                **dataclasses.asdict(options)}
   results, bundle = harness.record_bundle(pair, port, workdir, counts,
-                                          options, tool_flags.tpu_ready)
+                                          options, tool_flags.tpu_ready,
+                                          _speed(tool_flags))
   print(f'Bundle: {golden.save(tool_flags.record_bundle, bundle)}')
   return results, dataclasses.asdict(options)
 
@@ -155,7 +178,8 @@ def _replayed(tool_flags: flags.FlagValues, workdir: str
         f'{bundle.versions.get("tensorflow")}; replicas '
         f'{",".join(map(str, bundle.replica_counts))}')
   results = harness.check_bundle(bundle, pair_lib.load_port(tool_flags),
-                                 workdir, tool_flags.tpu_ready)
+                                 workdir, tool_flags.tpu_ready,
+                                 _speed(tool_flags))
   return results, {**bundle.options, 'bundle': tool_flags.bundle,
                    'recorded_with': bundle.versions}
 

@@ -12,6 +12,7 @@ others still run; ``write_report`` writes the JSON report and the loss-curve
 PNG. The command is ``compare.py``.
 """
 import dataclasses
+import itertools
 import os
 from typing import Callable
 
@@ -32,6 +33,7 @@ from migration_tools.compare import golden
 from migration_tools.compare import layers
 from migration_tools.compare import plot
 from migration_tools.compare import port_runner
+from migration_tools.compare import speed as speed_lib
 from migration_tools.compare import tpu_ready as tpu_ready_lib
 from migration_tools.compare import updates
 from migration_tools.compare.checks import CheckResult
@@ -111,7 +113,7 @@ class Recorder:
 
 
 def planned_checks(labels: list[str], serving: bool,
-                   tpu_ready: bool = True) -> list[str]:
+                   tpu_ready: bool = True, speed: bool = False) -> list[str]:
   """The checks compare() runs, in order, for these replica labels."""
   names = ['inventory', 'optimizer', 'inputs', 'inference']
   for index, label in enumerate(labels):
@@ -121,7 +123,8 @@ def planned_checks(labels: list[str], serving: bool,
     if index == 0:
       names += ['evaluation'] + (['served_predictions'] if serving else [])
     names += [f'updates ({label})', f'stepwise ({label})']
-  return names + ['dropout (1 replica)'] + (['tpu_ready'] if tpu_ready else [])
+  names += ['dropout (1 replica)'] + (['tpu_ready'] if tpu_ready else [])
+  return names + ([f'speed ({label})' for label in labels] if speed else [])
 
 
 class LiveSource:
@@ -148,6 +151,13 @@ class LiveSource:
       return runner
     return golden.RecordingRunner(runner, self.tape, purpose)
 
+  def timing_runner(self) -> legacy_lib.LegacyRunner:
+    """A single-device legacy run, never recorded: timing is no answer a
+    bundle keeps."""
+    return legacy_lib.LegacyRunner(
+        self.pair.model_fn, self.options.params, self._spec,
+        self.options.global_batch, 1, self.options.warm_start_from)
+
 
 class ReplaySource:
   """The legacy side answered from a golden bundle, on any TensorFlow."""
@@ -163,6 +173,9 @@ class ReplaySource:
   def runner(self, shards: int, purpose: str):
     del shards  # Recorded with the run.
     return golden.ReplayedRunner(self.bundle.tape, purpose)
+
+  def timing_runner(self) -> None:
+    return None  # A bundle's legacy side is not run.
 
 
 @dataclasses.dataclass
@@ -483,7 +496,8 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
             strategies: dict[str, tf.distribute.Strategy],
             options: Options = Options(),
             tape: golden.Tape | None = None,
-            tpu_ready: bool = True) -> list[CheckResult]:
+            tpu_ready: bool = True,
+            speed: speed_lib.Options | None = None) -> list[CheckResult]:
   """Runs every check, the legacy side live, and returns every planned one,
   in order.
 
@@ -498,6 +512,8 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
       record_bundle).
     tpu_ready: also check that the port's step compiles for a TPU
       (compare/tpu_ready).
+    speed: also time the port's step against the legacy one, on each
+      strategy (compare/speed); None: not timed.
 
   Returns:
     A CheckResult per check of planned_checks(); a check that raised is an
@@ -507,28 +523,31 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
     KitError: the legacy input_fn fails before any check can run.
   """
   return run_checks(LiveSource(pair, options, tape), port, workdir,
-                    strategies, options, tpu_ready)
+                    strategies, options, tpu_ready, speed)
 
 
 def check_bundle(bundle: golden.Bundle, port: port_lib.Port, workdir: str,
-                 tpu_ready: bool = True) -> list[CheckResult]:
+                 tpu_ready: bool = True,
+                 speed: speed_lib.Options | None = None
+                 ) -> list[CheckResult]:
   """compare(), the legacy side answered from a golden bundle: the same
   checks on the replica counts it recorded, with its options."""
   return run_checks(ReplaySource(bundle), port, workdir,
                     cpu_strategies(bundle.replica_counts),
-                    Options(**bundle.options), tpu_ready)
+                    Options(**bundle.options), tpu_ready, speed)
 
 
 def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
                   replica_counts: list[int], options: Options,
-                  tpu_ready: bool = True
+                  tpu_ready: bool = True,
+                  speed: speed_lib.Options | None = None
                   ) -> tuple[list[CheckResult], golden.Bundle]:
   """compare() on these replica counts, recording the legacy side; returns
   the results and the bundle (golden.save writes it)."""
   tape = golden.Tape()
   source = LiveSource(pair, options, tape)
   results = run_checks(source, port, workdir, cpu_strategies(replica_counts),
-                       options, tpu_ready)
+                       options, tpu_ready, speed)
   bundle = golden.Bundle(
       dataclasses.asdict(options), list(replica_counts),
       pair.serving_input_fn is not None and port.export is not None,
@@ -539,10 +558,12 @@ def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
 
 def run_checks(source: runners.LegacySource, port: port_lib.Port,
                workdir: str, strategies: dict[str, tf.distribute.Strategy],
-               options: Options, tpu_ready: bool = True) -> list[CheckResult]:
+               options: Options, tpu_ready: bool = True,
+               speed: speed_lib.Options | None = None) -> list[CheckResult]:
   """compare() on a legacy source, live or replayed."""
   serving = source.serving_input_fn is not None and port.export is not None
-  rec = Recorder(planned_checks(list(strategies), serving, tpu_ready))
+  rec = Recorder(planned_checks(list(strategies), serving, tpu_ready,
+                                speed is not None))
   data = source.data()
   run = _Run(source, port, data, legacy_lib.cycled(data, options.steps),
              options)
@@ -579,7 +600,44 @@ def run_checks(source: runners.LegacySource, port: port_lib.Port,
     rec.run('tpu_ready', lambda: tpu_ready_lib.check(
         port, legacy_lib.model_params(options.params, options.global_batch),
         run.batches))
+  if speed is not None:
+    _speed(rec, run, strategies, speed)
   return _with_parting(rec.results(), run.parting)
+
+
+def _speed(rec: Recorder, run: _Run,
+           strategies: dict[str, tf.distribute.Strategy],
+           options: speed_lib.Options) -> None:
+  """The legacy step timed and profiled once (live only), then the port's
+  on each strategy: speed (label) for each."""
+  steps = options.window_steps
+  examples = steps * run.options.global_batch
+  names = [f'speed ({label})' for label in strategies]
+  legacy_rate = legacy_kernels = None
+  try:
+    legacy = run.source.timing_runner()
+    if legacy is not None:
+      if run.start is not None:
+        legacy.set_state(run.start)
+      batches = itertools.cycle(run.batches)
+
+      def legacy_window():
+        for _ in range(steps):
+          legacy.train_only(*next(batches))
+      legacy_rate = speed_lib.timed(legacy_window, examples, options.windows)
+      legacy_kernels = speed_lib.kernels(legacy_window, steps)
+  except Exception as e:  # pylint: disable=broad-except
+    rec.error(names, f'timing the legacy step raised: {one_line(e)}')
+    return
+  for name, strategy in zip(names, strategies.values()):
+    def check(name=name, strategy=strategy):
+      runner = run.port_runner(strategy)
+      window = lambda: runner.train_window(steps)
+      port = speed_lib.timed(window, examples, options.windows)
+      table = None if legacy_kernels is None else speed_lib.kernel_table(
+          legacy_kernels, speed_lib.kernels(window, steps))
+      return speed_lib.check(name, legacy_rate, port, table)
+    rec.run(name, check)
 
 
 def _with_parting(results: list[CheckResult], parting: str

@@ -42,16 +42,19 @@ def _concatenate(structures: list):
 
 
 def distribute_batches(strategy: tf.distribute.Strategy, batches: list,
-                       global_batch: int):
+                       global_batch: int, repeat: bool = False):
   """The legacy batches as a distributed dataset of (features, labels), or
   (features,) without labels: each replica gets global_batch // replicas
-  consecutive examples of each batch, in order."""
+  consecutive examples of each batch, in order; again from the first, for
+  ever, if repeat."""
   features = _concatenate([f for f, _ in batches])
   element = (features,)
   if batches[0][1] is not None:
     element = (features, _concatenate([l for _, l in batches]))
   dataset = tf.data.Dataset.from_tensor_slices(element).batch(
       global_batch, drop_remainder=True)
+  if repeat:
+    dataset = dataset.repeat()
   return strategy.experimental_distribute_dataset(dataset)
 
 
@@ -97,6 +100,8 @@ class PortRunner(runners.PortSide):
       batches: the legacy (features, labels) batches the steps take in turn.
     """
     self.port, self.strategy, self.params = port, strategy, params
+    self._batches = batches
+    self._endless = None  # train_window's iterator, made when first timed.
     self.global_batch = len(tf.nest.flatten(batches[0][0])[0])
     with strategy.scope():
       self.model = port.build_model(dict(params))
@@ -285,6 +290,15 @@ class PortRunner(runners.PortSide):
     features, labels = runners.split_element(element)
     return (local_concat(self.strategy, features),
             None if labels is None else local_concat(self.strategy, labels))
+
+  def train_window(self, steps: int) -> None:
+    """steps training steps in one call of the port's train_steps (as
+    steps_per_execution runs them), on the legacy batches again and again;
+    returns once they ran (for timing)."""
+    if self._endless is None:
+      self._endless = process.keep_alive(iter(distribute_batches(
+          self.strategy, self._batches, self.global_batch, repeat=True)))
+    self.trainer.train_steps(self._endless, tf.constant(steps)).numpy()
 
   def export(self, base_dir: str) -> str:
     return self.port.export(self.model, base_dir, self.strategy)

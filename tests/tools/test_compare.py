@@ -179,3 +179,30 @@ def test_a_port_with_keras_default_layer_names_gets_one_line(tmp_path,
   assert len(checks) == 13
   assert {c['status'] for n, c in checks.items() if n != 'inventory'} == {
       'not run'}
+
+
+def test_speed_times_the_port_against_its_model_fn(tmp_path, fake_data_dir):
+  """A correct port: its rate, the legacy one and the kernel table, on each
+  replica count. A port that does four times the work: the same numbers in
+  every check, and its speed is for review, with the exit still 0."""
+  result, checks = _compare(tmp_path, fake_data_dir, '--steps=2',
+                            '--replicas=1,2', '--eval_batches=2', '--speed',
+                            '--speed_windows=2')
+  assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+  for label in ('1 replica', '2 replicas'):
+    speed = checks[f'speed ({label})']
+    assert speed['status'] in ('passed', 'review'), speed
+    assert len(speed['port']['window_rates']) == 2
+    assert speed['legacy']['examples_per_s'] > 0 and speed['ratio'] > 0
+    # The convolutions' kernels run on both sides.
+    assert any('Conv2D' in row['kernel'] for row in speed['kernels'])
+  slow, checks = _compare(tmp_path, fake_data_dir, '--steps=2',
+                          '--replicas=1', '--eval_batches=2', '--speed',
+                          '--speed_windows=2',
+                          '--port=broken_ports:four_times_the_work')
+  assert slow.returncode == 0, slow.stdout + slow.stderr[-2000:]
+  speed = checks['speed (1 replica)']
+  assert speed['status'] == 'review' and speed['ratio'] < 0.9, speed
+  assert 'REVIEW speed (1 replica): the port trains at' in slow.stdout
+  assert [n for n, c in checks.items() if c['status'] not in (
+      'passed', 'review')] == []

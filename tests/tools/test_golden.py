@@ -62,6 +62,19 @@ def test_broken_port_fails_the_bundle_in_the_check_for_its_bug(tmp_path,
 
 
 @pytest.mark.estimator
+def test_speed_from_a_bundle_times_the_port_alone(tmp_path, recorded):
+  bundle, _ = recorded
+  result, checks = run_compare(tmp_path / 'replay.json', f'--bundle={bundle}',
+                               '--speed', '--speed_windows=1')
+  assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+  for label in ('1 replica', '2 replicas'):
+    speed = checks[f'speed ({label})']
+    assert speed['status'] == 'skipped'
+    assert speed['port']['examples_per_s'] > 0 and 'ratio' not in speed
+    assert 'the legacy step is timed live only' in speed['message']
+
+
+@pytest.mark.estimator
 def test_bundle_holds_each_array_once_and_exactly(recorded):
   bundle = golden.load(str(recorded[0]))
   assert bundle.replica_counts == [1, 2] and bundle.serving

@@ -157,6 +157,10 @@ def test_planned_checks_match_the_report_of_the_kit_pair():
   assert names[-2:] == ['dropout (1 replica)', 'tpu_ready']
   assert harness.planned_checks(['1 replica'], serving=True,
                                 tpu_ready=False)[-1] == 'dropout (1 replica)'
+  assert harness.planned_checks(['1 replica', '2 replicas'], serving=True,
+                                speed=True)[-3:] == [
+                                    'tpu_ready', 'speed (1 replica)',
+                                    'speed (2 replicas)']
 
 
 def test_importing_the_harness_leaves_the_environment_alone():

@@ -1,0 +1,124 @@
+"""speed: the port's training step timed against its model_fn's, and where
+the time goes on each side.
+
+The legacy step is taken as TPUEstimator took it off a TPU: one
+``session.run(train_op)`` per step on the whole global batch, one device. The
+port's is its own ``Trainer.train_steps``, ``window_steps`` steps per call
+(as ``steps_per_execution`` runs them), under each strategy compared. Both
+read the same batches (the legacy input_fn's, again and again) at the same
+global batch. Each side runs a warm-up window (tracing, first allocations),
+then ``windows`` timed windows; the rate is the median window's examples/s,
+and the spread the timed windows' (max - min) / median. Then one more window
+of each runs under TensorFlow's profiler (``kit_core.profile``), and the
+kernels whose time per step differs most between the two sides are listed.
+
+A port slower than ``MARGIN`` times the legacy rate is a finding to look at
+(``REVIEW``), with that table, not a failed equivalence check: what it
+computes is judged by the other checks. Rates are comparable only within one
+run on one machine, so a bundle (recorded elsewhere, or earlier) is never
+timed against: from a bundle the port's rate alone is reported.
+"""
+import collections
+import dataclasses
+import statistics
+import tempfile
+import time
+from typing import Callable
+
+from kit_core import profile as profile_lib
+from migration_tools.compare import checks
+
+# A port below this fraction of the legacy rate is reported for review.
+MARGIN = 0.9
+# Kernels shown, by how much their time per step differs.
+SHOWN = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """window_steps: steps per timed window (and per port train_steps call);
+  windows: timed windows per side, after one warm-up window."""
+  window_steps: int = 10
+  windows: int = 3
+
+
+def timed(run_window: Callable[[], None], examples: int, windows: int
+          ) -> dict:
+  """{examples_per_s, window_rates, spread} of run_window, after a warm-up
+  call; examples: what one window trains on."""
+  run_window()
+  rates = []
+  for _ in range(windows):
+    start = time.perf_counter()
+    run_window()
+    rates.append(examples / (time.perf_counter() - start))
+  median = statistics.median(rates)
+  return {'examples_per_s': median, 'window_rates': rates,
+          'spread': (max(rates) - min(rates)) / median}
+
+
+def kernels(run_window: Callable[[], None], steps: int) -> dict[str, float]:
+  """{kernel: ms per step} of one window under the profiler; a kernel is
+  what ran an op (Conv2DBackpropFilter, or oneDNN's
+  _MklNativeConv2DBackpropFilter), summed over the ops it ran."""
+  with tempfile.TemporaryDirectory() as logdir:
+    with profile_lib.profiled(logdir):
+      run_window()
+    rows = profile_lib.kernel_times(logdir, steps)
+  totals = collections.defaultdict(float)
+  for row in rows:
+    totals[row['kernel']] += row['ms_per_step']
+  return dict(totals)
+
+
+def kernel_table(legacy: dict[str, float], port: dict[str, float],
+                 shown: int = SHOWN) -> list[dict]:
+  """The kernels whose ms per step differ most between the sides."""
+  rows = [{'kernel': k, 'legacy_ms_per_step': legacy.get(k, 0.0),
+           'port_ms_per_step': port.get(k, 0.0),
+           'difference_ms': port.get(k, 0.0) - legacy.get(k, 0.0)}
+          for k in set(legacy) | set(port)]
+  rows.sort(key=lambda row: -abs(row['difference_ms']))
+  return rows[:shown]
+
+
+def _table_text(rows: list[dict]) -> str:
+  return ', '.join(f'{r["kernel"]} {r["legacy_ms_per_step"]:.2f} -> '
+                   f'{r["port_ms_per_step"]:.2f}' for r in rows)
+
+
+def check(name: str, legacy: dict | None, port: dict,
+          table: list[dict] | None, margin: float = MARGIN
+          ) -> checks.CheckResult:
+  """The speed result: PASSED within the margin, REVIEW below it, SKIPPED
+  without a legacy timing (from a bundle).
+
+  Args:
+    name: 'speed (2 replicas)'.
+    legacy, port: timed()'s figures; legacy None from a bundle.
+    table: kernel_table() of the two sides' profiles, or None.
+    margin: the fraction of the legacy rate below which the port is
+      reported.
+  """
+  figures = {'port': port, 'margin': margin}
+  rate = f'{port["examples_per_s"]:.0f} examples/s (spread {port["spread"]:.0%})'
+  if legacy is None:
+    return checks.CheckResult(
+        name, checks.SKIPPED,
+        f'the port trains at {rate}; the legacy step is timed live only '
+        '(rates compare within one run on one machine, not against a '
+        'bundle\'s)', figures=figures)
+  ratio = port['examples_per_s'] / legacy['examples_per_s']
+  figures.update(legacy=legacy, ratio=ratio, kernels=table or [])
+  summary = (f'the port trains at {ratio:.2f}x the legacy step: {rate} '
+             f'against {legacy["examples_per_s"]:.0f} (spread '
+             f'{legacy["spread"]:.0%}); kernels that differ most, ms per step '
+             f'legacy -> port: {_table_text(table or [])}')
+  if ratio >= margin:
+    return checks.CheckResult(name, checks.PASSED, summary, figures=figures)
+  return checks.CheckResult(
+      name, checks.REVIEW,
+      f'{summary}; below {margin:.0%} of the legacy rate: look at the '
+      'kernels above (a GradientTape where the model_fn took tf.gradients, '
+      'a cast or layout change, a step not in a tf.function), not a '
+      'difference in what it computes', figures=figures)
