@@ -258,6 +258,11 @@ def _compile_problems(graphs: list, error: Exception | None, part: str,
   return found
 
 
+def _graph_of(inputs) -> Any:
+  """The graph being traced, read from the tensors it was given."""
+  return tf.nest.flatten(inputs)[0].graph
+
+
 @contextlib.contextmanager
 def _compiled_run(strategy: tf.distribute.Strategy, graphs: list):
   """While inside, strategy.run compiles its function with XLA, as
@@ -266,7 +271,7 @@ def _compiled_run(strategy: tf.distribute.Strategy, graphs: list):
 
   def run(fn, args=(), kwargs=None, options=None):
     def traced(*a, **k):
-      graphs.append(tf.compat.v1.get_default_graph())
+      graphs.append(_graph_of((a, k)))
       return fn(*a, **k)
     return real(tf.function(traced, jit_compile=True), args=args,
                 kwargs=kwargs, options=options)
@@ -284,7 +289,7 @@ def _loss_problems(trainer, dataset, strategy) -> list[Problem]:
   graphs = []
 
   def replica(*args):
-    graphs.append(tf.compat.v1.get_default_graph())
+    graphs.append(_graph_of(args))
     return trainer.loss_and_gradients(*args)[0]
 
   tf.function(lambda iterator: strategy.run(
@@ -315,7 +320,7 @@ def _predict_problems(port: port_lib.Port, model, features) -> list[Problem]:
   graphs = []
 
   def predict(inputs):
-    graphs.append(tf.compat.v1.get_default_graph())
+    graphs.append(_graph_of(inputs))
     if port.predict is not None:
       return outputs_lib.as_dict(port.predict(model, inputs))
     return outputs_lib.as_dict(model(inputs, training=False))
