@@ -7,9 +7,11 @@ same initial state, and returns a ``checks.CheckResult`` for every check:
 inventory, optimizer, inputs, inference (and where the layers part),
 one_step, learning_rate, trajectory, updates (each variable's step and slot,
 relative), stepwise, evaluation, served_predictions, dropout (random
-numbers aligned) and tpu_ready (the port's step compiled with XLA). A check that raises is an ERROR with its cause and the
-others still run; ``write_report`` writes the JSON report and the loss-curve
-PNG. The command is ``compare.py``.
+numbers aligned), tpu_ready (the port's step compiled with XLA) and, if
+asked, speed (the port's step timed against the legacy one). A check that
+raises is an ERROR with its cause and the others still run;
+``write_report`` writes the JSON report and the loss-curve PNG. The command
+is ``command.py``.
 """
 import dataclasses
 import itertools
