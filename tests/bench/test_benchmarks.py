@@ -47,6 +47,8 @@ def test_throughput_smoke_run_writes_table_and_json(tmp_path, fake_data_dir):
       'custom, 2 replicas, 2 steps per call',
       "fit, steps_per_execution=2, GradientTape (Keras's own train_step)",
       'custom, 2 steps per call, GradientTape',
+      'fit, steps_per_execution=2, jit_compile',
+      'custom, 2 steps per call, jit_compile',
       'fit, steps_per_execution=2, mixed_bfloat16',
       'custom, 2 steps per call, mixed_bfloat16']
   ceilings = figures['matmul_flops_per_second']
