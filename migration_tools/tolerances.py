@@ -50,3 +50,7 @@ UPDATE_FLOOR = 1e-2
 # Each layer's output at identical weights, relative to its scale
 # (compare/layers.py), to say where two models part: the first layer over it.
 LAYER_RTOL = 1e-5
+# The port's training rate, as a fraction of the legacy step's, below which
+# --speed reports it for review (a finding, never a failure; compare/speed.py).
+# Rates of one run on one CPU spread by a few percent between windows.
+SPEED_MARGIN = 0.9

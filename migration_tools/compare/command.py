@@ -47,6 +47,7 @@ from kit_core.errors import KitError
 from migration_tools import cli
 from migration_tools import legacy
 from migration_tools import pair as pair_lib
+from migration_tools import tolerances
 from migration_tools.compare import golden
 from migration_tools.compare import harness
 from migration_tools.compare import speed as speed_lib
@@ -92,7 +93,7 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
                        'model_fn\'s (live; from a bundle the port\'s alone), '
                        'on each replica count, with the kernels whose time '
                        'differs most; a port below '
-                       f'{speed_lib.MARGIN:.0%} of the legacy rate is '
+                       f'{tolerances.SPEED_MARGIN:.0%} of the legacy rate is '
                        'reported for review, not failed.', **define)
   flags.DEFINE_integer('speed_window_steps', 10, 'With --speed: steps per '
                        'timed window (and per call of the port\'s '

@@ -12,7 +12,7 @@ and the spread the timed windows' (max - min) / median. Then one more window
 of each runs under TensorFlow's profiler (``kit_core.profile``), and the
 kernels whose time per step differs most between the two sides are listed.
 
-A port slower than ``MARGIN`` times the legacy rate is a finding to look at
+A port slower than ``tolerances.SPEED_MARGIN`` times the legacy rate is a finding to look at
 (``REVIEW``), with that table, not a failed equivalence check: what it
 computes is judged by the other checks. Rates are comparable only within one
 run on one machine, so a bundle (recorded elsewhere, or earlier) is never
@@ -26,10 +26,9 @@ import time
 from typing import Callable
 
 from kit_core import profile as profile_lib
+from migration_tools import tolerances
 from migration_tools.compare import checks
 
-# A port below this fraction of the legacy rate is reported for review.
-MARGIN = 0.9
 # Kernels shown, by how much their time per step differs.
 SHOWN = 5
 
@@ -88,7 +87,7 @@ def _table_text(rows: list[dict]) -> str:
 
 
 def check(name: str, legacy: dict | None, port: dict,
-          table: list[dict] | None, margin: float = MARGIN
+          table: list[dict] | None, margin: float = tolerances.SPEED_MARGIN
           ) -> checks.CheckResult:
   """The speed result: PASSED within the margin, REVIEW below it, SKIPPED
   without a legacy timing (from a bundle).
