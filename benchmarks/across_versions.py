@@ -47,6 +47,9 @@ class Cell:
   examples_per_second: float
   ratio_to_baseline: float | None  # To the first Python's TPUEstimator.
   fraction_of_ceiling: float  # Of the matmul ceiling of its precision.
+  # Of the examples/s its precision's kernels allow, each timed alone (None:
+  # a report from before benchmarks/ceilings.py).
+  fraction_of_kernels_alone: float | None
   ratio_to_first: float | None  # To the same trainer under the first Python.
 
 
@@ -101,6 +104,7 @@ def rows(reports: list[dict]) -> list[Row]:
           examples_per_second=rate,
           ratio_to_baseline=rate / baseline if baseline else None,
           fraction_of_ceiling=result['fraction_of_ceiling'],
+          fraction_of_kernels_alone=result.get('fraction_of_kernels_alone'),
           ratio_to_first=(rate / first[key]['examples_per_second']
                           if key in first else None)))
     some = next(r['trainers'][key] for r in reports if key in r['trainers'])
@@ -118,18 +122,21 @@ def markdown(reports: list[dict], table: list[Row]) -> str:
   header = ['trainer']
   for i, version in enumerate(versions):
     header += [f'{version} examples/s', f'vs {versions[0]} TPUEstimator',
-               'of its ceiling'] + ([f'vs {versions[0]}'] if i else [])
+               'of its ceiling', 'of its kernels alone'] + (
+                   [f'vs {versions[0]}'] if i else [])
   lines = ['| ' + ' | '.join(header) + ' |',
            '| --- |' + ' ---: |' * (len(header) - 1)]
   for row in table:
     cells = [row.label]
     for i, cell in enumerate(row.cells):
       if cell is None:
-        cells += ['not run'] + ['-'] * (3 if i else 2)
+        cells += ['not run'] + ['-'] * (4 if i else 3)
         continue
+      alone = cell.fraction_of_kernels_alone
       cells += [f'{cell.examples_per_second:,.0f}',
                 _ratio(cell.ratio_to_baseline),
-                f'{cell.fraction_of_ceiling:.0%}']
+                f'{cell.fraction_of_ceiling:.0%}',
+                '-' if alone is None else f'{alone:.0%}']
       if i:
         cells.append(_ratio(cell.ratio_to_first))
     lines.append('| ' + ' | '.join(cells) + ' |')
@@ -137,8 +144,12 @@ def markdown(reports: list[dict], table: list[Row]) -> str:
   for version, report in zip(versions, reports):
     ceilings = ', '.join(f'{rate / 1e9:.0f} GFLOP/s {dtype}' for dtype, rate
                          in report['matmul_flops_per_second'].items())
+    alone = ', '.join(f'{figures["flops_per_second"] / 1e9:.0f} GFLOP/s '
+                      f'{precision}' for precision, figures
+                      in report.get('kernels_alone', {}).items())
     lines.append(f'- {version} (Keras {report["machine"]["keras"]}): '
-                 f'ceilings {ceilings}')
+                 f'ceilings {ceilings}' + (
+                     f'; the model\'s kernels alone {alone}' if alone else ''))
   machine = reports[0]['machine']
   has = [flag for flag, present in machine['cpu_flags'].items() if present]
   lines.append(f'- {machine["cpu"]}, {machine["cores"]} cores '

@@ -9,7 +9,11 @@ warm-up window), each trainer's ratio to the TPUEstimator baseline, and its
 fraction of this machine's ceiling for its precision: the rate of a large
 float32 matmul for the float32 trainers, of a bfloat16 one for the
 mixed_bfloat16 trainers, against the FLOPs a training example costs (counted
-from the layer shapes). Also timed: the input pipelines alone. The JSON names
+from the layer shapes), and its fraction of the model's kernels alone: the
+examples/s the step's convolutions and matmuls allow, each timed by itself
+(benchmarks/ceilings.py). Near its kernels alone, a trainer is held back by
+TensorFlow's kernels, not by the port. Also timed: the input pipelines
+alone. The JSON names
 the CPU and the instruction-set flags that decide those ceilings (AVX-512,
 AVX512_BF16, AMX). Prints a table, writes JSON.
 
@@ -23,7 +27,6 @@ run it for a few steps only; nothing here is asserted on timing.
 from importlib import metadata
 import os
 import platform
-import statistics
 import sys
 import time
 
@@ -34,6 +37,7 @@ import tensorflow as tf
 
 # trainers splits the CPU in two at import, before any TF op.
 import trainers  # pylint: disable=g-bad-import-order
+import ceilings  # pylint: disable=g-bad-import-order
 
 from estimator_mnist import data as estimator_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from kit_core import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -68,50 +72,6 @@ flags.DEFINE_string('report', 'throughput.json', 'Where the JSON goes.')
 FLAGS = flags.FLAGS
 
 
-# ------------------------------------------------------------ the ceiling --
-
-# The ceiling each trainer is held to, by the precision of its math.
-CEILING_DTYPES = {'float32': tf.float32, 'mixed_bfloat16': tf.bfloat16}
-
-
-def matmul_flops_per_second(size: int, dtype: tf.DType = tf.float32,
-                            repeats: int = 10) -> float:
-  """FLOP/s of a size x size matmul in dtype, the median of several."""
-  a = tf.cast(tf.random.normal([size, size]), dtype)
-  b = tf.cast(tf.random.normal([size, size]), dtype)
-  matmul = tf.function(lambda x, y: tf.reduce_sum(tf.matmul(x, y)))
-  matmul(a, b).numpy()  # Traces and warms up.
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    matmul(a, b).numpy()
-    times.append(time.perf_counter() - start)
-  return 2 * size ** 3 / statistics.median(times)
-
-
-def training_flops_per_example(model: tf.keras.Model) -> dict:
-  """Multiply-adds x 2 of each layer's forward pass, from its shapes.
-
-  Training costs the forward pass, the weight gradients (as much again) and
-  the input gradients (as much again, except for the first layer, whose input
-  needs none). Pooling, activations and the loss are left out: they are small
-  next to the convolutions.
-  """
-  layers = {}
-  for layer in model.layers:
-    if isinstance(layer, tf.keras.layers.Conv2D):
-      _, height, width, out = layer.output.shape
-      kernel_h, kernel_w, inputs, _ = layer.kernel.shape
-      layers[layer.name] = 2 * height * width * out * kernel_h * kernel_w * inputs
-    elif isinstance(layer, tf.keras.layers.Dense):
-      inputs, out = layer.kernel.shape
-      layers[layer.name] = 2 * inputs * out
-  forward = sum(layers.values())
-  first = next(iter(layers.values()))
-  return {'forward_by_layer': layers, 'forward': forward,
-          'training': 3 * forward - first}
-
-
 # ----------------------------------------------------------------- inputs --
 
 def input_pipeline(dataset, batch: int, window_steps: int,
@@ -144,12 +104,15 @@ def run(info, batch: int, window_steps: int, windows: int,
                    f'--steps_per_execution={steps_per_execution}')
   by_id = trainers.by_id(steps_per_execution)
   selected = trainers.select(by_id, only, skip_unavailable)
-  flops = training_flops_per_example(model_lib.build_model())
-  ceilings = {}
-  for precision, dtype in CEILING_DTYPES.items():
-    ceilings[precision] = matmul_flops_per_second(matmul_size, dtype)
+  flops = ceilings.training_flops_per_example(model_lib.build_model())
+  matmul, alone = {}, {}
+  for precision, dtype in ceilings.CEILING_DTYPES.items():
+    matmul[precision] = ceilings.matmul_flops_per_second(matmul_size, dtype)
     logging.info('%s matmul ceiling: %.1f GFLOP/s', dtype.name,
-                 ceilings[precision] / 1e9)
+                 matmul[precision] / 1e9)
+    alone[precision] = ceilings.kernels_alone(precision, batch)
+    logging.info('%s: the model\'s kernels alone: %.1f GFLOP/s', precision,
+                 alone[precision]['flops_per_second'] / 1e9)
   results = {}
   for key in selected:
     trainer = by_id[key]
@@ -161,7 +124,9 @@ def run(info, batch: int, window_steps: int, windows: int,
     rate = result['examples_per_second']
     result['ratio_to_estimator'] = rate / baseline if baseline else None
     result['fraction_of_ceiling'] = (
-        rate * flops['training'] / ceilings[result['precision']])
+        rate * flops['training'] / matmul[result['precision']])
+    result['fraction_of_kernels_alone'] = (
+        rate / alone[result['precision']]['examples_per_second'])
   pipelines = {
       'migrate.data (train)': input_pipeline(migrate_data.make_dataset(
           info.data_dir, 'train', batch, True), batch, window_steps, windows),
@@ -172,8 +137,9 @@ def run(info, batch: int, window_steps: int, windows: int,
   }
   return {
       'trainers': results, 'input_pipelines': pipelines,
-      'matmul_flops_per_second': {CEILING_DTYPES[p].name: rate
-                                  for p, rate in ceilings.items()},
+      'matmul_flops_per_second': {ceilings.CEILING_DTYPES[p].name: rate
+                                  for p, rate in matmul.items()},
+      'kernels_alone': alone,
       'matmul_size': matmul_size,
       'flops_per_example': flops, 'batch_size': batch,
       'window_steps': window_steps, 'windows': windows,
@@ -191,17 +157,18 @@ def run(info, batch: int, window_steps: int, windows: int,
 def table(report: dict) -> str:
   """The report as a Markdown table."""
   best = max(r['examples_per_second'] for r in report['trainers'].values())
-  lines = ['| trainer | examples/s | vs TPUEstimator | of its ceiling |',
-           '| --- | ---: | ---: | ---: |']
+  lines = ['| trainer | examples/s | vs TPUEstimator | of its ceiling | '
+           'of its kernels alone |', '| --- | ---: | ---: | ---: | ---: |']
   for r in report['trainers'].values():
     ratio = r['ratio_to_estimator']
     lines.append(f'| {r["label"]} | {r["examples_per_second"]:,.0f} | '
                  f'{"-" if ratio is None else f"{ratio:.2f}x"} | '
-                 f'{r["fraction_of_ceiling"]:.0%} |')
+                 f'{r["fraction_of_ceiling"]:.0%} | '
+                 f'{r["fraction_of_kernels_alone"]:.0%} |')
   for name, r in report['input_pipelines'].items():
     lines.append(f'| input pipeline alone: {name} | '
                  f'{r["examples_per_second"]:,.0f} | | '
-                 f'{r["examples_per_second"] / best:.0f}x the best trainer |')
+                 f'{r["examples_per_second"] / best:.0f}x the best trainer | |')
   lines += ['', footer(report)]
   return '\n'.join(lines)
 
@@ -209,12 +176,17 @@ def table(report: dict) -> str:
 def footer(report: dict) -> str:
   """The ceilings, the model's cost and the machine, in a sentence."""
   flops = report['flops_per_example']
-  ceilings = ', '.join(f'{rate / 1e9:.0f} GFLOP/s {dtype}' for dtype, rate
-                       in report['matmul_flops_per_second'].items())
+  matmuls = ', '.join(f'{rate / 1e9:.0f} GFLOP/s {dtype}' for dtype, rate
+                      in report['matmul_flops_per_second'].items())
+  alone = ', '.join(f'{figures["flops_per_second"] / 1e9:.0f} GFLOP/s '
+                    f'({figures["examples_per_second"]:,.0f} examples/s) '
+                    f'{precision}' for precision, figures
+                    in report['kernels_alone'].items())
   machine = report['machine']
   has = [flag for flag, present in machine['cpu_flags'].items() if present]
   return (f'Ceilings ({report["matmul_size"]}^2 matmul; a trainer is held to '
-          f'the one of its precision): {ceilings}. The model: '
+          f'the one of its precision): {matmuls}. The model\'s kernels '
+          f'alone (benchmarks/ceilings.py): {alone}. The model: '
           f'{flops["training"] / 1e6:.1f} MFLOP per training example '
           f'({flops["forward"] / 1e6:.1f} forward). Global batch '
           f'{report["batch_size"]}; {machine["cpu"]}, {machine["cores"]} '

@@ -54,12 +54,17 @@ def test_two_tensorflows_in_one_table(tmp_path, fake_data_dir):
   assert bf16['precision'] == 'mixed_bfloat16'
   assert rows['custom_bf16']['cells'][1]['fraction_of_ceiling'] == (
       bf16['fraction_of_ceiling'])
+  assert rows['custom_bf16']['cells'][1]['fraction_of_kernels_alone'] == (
+      bf16['fraction_of_kernels_alone'])
   header = result.stdout.splitlines()[0]
   assert header.startswith('| trainer | TF 2.15.1 examples/s | vs TF 2.15.1 '
-                           'TPUEstimator | of its ceiling |')
+                           'TPUEstimator | of its ceiling | of its kernels '
+                           'alone |')
   if not has_estimator:
-    assert '| estimator (TPUEstimator, CPU) |' in result.stdout
-    assert '| not run | - | - | - |' in result.stdout
+    estimator = next(line for line in result.stdout.splitlines()
+                     if line.startswith('| estimator (TPUEstimator, CPU) |'))
+    assert estimator.endswith('| not run | - | - | - | - |'), estimator
+  assert "the model's kernels alone" in result.stdout
   assert 'ceilings' in result.stdout and 'GFLOP/s bfloat16' in result.stdout
 
 

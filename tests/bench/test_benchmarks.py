@@ -63,6 +63,10 @@ def test_throughput_smoke_run_writes_table_and_json(tmp_path, fake_data_dir):
         'mixed_bfloat16' if dtype == 'bfloat16' else 'float32'), name
     assert trainer['fraction_of_ceiling'] == pytest.approx(
         trainer['examples_per_second'] * per_example / ceilings[dtype]), name
+    # And to what its precision's kernels allow, each timed alone.
+    alone = figures['kernels_alone'][trainer['precision']]
+    assert trainer['fraction_of_kernels_alone'] == pytest.approx(
+        trainer['examples_per_second'] / alone['examples_per_second']), name
   assert trainers['estimator']['ratio_to_estimator'] == 1
   cpu_flags = figures['machine']['cpu_flags']
   assert {'avx512f', 'avx512_bf16', 'amx_bf16'} <= set(cpu_flags)
@@ -76,7 +80,8 @@ def test_throughput_smoke_run_writes_table_and_json(tmp_path, fake_data_dir):
   assert figures['flops_per_example']['training'] == 3 * 22_130_176 - 1_254_400
   assert figures['machine']['tensorflow'] == '2.15.1'
   assert '| estimator (TPUEstimator, CPU) |' in result.stdout
-  assert 'of its ceiling' in result.stdout
+  assert 'of its ceiling | of its kernels alone |' in result.stdout
+  assert "The model's kernels alone (benchmarks/ceilings.py)" in result.stdout
   assert 'GFLOP/s float32' in result.stdout
   assert 'GFLOP/s bfloat16' in result.stdout
 
@@ -90,6 +95,39 @@ def test_window_not_a_multiple_of_the_execution_fails_in_one_line(
   assert last_line(result.stderr) == (
       'error: --window_steps=5 must be a multiple of --steps_per_execution=2')
   assert not report.exists()
+
+
+def test_ceilings_time_each_kernel_of_the_step_alone(tmp_path):
+  report = tmp_path / 'ceilings.json'
+  result = _run('--batch_size=8', '--matmul_size=64', '--repeats=2',
+                f'--report={report}', script='ceilings.py')
+  assert result.returncode == 0, result.stderr[-3000:]
+  figures = json.loads(report.read_text())
+  assert list(figures['precisions']) == ['float32', 'mixed_bfloat16']
+  for precision, dtype in (('float32', 'float32'),
+                           ('mixed_bfloat16', 'bfloat16')):
+    alone = figures['precisions'][precision]['kernels_alone']
+    kernels = alone['kernels']
+    # Forward, weight and input gradients of the 4 layers, less the first
+    # layer's input gradient, as training_flops_per_example counts them.
+    assert [(k['layer'], k['part']) for k in kernels] == [
+        (layer, part) for layer in ('conv1', 'conv2', 'dense', 'logits')
+        for part in ('forward', 'weight gradient', 'input gradient')
+        if (layer, part) != ('conv1', 'input gradient')]
+    # The logits stay float32 under mixed_bfloat16 (migrate/model.py).
+    assert [k['dtype'] for k in kernels] == [dtype] * 8 + ['float32'] * 3
+    assert alone['seconds_per_step'] == pytest.approx(
+        sum(k['seconds'] for k in kernels))
+    assert alone['examples_per_second'] == pytest.approx(
+        8 / alone['seconds_per_step'])
+    # Every kernel's FLOPs add up to the step's (3 x 22,130,176 - 1,254,400
+    # per example).
+    step_flops = sum(k['flops_per_second'] * k['seconds'] for k in kernels)
+    assert step_flops == pytest.approx(8 * (3 * 22_130_176 - 1_254_400))
+    assert alone['flops_per_second'] == pytest.approx(
+        step_flops / alone['seconds_per_step'])
+  assert '| conv2 | weight gradient | bfloat16 |' in result.stdout
+  assert "mixed_bfloat16: the model's kernels alone take" in result.stdout
 
 
 def _kernels(rows):
