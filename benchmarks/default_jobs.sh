@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Runs the README's three main jobs with default flags, one after the other,
 # and prints a Markdown table row per job: eval accuracy and wall time.
-#   bash benchmarks/default_jobs.sh [PYTHON]      (default: .venv/bin/python)
+#   bash benchmarks/default_jobs.sh [PYTHON [FLAG...]]   (default: .venv/bin/python)
 # With a PYTHON of the newest profile (no tf.estimator), the two migrate jobs.
+# FLAGs go to the two migrate jobs only (e.g. --jit_compile, which
+# estimator_mnist has no counterpart of); with FLAGs the estimator job is left
+# out, so a run with and one without a flag compare the migrate jobs alone.
 # Each job writes into a fresh temporary --model_dir; data comes from the
 # kit's default data directory (the offline default unless you put MNIST there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${1:-.venv/bin/python}
+shift || true
+flags=("$@")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-jobs=("migrate --loop=fit" "migrate --loop=custom --num_cpu_devices=2")
-if "$python" -c 'import tensorflow_estimator' 2> /dev/null; then
+extra=${flags[*]:+ ${flags[*]}}
+jobs=("migrate --loop=fit$extra" "migrate --loop=custom --num_cpu_devices=2$extra")
+if [ ${#flags[@]} -eq 0 ] && "$python" -c 'import tensorflow_estimator' 2> /dev/null; then
   jobs=("estimator_mnist" "${jobs[@]}")
 fi
 echo "TensorFlow $("$python" -c 'import tensorflow as tf; print(tf.__version__)' 2> /dev/null)"
