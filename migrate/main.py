@@ -70,7 +70,8 @@ flags.DEFINE_boolean(
     'Compile the training and evaluation steps with XLA '
     '(jit_compile=True), as a TPU always does: run the step through XLA on '
     'a CPU or GPU before a TPU is at hand. Off by default: on a CPU, XLA runs '
-    'this step slower than the graph (benchmarks/README.md). No effect on a '
+    'this step slower than the graph (benchmarks/README.md), and compiles '
+    'for one replica only (--num_cpu_devices=1, one worker). No effect on a '
     'TPU, which compiles it anyway.')
 flags.DEFINE_integer('checkpoint_steps', 100,
                      'Save a checkpoint (and log the loss) every this many '

@@ -173,6 +173,25 @@ def _check_loop(config: config_lib.Config,
         'smaller --steps_per_execution, or --loop=custom')
 
 
+def _check_jit_compile(config: config_lib.Config,
+                       strategy: tf.distribute.Strategy) -> None:
+  """Raises KitError when --jit_compile cannot compile the step: TensorFlow's
+  XLA compiles a step for one CPU only. Measured on TF 2.15 and 2.21: with
+  replicas on logical CPUs the step compiled for CPU:0 cannot reach replica
+  1's variables; with workers, XLA has no collectives on CPUs."""
+  replicas = strategy.num_replicas_in_sync
+  if not config.jit_compile or replicas == 1:
+    return
+  if any(tf.DeviceSpec.from_string(device).device_type != 'CPU'
+         for device in strategy.extended.worker_devices):
+    return  # A TPU's (XLA's own path) or GPUs' (not measured here).
+  raise KitError(
+      f'--jit_compile cannot compile a step of {replicas} replicas on CPUs '
+      '(TensorFlow\'s XLA compiles for one CPU device and has no cross-replica '
+      'sum there); use one replica (--num_cpu_devices=1, one worker) to run '
+      'the step through XLA as a TPU core does, or drop --jit_compile')
+
+
 def _build_and_restore(config: config_lib.Config,
                        strategy: tf.distribute.Strategy, model_dir: str):
   """The model and optimizer, restored from model_dir's latest usable
@@ -255,6 +274,7 @@ def run(config: config_lib.Config,
       config.strategy, config.tpu, config.tpu_zone, config.gcp_project,
       config.worker_wait_seconds)
   _check_loop(config, strategy)
+  _check_jit_compile(config, strategy)
   replicas = strategy.num_replicas_in_sync
   per_replica = sharding.per_replica_batch(config.batch_size, replicas,
                                            'the number of replicas')

@@ -334,6 +334,16 @@ def test_resume_restores_weights_and_step_exactly(tmp_path, fake_data_dir):
   assert again['fingerprint'] == done['fingerprint']
 
 
+@pytest.mark.parametrize('loop', ['fit', 'custom'])
+def test_jit_compile_refuses_replicas_on_cpus(tmp_path, fake_data_dir, loop):
+  # Measured: the step compiled for CPU:0 cannot reach replica 1's variables.
+  with pytest.raises(KitError, match=r'^--jit_compile cannot compile a step of '
+                     r'2 replicas on CPUs .*use one replica'):
+    train.run(make_config(tmp_path / 'model', loop=loop, jit_compile=True),
+              cpu_strategy(2), fake_data_dir)
+  assert not os.path.exists(tmp_path / 'model')
+
+
 def test_batch_not_divisible_by_replicas(tmp_path, fake_data_dir):
   with pytest.raises(KitError, match=r'--batch_size=64 is not divisible by the '
                      r'number of replicas=3'):

@@ -29,7 +29,8 @@ def _free_ports(count):
   return ports
 
 
-def _start_workers(tmp_path, fake_data_dir, loop, train_steps, name='worker'):
+def _start_workers(tmp_path, fake_data_dir, loop, train_steps, name='worker',
+                   extra=()):
   """Two workers on free ports of 127.0.0.1; returns [(Popen, log path)]."""
   workers = [f'127.0.0.1:{port}' for port in _free_ports(2)]
   processes = []
@@ -45,7 +46,7 @@ def _start_workers(tmp_path, fake_data_dir, loop, train_steps, name='worker'):
            f'--model_dir={tmp_path / "model"}', '--batch_size=64',
            f'--train_steps={train_steps}', '--steps_per_execution=4',
            '--checkpoint_steps=4', '--learning_rate=0.1',
-           '--noenable_predict'],
+           '--noenable_predict', *extra],
           cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT), path))
   return processes
 
@@ -86,6 +87,21 @@ def test_two_workers_train_in_step(tmp_path, fake_data_dir, loop):
   exports = os.listdir(tmp_path / 'model' / 'export')
   assert len(exports) == 1 and not exports[0].startswith('.tmp')
   assert 'SavedModel: ' in logs[0] and 'SavedModel: ' not in logs[1]
+
+
+def test_jit_compile_on_two_cpu_workers_is_one_line(tmp_path, fake_data_dir):
+  """XLA has no collectives on CPUs: both workers say so before training."""
+  codes, logs = _wait(_start_workers(tmp_path, fake_data_dir, 'custom', 4,
+                                     extra=('--jit_compile',)))
+  assert codes == [1, 1], logs[0][-3000:] + logs[1][-3000:]
+  for log in logs:
+    assert last_line(log) == (
+        'error: --jit_compile cannot compile a step of 2 replicas on CPUs '
+        '(TensorFlow\'s XLA compiles for one CPU device and has no '
+        'cross-replica sum there); use one replica (--num_cpu_devices=1, one '
+        'worker) to run the step through XLA as a TPU core does, or drop '
+        '--jit_compile'), log[-3000:]
+  assert not (tmp_path / 'model').exists()
 
 
 def _lone_worker(tmp_path, fake_data_dir, workers, *extra, tf_config=None):
