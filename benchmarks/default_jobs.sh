@@ -3,9 +3,10 @@
 # and prints a Markdown table row per job: eval accuracy and wall time.
 #   bash benchmarks/default_jobs.sh [PYTHON [FLAG...]]   (default: .venv/bin/python)
 # With a PYTHON of the newest profile (no tf.estimator), the two migrate jobs.
-# FLAGs go to the two migrate jobs only (e.g. --jit_compile, which
-# estimator_mnist has no counterpart of); with FLAGs the estimator job is left
-# out, so a run with and one without a flag compare the migrate jobs alone.
+# FLAGs go to the two migrate jobs only, after their own (a later flag wins),
+# and leave the estimator job out, so that a run with and one without a flag
+# compare the migrate jobs alone. For XLA: --jit_compile --num_cpu_devices=1
+# (on CPUs XLA compiles one replica; benchmarks/README.md, "Default jobs").
 # Each job writes into a fresh temporary --model_dir; data comes from the
 # kit's default data directory (the offline default unless you put MNIST there).
 set -euo pipefail
@@ -31,7 +32,7 @@ for job in "${jobs[@]}"; do
     { echo "$job failed:"; tail -5 "$dir.log"; exit 1; }
   end=$(date +%s.%N)
   accuracy=$(grep -o 'Eval accuracy: [0-9.]* on [0-9]* test images' "$dir.log" |
-             sed 's/Eval accuracy: //')
+             sed 's/Eval accuracy: //') || accuracy='not evaluated'  # --eval_steps=0
   printf '| `python -m %s` | %s | %.0f s |\n' "$job" "$accuracy" \
     "$(awk "BEGIN { print $end - $start }")"
 done
