@@ -45,3 +45,8 @@ def has_bfloat16_arithmetic() -> bool | None:
   if any(flags[f] is None for f in BFLOAT16_FLAGS):
     return None
   return any(flags[f] for f in BFLOAT16_FLAGS)
+
+
+def has_amx_bfloat16() -> bool | None:
+  """Whether the CPU has Intel AMX's bfloat16 tiles (None: unknown)."""
+  return matmul_flags()['amx_bf16']

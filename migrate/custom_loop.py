@@ -47,7 +47,9 @@ class Trainer:
     per_example = self.per_example_loss(labels, logits)
     loss = self.scaled_loss(per_example)
     return per_example, logits, model_lib.gradients(
-        loss, self.model.trainable_variables)
+        loss, self.model.trainable_variables,
+        # A model of build_model's says; any other is gated, as TF 1 was.
+        getattr(self.model, 'gate_gradients', True))
 
   def train_step(self, images: tf.Tensor, labels: tf.Tensor) -> None:
     """One step on one replica's share of the global batch."""

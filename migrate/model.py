@@ -9,6 +9,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from kit_core import cpu
 from kit_core import keras_compat
 from mnist_common import resources
 
@@ -53,7 +54,9 @@ def build_model(dropout_rate: float = DROPOUT_RATE,
   # float32 logits whatever the precision: the softmax and the loss stay
   # float32, as Keras's mixed-precision guide has it; this layer is tiny.
   logits = layers.Dense(NUM_CLASSES, name='logits', dtype='float32')(y)
-  return Classifier(inputs, logits, name='mnist_cnn')
+  model = Classifier(inputs, logits, name='mnist_cnn')
+  model.gate_gradients = gates_gradients(precision)
+  return model
 
 
 def forward_bytes(precision: str = 'float32') -> int:
@@ -96,8 +99,23 @@ def make_optimizer(learning_rate: float) -> tf.keras.optimizers.Optimizer:
   return tf.keras.optimizers.SGD(learning_rate_schedule(learning_rate))
 
 
-def gradients(loss: tf.Tensor, variables: Sequence[tf.Variable]
-              ) -> list[tf.Tensor]:
+def gates_gradients(precision: str) -> bool:
+  """Whether ``gradients`` gates them for a model of this precision.
+
+  Gated (as TF 1 took them), except in bfloat16 on a CPU with AMX. The
+  gating keeps oneDNN from fusing each convolution's weight gradient with
+  its bias gradient (_MklNativeConv2DBackpropFilterWithBias). In float32 the
+  fused kernel is the slower one on every CPU measured (AVX2, AVX-512 with
+  AVX512_BF16, AMX). In bfloat16 with AMX it is the faster one: apart, the
+  bias gradient and ReLU gradient run on Eigen's bfloat16 kernels, and the
+  ungated step trains 1.15-1.36x faster (benchmarks/README.md, "On a CPU
+  with AMX"). Not measured in bfloat16 without AMX: left gated there.
+  """
+  return precision == 'float32' or cpu.has_amx_bfloat16() is not True
+
+
+def gradients(loss: tf.Tensor, variables: Sequence[tf.Variable],
+              gate: bool = True) -> list[tf.Tensor]:
   """d loss / d variables, gated per op as TF 1 optimizers took them.
 
   ``optimizer.minimize`` in a model_fn called ``tf.gradients`` with
@@ -105,18 +123,23 @@ def gradients(loss: tf.Tensor, variables: Sequence[tf.Variable]
   grouped before they flow on. A GradientTape does not group them, and on a
   CPU oneDNN then fuses each convolution's weight gradient with its bias
   gradient into one kernel (_MklNativeConv2DBackpropFilterWithBias) that
-  takes 1.8x (conv2) and 6x (conv1) the time of the two apart here
-  (``python benchmarks/kernels.py``; benchmarks/README.md). The gradients
-  are the same ops on the same values. Graph-only: call it inside a
-  tf.function (a training step always is).
+  takes 1.8x (conv2) and 6x (conv1) the time of the two apart here in
+  float32 (``python benchmarks/kernels.py``; benchmarks/README.md). The
+  gradients are the same ops on the same values. gate=False: ungrouped, as a
+  tape takes them (``gates_gradients`` says when: a model's
+  ``gate_gradients``). Graph-only: call it inside a tf.function (a training
+  step always is).
   """
-  return tf.gradients(loss, variables, gate_gradients=True)
+  return tf.gradients(loss, variables, gate_gradients=gate)
 
 
 class Classifier(tf.keras.Model):
   """A functional Keras model whose fit() step takes its gradients with
   ``gradients`` (above) instead of a GradientTape; otherwise Keras's own
-  step: compiled loss (scaled for the replicas), optimizer, metrics."""
+  step: compiled loss (scaled for the replicas), optimizer, metrics.
+  ``gate_gradients``: build_model sets it by the model's precision."""
+
+  gate_gradients = True
 
   def train_step(self, data):
     images, labels = data
@@ -124,7 +147,8 @@ class Classifier(tf.keras.Model):
     loss = self.compute_loss(images, labels, logits)
     keras_compat.add_to_loss_tracker(self, loss, tf.shape(images)[0])
     variables = self.trainable_variables
-    self.optimizer.apply_gradients(zip(gradients(loss, variables), variables))
+    self.optimizer.apply_gradients(
+        zip(gradients(loss, variables, self.gate_gradients), variables))
     return self.compute_metrics(images, labels, logits, sample_weight=None)
 
   def make_train_function(self, force=False):

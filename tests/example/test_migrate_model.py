@@ -4,10 +4,13 @@ import pytest
 import tensorflow as tf
 
 from conftest import cpu_strategy
+from kit_core import cpu
 from kit_core import keras_compat
 from kit_core import sharding
 from kit_core.errors import KitError
+from migrate import custom_loop
 from migrate import data
+from migrate import fit_loop
 from migrate import model
 from mnist_common import batching
 
@@ -60,7 +63,8 @@ def _batch(size: int, seed: int = 0):
   return images, rng.randint(0, 10, size).astype(np.int32)
 
 
-def test_gradients_are_the_tape_gradients():
+@pytest.mark.parametrize('gate', [True, False])
+def test_gradients_are_the_tape_gradients(gate):
   net = model.build_model(dropout_rate=0.0)
   images, labels = _batch(32)
 
@@ -72,7 +76,7 @@ def test_gradients_are_the_tape_gradients():
   def both():
     with tf.GradientTape() as tape:
       taped = loss()
-    return (model.gradients(loss(), net.trainable_variables),
+    return (model.gradients(loss(), net.trainable_variables, gate),
             tape.gradient(taped, net.trainable_variables))
 
   ours, tape = both()
@@ -81,6 +85,49 @@ def test_gradients_are_the_tape_gradients():
     # oneDNN may run the two through different kernels: rounding only.
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7,
                                err_msg=variable.name)
+
+
+@pytest.mark.parametrize('amx, bfloat16_gated',
+                         [(False, True), (None, True), (True, False)])
+def test_gradients_are_gated_except_in_bfloat16_with_amx(monkeypatch, amx,
+                                                         bfloat16_gated):
+  """Measured: gated gradients are faster in float32 on every CPU, ungated
+  ones in bfloat16 with AMX (benchmarks/README.md); unknown CPUs are gated."""
+  monkeypatch.setattr(cpu, 'has_amx_bfloat16', lambda: amx)
+  assert model.gates_gradients('float32') is True
+  assert model.gates_gradients('mixed_bfloat16') is bfloat16_gated
+  assert model.build_model().gate_gradients is True
+  assert model.build_model(
+      precision='mixed_bfloat16').gate_gradients is bfloat16_gated
+
+
+@pytest.mark.parametrize('loop', ['fit', 'custom'])
+def test_both_loops_take_the_models_gating(monkeypatch, loop):
+  """The step hands model_lib.gradients the model's gate_gradients."""
+  gates = []
+  taken = model.gradients
+
+  def spied(loss, variables, gate=True):
+    gates.append(gate)
+    return taken(loss, variables, gate)
+
+  monkeypatch.setattr(model, 'gradients', spied)
+  strategy = cpu_strategy(1)
+  with strategy.scope():
+    net = model.build_model(dropout_rate=0.0)
+    optimizer = model.make_optimizer(0.1)
+  net.gate_gradients = False
+  images, labels = _batch(8)
+  dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(8)
+  if loop == 'fit':
+    fit_loop.compile_model(net, optimizer, 1)
+    net.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)
+  else:
+    trainer = custom_loop.Trainer(net, optimizer, strategy, 8)
+    trainer.train_steps(iter(strategy.experimental_distribute_dataset(
+        dataset.repeat())), tf.constant(1))
+  assert int(optimizer.iterations.numpy()) == 1
+  assert gates and set(gates) == {False}
 
 
 @pytest.mark.parametrize('steps_per_execution', [1, 3])
