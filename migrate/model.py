@@ -107,9 +107,9 @@ def gates_gradients(precision: str) -> bool:
   its bias gradient (_MklNativeConv2DBackpropFilterWithBias). In float32 the
   fused kernel is the slower one on every CPU measured (AVX2, AVX-512 with
   AVX512_BF16, AMX). In bfloat16 with AMX it is the faster one: apart, the
-  bias gradient and ReLU gradient run on Eigen's bfloat16 kernels, and the
-  ungated step trains 1.15-1.36x faster (benchmarks/README.md, "On a CPU
-  with AMX"). Not measured in bfloat16 without AMX: left gated there.
+  bias gradient runs on Eigen's slow bfloat16 kernel, and the ungated step
+  trains 1.09-1.46x faster (benchmarks/README.md, "On a CPU with AMX"). Not
+  measured in bfloat16 without AMX: left gated there.
   """
   return precision == 'float32' or cpu.has_amx_bfloat16() is not True
 
