@@ -8,14 +8,53 @@ def numeric(a: np.ndarray) -> bool:
   return a.dtype.kind in 'biuf'
 
 
+def non_finite(theirs, ours) -> str:
+  """'' when the two hold no NaN and no infinity that the other does not
+  hold at the same place; else what does not agree, e.g. 'NaN on the port's
+  side (3 of 512 values)'. A NaN never agrees, not even with a NaN: a
+  comparison of NaN says nothing of either side."""
+  theirs, ours = np.asarray(theirs), np.asarray(ours)
+  if not (numeric(theirs) and numeric(ours)) or theirs.shape != ours.shape:
+    return ''
+  said = []
+  for side, values, other in (('the legacy', theirs, ours),
+                              ('the port\'s', ours, theirs)):
+    if values.dtype.kind != 'f':
+      continue
+    nan = np.isnan(values)
+    # An infinity the other side holds too, same sign, same place, agrees.
+    inf = np.isinf(values) & (values != other)
+    for kind, where in (('NaN', nan), ('Inf', inf)):
+      if where.any():
+        said.append(f'{kind} on {side} side ({int(where.sum())} of '
+                    f'{values.size} values)')
+  return ', '.join(said)
+
+
 def output_diff(a: np.ndarray, b: np.ndarray) -> float:
-  """Max |a - b|; inf if the shapes differ; 0/inf for non-numbers."""
+  """Max |a - b|; inf if the shapes differ, if either holds a NaN or an
+  infinity the other does not (non_finite), or for non-numbers that
+  differ (0 if equal)."""
+  a, b = np.asarray(a), np.asarray(b)
   if a.shape != b.shape:
     return float('inf')
   if not numeric(a) or not numeric(b):
     return 0.0 if np.array_equal(a, b) else float('inf')
-  return float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max(
-      initial=0.0))
+  if non_finite(a, b):
+    return float('inf')
+  a, b = a.astype(np.float64), b.astype(np.float64)
+  same = a == b  # Equal infinities subtract to NaN: they differ by 0.
+  with np.errstate(invalid='ignore'):
+    return float(np.abs(np.where(same, 0.0, a - b)).max(initial=0.0))
+
+
+def difference_text(name: str, theirs, ours, diff: float) -> str:
+  """'name differs by up to 0.0013', or what is not finite in it:
+  'name holds NaN on the port's side (3 of 512 values)'."""
+  said = non_finite(theirs, ours)
+  if said:
+    return f'{name} holds {said}'
+  return f'{name} differs by up to {diff:.3g}'
 
 
 def paired_outputs(theirs: dict, ours: dict, output_map: dict[str, str]

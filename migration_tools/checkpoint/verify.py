@@ -1,6 +1,7 @@
 """--verify: the same batches predicted by the legacy model_fn on the old
 checkpoint and by the port on the converted one; every output must agree
-(floats within tolerances.CONVERSION_ATOL, integers exactly)."""
+(floats within tolerances.CONVERSION_ATOL, integers exactly; a NaN, or an
+infinity the other side does not hold, never agrees)."""
 import dataclasses
 
 import numpy as np
@@ -63,9 +64,12 @@ def verify(estimator_dir: str, output: str, port: port_lib.Port, model_fn,
 
   worst = outputs_lib.worst_output(pairs, diffs, allowed)
   examples = len(tf.nest.flatten(features)[0])
-  if diffs[worst] > allowed(worst):
-    raise KitError(f'verification failed: {worst} differs by up to '
-                   f'{diffs[worst]:.3g} on {examples} examples (allowed '
-                   f'{allowed(worst):.0e}); is a variable mis-paired or a '
-                   'kernel transposed?')
+  if not diffs[worst] <= allowed(worst):
+    said = outputs_lib.difference_text(worst, *pairs[worst], diffs[worst])
+    cause = ('is a variable missing from the checkpoint, or did the port '
+             'or the legacy weights diverge?' if outputs_lib.non_finite(
+                 *pairs[worst]) else
+             'is a variable mis-paired or a kernel transposed?')
+    raise KitError(f'verification failed: {said} on {examples} examples '
+                   f'(allowed {allowed(worst):.0e}); {cause}')
   return Verification(examples, diffs)

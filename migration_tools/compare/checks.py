@@ -83,9 +83,32 @@ def judged(name: str, value: float, tolerance: float, figures: dict,
 
 
 def max_diff(a: dict, b: dict) -> tuple[float, str]:
-  """The largest |a[k] - b[k]| over the keys of a, and its key."""
-  worst = max(a, key=lambda k: float(np.abs(a[k] - b[k]).max()))
-  return float(np.abs(a[worst] - b[worst]).max()), worst
+  """The largest |a[k] - b[k]| over the keys of a, and its key; inf where
+  a value is not finite on one side (outputs.output_diff)."""
+  diffs = {k: outputs.output_diff(a[k], b[k]) for k in a}
+  worst = max(diffs, key=diffs.get)
+  return diffs[worst], worst
+
+
+def non_finite_in(a: dict, b: dict) -> str:
+  """What the first pair of a and b (by key) that is not finite holds, as
+  'name holds NaN on the port's side (...)', or ''."""
+  for k in a:
+    said = outputs.non_finite(a[k], b[k]) if k in b else ''
+    if said:
+      return f'{"/".join(k) if isinstance(k, tuple) else k} holds {said}'
+  return ''
+
+
+def _abs_diffs(theirs, ours) -> np.ndarray:
+  """|theirs - ours| elementwise, inf where either is not finite (and they
+  are not the same infinity)."""
+  theirs = np.asarray(theirs, np.float64)
+  ours = np.asarray(ours, np.float64)
+  same = theirs == ours
+  with np.errstate(invalid='ignore'):  # inf - inf: NaN, made inf below.
+    diffs = np.where(same, 0.0, np.abs(theirs - ours))
+  return np.where(np.isnan(diffs), np.inf, diffs)
 
 
 def inventory(theirs: dict, ours: dict) -> CheckResult:
@@ -158,9 +181,11 @@ def inputs(legacy_batch: tuple, port_batch: tuple | None) -> CheckResult:
       f'{side}_range': [float(d[worst].min()), float(d[worst].max())]
       for side, d in (('legacy', theirs), ('port', ours))
       if outputs.numeric(d[worst]) and d[worst].size})
+  said = outputs.non_finite(theirs[worst], ours[worst])
   return judged('inputs', diffs[worst], tolerances.INPUT_ATOL, figures,
                 f'the port\'s input pipeline gives another {worst} than the '
                 'legacy input_fn for the same records' + (
+                    f' ({worst} holds {said})' if said else '') + (
                     f' (legacy range {_range(figures["legacy_range"])}, port '
                     f'range {_range(figures["port_range"])})'
                     if 'port_range' in figures else '') +
@@ -187,7 +212,8 @@ def _compare_outputs(name: str, theirs: dict, ours: dict,
   figures = {'outputs': {k: list(p[0].shape) for k, p in pairs.items()},
              'max_diff_by_output': diffs, 'worst_output': worst}
   return judged(name, diffs[worst], tolerance, figures,
-                f'{worst} differs by up to {diffs[worst]:.3g} ' + hint)
+                outputs.difference_text(worst, *pairs[worst], diffs[worst]) +
+                ' ' + hint)
 
 
 def inference(theirs: dict, ours: dict,
@@ -276,7 +302,8 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
     legacy_slots, port_slots: {(variable, slot): value} after the step, in
       the TF 1 convention; None when the optimizer is not read.
   """
-  loss = abs(theirs['loss'] - ours['loss'])
+  loss = outputs.output_diff(np.float64(theirs['loss']),
+                             np.float64(ours['loss']))
   gradient, worst = max_diff(theirs['gradients'], ours['gradients'])
   rate = abs(theirs.get('learning_rate', np.nan) - ours['learning_rate'])
   weights, state, worst_state = _split_state(legacy_state, port_state,
@@ -291,7 +318,13 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
       np.abs(ours['gradients'][k]).sum() /
       max(np.abs(theirs['gradients'][k]).sum(), 1e-30)
       for k in theirs['gradients']]))
-  figures = {'loss_diff': loss, 'gradient_diff': gradient,
+  non_finite = next((said for said in (
+      non_finite_in({'loss': theirs['loss']}, {'loss': ours['loss']}),
+      non_finite_in(theirs['gradients'], ours['gradients']),
+      non_finite_in(legacy_state, port_state),
+      non_finite_in(legacy_slots or {}, port_slots or {})) if said), '')
+  figures = {'non_finite': non_finite,
+             'loss_diff': loss, 'gradient_diff': gradient,
              'worst_gradient': worst, 'updated_weights_diff': weights,
              'other_state_diff': state, 'worst_other_state': worst_state,
              'slots_diff': slots,
@@ -309,6 +342,10 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
 def _one_step_hint(f: dict, replicas: int) -> str:
   """What the one-step figures show, most telling first."""
   said = []
+  if f['non_finite']:
+    said.append(f['non_finite'] + ' (a NaN or an infinity is never equal: '
+                'look for a division by zero, a log of 0 or an overflow on '
+                'that side)')
   if f['legacy_examples'] != f['port_examples']:
     said.append(f'the port\'s replicas took {f["port_examples"]} examples in '
                 f'one step where the legacy step took {f["legacy_examples"]} '
@@ -371,7 +408,7 @@ def learning_rate(name: str, theirs: list[float], ours: list[float],
                        f'read ({legacy_source}); the updates checks judge the '
                        'rate through each step\'s size',
                        figures={'port': ours[-1]})
-  diffs = np.abs(np.array(theirs) - np.array(ours))
+  diffs = _abs_diffs(theirs, ours)
   over = np.flatnonzero(diffs > tolerances.LEARNING_RATE_ATOL)
   first = int(over[0]) + 1 if over.size else None
   at = (first or 1) - 1
@@ -408,7 +445,7 @@ def trajectory(name: str, theirs: list[float], ours: list[float],
     global_steps: (the legacy global step, the port optimizer's step) at the
       end; they must be equal.
   """
-  losses = np.abs(np.array(theirs) - np.array(ours))
+  losses = _abs_diffs(theirs, ours)
   weights, worst = max_diff(legacy_weights, port_weights)
   over = np.flatnonzero(losses > tolerances.TRAJECTORY_ATOL)
   first = int(over[0]) + 1 if over.size else None  # Steps count from 1.
@@ -430,19 +467,22 @@ def trajectory(name: str, theirs: list[float], ours: list[float],
     return judged(name, max(float(losses.max()), weights),
                   tolerances.TRAJECTORY_ATOL, figures,
                   _trajectory_hint(first, losses))
-  finite = bool(np.all(np.isfinite(ours)))
-  return CheckResult(
-      name, PASSED if finite else FAILED,
-      '' if finite else 'the port\'s loss is not finite at step '
-      f'{int(np.flatnonzero(~np.isfinite(ours))[0]) + 1}',
-      float(losses.max()), None, figures)
+  for side, values in (('port\'s', ours), ('legacy', theirs)):
+    if not np.all(np.isfinite(values)):
+      return CheckResult(
+          name, FAILED, f'the {side} loss is not finite at step '
+          f'{int(np.flatnonzero(~np.isfinite(values))[0]) + 1}',
+          float(losses.max()), None, figures)
+  return CheckResult(name, PASSED, '', float(losses.max()), None, figures)
 
 
 def _trajectory_hint(first: int | None, losses: np.ndarray) -> str:
   if first is None:
     return ('the losses agree but the final weights differ: the update '
             'differs where the loss does not show it (e.g. the optimizer)')
-  shown = f'the losses part at step {first} (by {losses[first - 1]:.3g})'
+  shown = f'the losses part at step {first} (by {losses[first - 1]:.3g}' + (
+      ': a NaN or an infinity on one side)' if np.isinf(losses[first - 1])
+      else ')')
   if first <= 2:
     return (shown + ', before noise could grow: the steps differ (e.g. the '
             'replicas do not share the legacy global batch, or the loss is '
@@ -455,13 +495,17 @@ def _trajectory_hint(first: int | None, losses: np.ndarray) -> str:
 def stepwise(name: str, per_step: np.ndarray) -> CheckResult:
   """Each step of the legacy trajectory as a one-step check (the port took
   the legacy weights before it): loss and updated weights per step."""
+  per_step = np.where(np.isnan(per_step), np.inf, per_step)
   over = np.flatnonzero(per_step > tolerances.ONE_STEP_ATOL)
   first = int(over[0]) + 1 if over.size else None
+  shown = ('holds a NaN or an infinity on one side' if over.size and
+           np.isinf(per_step[first - 1]) else
+           f'differs by {per_step[(first or 1) - 1]:.3g}')
   return judged(name, float(per_step.max()), tolerances.ONE_STEP_ATOL, {
       'steps': len(per_step), 'per_step_max_diff': per_step.tolist(),
       'first_step_over_tolerance': first},
-                f'step {first} of the legacy trajectory differs by '
-                f'{per_step[(first or 1) - 1]:.3g} at identical weights: what '
+                f'step {first} of the legacy trajectory {shown} at identical '
+                'weights: what '
                 'that step computes differs (e.g. the per-replica batch, the '
                 'loss scaling, the learning rate at that step)')
 
@@ -483,7 +527,9 @@ def evaluation(theirs: dict, ours: dict, metric_map: dict[str, str],
                        f'{", ".join(missing)} (port: {sorted(ours)}): name '
                        'its metrics as the legacy eval metrics, or map them '
                        '(Port.metric_map)', figures=figures)
-  relative = {k: abs(a - b) / max(1.0, abs(a)) for k, (a, b) in pairs.items()}
+  relative = {k: outputs.output_diff(np.float64(a), np.float64(b)) /
+              max(1.0, abs(a) if np.isfinite(a) else 1.0)
+              for k, (a, b) in pairs.items()}
   worst = max(relative, key=relative.get)
   figures['worst_metric'] = worst
   a, b = pairs[worst]

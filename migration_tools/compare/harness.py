@@ -26,6 +26,7 @@ from kit_core import keras_compat
 from kit_core.errors import one_line
 from migration_tools import legacy as legacy_lib
 from migration_tools import optimizers
+from migration_tools import outputs
 from migration_tools import port as port_lib
 from migration_tools import runners
 from migration_tools import serving
@@ -334,8 +335,9 @@ def _resynced_steps(legacy: Legacy, runner: Port, run: _Run,
     ours = runner.train_loss() if dropout else runner.step()['loss']
     rate = runner.learning_rate()
     after = legacy.state()
-    diffs = [abs(theirs['loss'] - ours), checks.max_diff(after,
-                                                          runner.state())[0]]
+    diffs = [outputs.output_diff(np.float64(theirs['loss']),
+                                 np.float64(ours)),
+             checks.max_diff(after, runner.state())[0]]
     legacy_slots = legacy.slots() if both else {}
     port_slots = runner.slots(rate) if legacy_slots else {}
     if legacy_slots:

@@ -14,6 +14,7 @@ the two sides part.
 """
 import numpy as np
 
+from migration_tools import outputs
 from migration_tools import tolerances
 
 
@@ -39,8 +40,11 @@ def relative_diff(theirs: np.ndarray, ours: np.ndarray) -> float:
   ours = np.asarray(ours, np.float64).ravel()
   if theirs.size != ours.size:
     return float('inf')
+  difference = outputs.output_diff(theirs, ours)  # inf where not finite.
+  if not np.isfinite(difference):
+    return difference
   scale = max(float(np.abs(theirs).max(initial=0.0)), 1e-30)
-  return float(np.abs(theirs - ours).max(initial=0.0)) / scale
+  return difference / scale
 
 
 def compare(legacy_outputs: dict, port_outputs: dict,

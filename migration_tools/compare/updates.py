@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from migration_tools import outputs
 from migration_tools import tolerances
 from migration_tools.compare.checks import CheckResult
 from migration_tools.compare.checks import FAILED
@@ -45,6 +46,8 @@ class Part:
   scale: the port's update over the legacy one (least squares).
   count: its number of elements.
   relative: excess over the larger of size and the step's floor (Step).
+  non_finite: what is NaN or infinite on one side only
+    (outputs.non_finite), or '': then excess and relative are inf.
   """
   size: float
   excess: float
@@ -53,6 +56,7 @@ class Part:
   scale: float
   count: int
   relative: float = 0.0
+  non_finite: str = ''
 
 
 def _ulps(values: np.ndarray) -> np.ndarray:
@@ -62,6 +66,11 @@ def _ulps(values: np.ndarray) -> np.ndarray:
 def part(before, theirs, ours, rate: float | None) -> Part:
   """A variable's step: before, then the legacy and the port's values after
   (for a slot, before is None: its values are compared as they are)."""
+  said = outputs.non_finite(theirs, ours)
+  if said:
+    # Nothing below is a number then: the part fails whatever its size.
+    return Part(float('inf'), float('inf'), 0.0, 1.0, float('nan'),
+                int(np.size(theirs)), float('inf'), said)
   theirs = np.asarray(theirs, np.float64)
   ours = np.asarray(ours, np.float64)
   start = 0.0 if before is None else np.asarray(before, np.float64)
@@ -93,10 +102,15 @@ def with_floors(parts: dict[str, Part], group) -> dict[str, Part]:
   rounding noise; judged against its own size it would always differ."""
   totals = {}
   for name, p in parts.items():
+    if p.non_finite:
+      continue  # Its own relative is inf; it sets no floor for the others.
     size, count = totals.get(group(name), (0.0, 0))
     totals[group(name)] = (size + p.size ** 2, count + p.count)
   result = {}
   for name, p in parts.items():
+    if p.non_finite:
+      result[name] = p
+      continue
     squares, count = totals[group(name)]
     floor = tolerances.UPDATE_FLOOR * np.sqrt(squares / max(count, 1) *
                                               p.count)
@@ -222,6 +236,14 @@ def hint(s: Step) -> str:
   """What the first failing step's differences look like, most telling
   first."""
   bar = tolerances.UPDATE_RTOL
+  broken = [(k, p) for k, p in {**s.variables, **s.slots}.items()
+            if p.non_finite]
+  if broken:
+    name, p = broken[0]
+    return (f'at step {s.number} {name} holds {p.non_finite}' + (
+        f' (and {len(broken) - 1} more)' if len(broken) > 1 else '') +
+            ': a NaN or an infinity is never equal (look for a division by '
+            'zero, a log of 0 or an overflow on that side)')
   failing = {k: p for k, p in s.variables.items()
              if p.relative > bar and s.moved()}
   failing_slots = {k: p for k, p in s.slots.items() if p.relative > bar}

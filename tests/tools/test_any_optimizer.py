@@ -131,6 +131,9 @@ def test_layers_part_at_the_first_layer_over_the_bar_in_legacy_order():
       '0.0005 of its scale')
   assert layers.compare(theirs, theirs, {k: k for k in theirs})[
       'parting'] is None
+  # A NaN in a layer's output is where they part, not a layer that agrees.
+  nan = dict(ours, **{'e/d': np.array([np.nan, 2, 2, 2])})
+  assert layers.compare(theirs, nan, pairs)['parting'] == 'enc/dense'
 
 
 def test_an_error_in_a_tf_function_shows_its_cause_and_the_users_frame():

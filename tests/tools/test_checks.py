@@ -171,3 +171,86 @@ def test_an_unread_legacy_rate_is_not_run_with_its_reason_never_failed():
   assert 'MyOptimizer keeps no rate' in result.message
   assert checks.learning_rate('learning_rate (1 replica)', [0.0, 1e-3],
                               [0.0, 2e-3]).failed
+
+
+NAN, INF = float('nan'), float('inf')
+
+
+def _with(values: dict, name: str, value: float) -> dict:
+  """values with the first element of values[name] set to value."""
+  changed = {k: np.array(v, np.float32) for k, v in values.items()}
+  changed[name].flat[0] = value
+  return changed
+
+
+@pytest.mark.parametrize('bad', [NAN, INF], ids=['NaN', 'Inf'])
+@pytest.mark.parametrize('side', ['legacy', 'port'])
+def test_every_check_fails_a_value_that_is_not_finite(bad, side):
+  """A NaN or an infinity on either side fails each check that compares
+  numbers, and its message names the value and says which it is."""
+  kind = 'NaN' if np.isnan(bad) else 'Inf'
+  where = "the port's side" if side == 'port' else 'the legacy side'
+
+  def sides(good, broken):
+    return (broken, good) if side == 'legacy' else (good, broken)
+
+  probabilities = {'probabilities': np.full((4, 3), 0.25, np.float32)}
+  results = {
+      'inference': checks.inference(*sides(probabilities, _with(
+          probabilities, 'probabilities', bad)), {}),
+      'served_predictions': checks.served_predictions(*sides(
+          probabilities, _with(probabilities, 'probabilities', bad)), {}),
+      'inputs': checks.inputs(*sides(
+          (probabilities['probabilities'], None),
+          (_with(probabilities, 'probabilities', bad)['probabilities'],
+           None))),
+      'one_step (loss)': checks.one_step(
+          'one_step', *sides(_step(), _step(loss=bad)), _state(), _state(),
+          1),
+      'one_step (gradient)': checks.one_step(
+          'one_step', *sides(_step(), {**_step(), 'gradients': _with(
+              _step()['gradients'], 'dense/kernel', bad)}), _state(),
+          _state(), 1),
+      'one_step (weights)': checks.one_step(
+          'one_step', _step(), _step(), *sides(
+              _state(), _with(_state(), 'dense/bias', bad)), 1),
+      'one_step (slots)': checks.one_step(
+          'one_step', _step(), _step(), _state(), _state(), 1, *sides(
+              {('dense/bias', 'm'): np.zeros(3, np.float32)},
+              {('dense/bias', 'm'): np.array([bad, 0, 0], np.float32)})),
+      'learning_rate': checks.learning_rate(
+          'learning_rate', [0.1, 0.1], [0.1, bad]) if side == 'port' else
+                       None,
+      'trajectory': checks.trajectory(
+          'trajectory', *sides([1.0, 0.9], [1.0, bad]), W, W),
+      'trajectory (free)': checks.trajectory(
+          'trajectory', *sides([1.0, 0.9], [1.0, bad]), W, W,
+          judge_each_step=False),
+      'trajectory (weights)': checks.trajectory(
+          'trajectory', [1.0], [1.0], *sides(W, _with(W, 'dense/bias', bad))),
+      'stepwise': checks.stepwise('stepwise', np.array([0.0, bad])),
+      'evaluation': checks.evaluation(
+          *sides({'accuracy': 0.5}, {'accuracy': bad}), {}, 64),
+  }
+  for name, result in results.items():
+    if result is None:
+      continue  # A legacy rate that is NaN is one the kit cannot read.
+    assert result.failed, (name, result.summary())
+  for name, output in (('inference', 'probabilities'),
+                       ('served_predictions', 'probabilities'),
+                       ('inputs', 'features')):
+    assert f'{output} holds {kind} on {where} (1 of 12 values)' in (
+        results[name].message), results[name].message
+  for name, named in (('gradient', 'dense/kernel holds'),
+                      ('weights', 'dense/bias holds'),
+                      ('slots', 'dense/bias/m holds')):
+    message = results[f'one_step ({name})'].message
+    assert f'{named} {kind} on {where} (1 of ' in message, message
+  assert 'a NaN or an infinity on one side' in results['stepwise'].message
+
+
+def test_the_same_infinity_on_both_sides_agrees_and_a_nan_never_does():
+  both = {'logits': np.array([-np.inf, 0.5], np.float32)}
+  assert checks.inference(both, dict(both), {}).passed
+  nan = {'logits': np.array([np.nan, 0.5], np.float32)}
+  assert checks.inference(nan, dict(nan), {}).failed

@@ -108,6 +108,27 @@ def test_mis_mapped_kernel_fails_verification(estimator_dir, fake_data_dir,
                               {**PARAMS, 'data_dir': fake_data_dir.data_dir}, 64)
 
 
+def test_a_nan_output_never_verifies(estimator_dir, fake_data_dir, tmp_path):
+  output = str(tmp_path / 'converted')
+  estimator.convert(estimator_dir, output, PORT, PARAMS)
+
+  def nan_probabilities(model, features):
+    outputs = dict(PORT.predict(model, features) if PORT.predict else
+                   model(features, training=False))
+    outputs['probabilities'] = outputs['probabilities'] * float('nan')
+    return outputs
+
+  with pytest.raises(KitError, match=re.escape(
+      'verification failed: probabilities holds NaN on the port\'s side '
+      '(640 of 640 values) on 64 examples (allowed 1e-06); is a variable '
+      'missing from the checkpoint, or did the port or the legacy weights '
+      'diverge?')):
+    verify.verify(estimator_dir, output,
+                  dataclasses.replace(PORT, predict=nan_probabilities),
+                  estimator_model.model_fn, estimator_data.eval_input_fn,
+                  {**PARAMS, 'data_dir': fake_data_dir.data_dir}, 64)
+
+
 def test_mismatched_checkpoint_lists_every_problem(tmp_path):
   with tf.Graph().as_default():
     tf.compat.v1.get_variable('conv1/kernel', [3, 3, 1, 32])

@@ -126,3 +126,23 @@ def test_slots_are_judged_even_when_no_variable_moved():
   result = updates.check('updates', [_steps_of(
       before, zero, zero, slots=slots, port_slots=port_slots, rate=0.0)])
   assert result.failed and 'adam_m about 2x' in result.message
+
+
+def test_a_nan_update_or_slot_fails_and_is_named():
+  """A NaN compares as nothing: it must not pass as a zero difference."""
+  before = _weights()
+  step = _adam_like(before)
+  port = dict(step)
+  port['head/kernel'] = np.full_like(step['head/kernel'], np.nan)
+  result = updates.check('updates', [_steps_of(before, step, port)])
+  assert result.failed, result.summary()
+  assert 'at step 1 head/kernel holds NaN on the port\'s side (12 of 12 ' \
+      'values)' in result.message
+  # The other variables are still judged against their own sizes.
+  parts = _steps_of(before, step, port).variables
+  assert parts['layer/kernel'].relative == 0.0
+  slots = {('layer/kernel', 'm'): np.ones((8, 4), np.float32)}
+  bad = {('layer/kernel', 'm'): np.full((8, 4), np.inf, np.float32)}
+  result = updates.check('updates', [_steps_of(
+      before, step, step, slots=slots, port_slots=bad)])
+  assert result.failed and 'layer/kernel/m holds Inf' in result.message
