@@ -211,12 +211,14 @@ def export(estimator: tf.estimator.tpu.TPUEstimator, model_dir: str) -> str:
   latest = estimator.latest_checkpoint()
   divergence.check_export(latest)
   base = os.path.join(model_dir, 'export')
+  # The Estimator writes into export/temp-N and renames it when done: a
+  # temp-N that appears from here on is this export's.
+  exporting = stale.watch(base, EXPORT_TEMP)
   try:
     return estimator.export_saved_model(
         base, serving_input_receiver_fn, checkpoint_path=latest).decode()
   except BaseException:
-    # The Estimator writes into export/temp-N and renames it when done.
-    stale.remove(base, EXPORT_TEMP, 'an unfinished export')
+    exporting.remove_new('an unfinished export')
     raise
 
 
@@ -272,8 +274,10 @@ def _train_evaluate_export(config: config_lib.Config,
 
   stale.remove(model_dir, stale.checkpoint_temp('model.ckpt'),
                'unfinished checkpoint folders')
+  # A save the disk refuses leaves its temporary folder: this run's.
+  stale.watch(model_dir, stale.checkpoint_temp('model.ckpt'))
   stale.remove(os.path.join(model_dir, 'export'), EXPORT_TEMP,
-               'unfinished exports')
+               'unfinished exports', stale.SAVED_MODEL_FOLDER)
   fall_back_to_a_usable_checkpoint(model_dir)
   # tf.compat.v1.layers draw initializer seeds from Python's random module,
   # not the graph seed: seed everything for repeatable runs.

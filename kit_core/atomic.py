@@ -40,6 +40,10 @@ def temporary_path(path: str, directory: bool = False) -> Iterator[str]:
     os.close(handle)
   try:
     yield tmp
+    # mkstemp and mkdtemp make 0600 and 0700: the result gets the mode any
+    # new file or folder gets here (a file it replaces keeps its own), so a
+    # CI uploader running as another user can read a report.
+    os.chmod(tmp, _mode_of(path, directory))
     if directory and os.path.isdir(path):
       os.rmdir(path)  # Empty, or this raises: nothing is overwritten.
     os.replace(tmp, path)
@@ -48,6 +52,20 @@ def temporary_path(path: str, directory: bool = False) -> Iterator[str]:
       shutil.rmtree(tmp, ignore_errors=True)
     elif os.path.exists(tmp):
       os.remove(tmp)
+
+
+def _umask() -> int:
+  mask = os.umask(0o022)  # Read by setting it: put it back at once.
+  os.umask(mask)
+  return mask
+
+
+def _mode_of(path: str, directory: bool) -> int:
+  """The mode path gets: an existing file's own, else what open() and
+  mkdir() give under the umask."""
+  if not directory and os.path.isfile(path):
+    return os.stat(path).st_mode & 0o7777
+  return (0o777 if directory else 0o666) & ~_umask()
 
 
 def write_text(path: str, text: str) -> None:

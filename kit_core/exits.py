@@ -20,8 +20,8 @@ from kit_core.errors import StorageError
 def exit_with_one_line(run: Callable[[], None], error_exit: int = 1) -> None:
   """Runs run(), a command's work. A KitError, or a write the disk refused,
   ends the command with its one line on stderr and its exit code
-  (error_exit for errors; the unfinished checkpoint or data file of a
-  refused write removed); other errors pass."""
+  (error_exit for errors; what this run left unfinished by a refused write
+  removed: stale.remove_this_runs); other errors pass."""
   try:
     run()
     return
@@ -31,7 +31,7 @@ def exit_with_one_line(run: Callable[[], None], error_exit: int = 1) -> None:
     refused = storage_error(e)
     if refused is None:
       raise
-    stale.remove_unfinished(refused.path)
+    stale.remove_this_runs()
     message, code = exit_message(refused, error_exit)
   print(message, file=sys.stderr)
   sys.exit(code)

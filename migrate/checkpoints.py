@@ -133,6 +133,8 @@ def make_manager(checkpoint: tf.train.Checkpoint, model_dir: str,
   if strategy_lib.is_chief(strategy):
     stale.remove(model_dir, stale.checkpoint_temp(PREFIX),
                  'unfinished checkpoint folders')
+    # A save the disk refuses leaves its temporary folder: this run's.
+    stale.watch(model_dir, stale.checkpoint_temp(PREFIX))
   else:
     directory = process.remove_at_exit(
         tempfile.mkdtemp(prefix='migrate_worker_ckpt_'))

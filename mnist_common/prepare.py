@@ -178,7 +178,8 @@ def _exclusive(data_dir: str):
     return
   with lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
-    stale.remove(data_dir, atomic.TEMP_NAME, 'temporary data files')
+    stale.remove(data_dir, atomic.TEMP_NAME, 'temporary data files',
+                 stale.FILE)
     yield
 
 

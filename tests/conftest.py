@@ -4,6 +4,7 @@ No test may reach an address off this machine: the GCE metadata server that a
 TPUClusterResolver asks is pointed at a closed port on 127.0.0.1, and the
 variables that name a Cloud TPU are removed. Subprocesses inherit all of it.
 """
+import contextlib
 import functools
 import importlib.util
 import json
@@ -154,6 +155,42 @@ def pytest_unconfigure(config):
   (kit_core/process.py)."""
   from kit_core import process  # pylint: disable=g-import-not-at-top
   process.flush_and_exit(getattr(config, 'kit_exit_status', 0))
+
+
+@contextlib.contextmanager
+def tmpfs(path, size: str):
+  """A tmpfs of `size` ('1m') mounted at path (made here), unmounted after:
+  a disk that fills up, or, remounted read-only, one that refuses writes
+  whoever writes. Skips the test where mounting is not allowed (not root)."""
+  if os.geteuid() != 0:
+    pytest.skip('a full or read-only disk is a tmpfs mount: needs root')
+  path.mkdir(exist_ok=True)  # Mounted over, what it holds is out of sight.
+  mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={size}',
+                            'tmpfs', str(path)], capture_output=True,
+                           text=True, check=False)
+  if mounted.returncode:
+    pytest.skip(f'cannot mount a tmpfs here: {mounted.stderr.strip()}')
+  try:
+    yield path
+  finally:
+    subprocess.run(['umount', '-l', str(path)], check=False)
+
+
+@contextlib.contextmanager
+def read_only(path):
+  """path, a new folder that refuses writes for the block: a read-only
+  tmpfs for root (whom permissions do not stop), mode 0555 for others."""
+  if os.geteuid() != 0:
+    path.mkdir(exist_ok=True)
+    path.chmod(0o555)
+    try:
+      yield path
+    finally:
+      path.chmod(0o755)
+    return
+  with tmpfs(path, '1m'):
+    subprocess.run(['mount', '-o', 'remount,ro', str(path)], check=True)
+    yield path
 
 
 def last_line(text: str) -> str:

@@ -6,7 +6,6 @@ Bad inputs are a table; kills land at seeded random moments; disks that fill
 up or refuse writes are small tmpfs mounts (root only: skipped, with the
 reason, elsewhere).
 """
-import contextlib
 import http.server
 import json
 import os
@@ -27,6 +26,7 @@ import tensorflow as tf
 from conftest import CATALOGUE, HAS_ESTIMATOR, REPO, TOOLS_PYTHONPATH
 from conftest import catalogue, last_line
 from conftest import run_module
+from conftest import tmpfs
 from kit_core.errors import KitError
 from mnist_common import prepare
 from mnist_common import resources
@@ -329,25 +329,6 @@ def test_the_live_legacy_side_on_the_newest_tensorflow_is_one_line(
   assert not (tmp_path / 'out').exists() and not (tmp_path / 'r.json').exists()
 
 
-@contextlib.contextmanager
-def _tmpfs(path, size, read_only=False):
-  """A tmpfs of `size` at path (made read-only after the caller's setup
-  when read_only), unmounted after; skips the test where mounting is not
-  allowed."""
-  if os.geteuid() != 0:
-    pytest.skip('a full or read-only disk is a tmpfs mount: needs root')
-  path.mkdir()
-  mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={size}',
-                            'tmpfs', str(path)], capture_output=True,
-                           text=True, check=False)
-  if mounted.returncode:
-    pytest.skip(f'cannot mount a tmpfs here: {mounted.stderr.strip()}')
-  try:
-    yield path
-  finally:
-    subprocess.run(['umount', '-l', str(path)], check=False)
-
-
 @pytest.mark.parametrize('module, args', [
     pytest.param('migrate', ('--loop=custom',), id='migrate custom'),
     pytest.param('migrate', ('--loop=fit', '--steps_per_execution=1',
@@ -357,7 +338,7 @@ def _tmpfs(path, size, read_only=False):
 ])
 def test_full_disk_is_one_line_and_leaves_no_temporary_folder(
     tmp_path, fake_data_dir, module, args):
-  with _tmpfs(tmp_path / 'disk', '1m') as disk:
+  with tmpfs(tmp_path / 'disk', '1m') as disk:
     model = disk / 'model'
     result = run_module(module, f'--data_dir={fake_data_dir.data_dir}',
                         f'--model_dir={model}', *QUICK, '--eval_steps=0',
@@ -372,7 +353,7 @@ def test_full_disk_is_one_line_and_leaves_no_temporary_folder(
 
 
 def test_read_only_data_dir_is_one_line(tmp_path):
-  with _tmpfs(tmp_path / 'data', '20m') as data:
+  with tmpfs(tmp_path / 'data', '20m') as data:
     subprocess.run(['mount', '-o', 'remount,ro', str(data)], check=True)
     result = run_module('migrate', f'--data_dir={data}', '--data_source=fake',
                         f'--model_dir={tmp_path / "model"}', *QUICK,

@@ -113,3 +113,25 @@ def test_interruptible_turns_a_signal_into_one_line_and_restores_handlers():
   assert exits.exit_message(raised.value) == (
       'stopped: SIGTERM received: nothing was written', 143)
   assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_file_written_whole_gets_the_mode_the_umask_gives(tmp_path):
+  """mkstemp makes 0600: a report a CI uploader running as another user
+  reads must get what any new file gets, and a replaced file keeps its
+  own mode."""
+  from kit_core import atomic  # pylint: disable=g-import-not-at-top
+  before = os.umask(0o022)
+  try:
+    atomic.write_text(str(tmp_path / 'report.txt'), 'x')
+    assert (tmp_path / 'report.txt').stat().st_mode & 0o777 == 0o644
+    with atomic.temporary_path(str(tmp_path / 'bundle'), directory=True) as d:
+      open(os.path.join(d, 'a'), 'w').close()
+    assert (tmp_path / 'bundle').stat().st_mode & 0o777 == 0o755
+    os.umask(0o077)
+    atomic.write_text(str(tmp_path / 'private.txt'), 'x')
+    assert (tmp_path / 'private.txt').stat().st_mode & 0o777 == 0o600
+    (tmp_path / 'report.txt').chmod(0o640)
+    atomic.write_text(str(tmp_path / 'report.txt'), 'y')
+    assert (tmp_path / 'report.txt').stat().st_mode & 0o777 == 0o640
+  finally:
+    os.umask(before)

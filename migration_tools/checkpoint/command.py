@@ -29,6 +29,7 @@ exactly).
 graph kept, and writes the same weights, optimizer slots and step in the
 layout of the same port built on Keras 3.
 """
+import os
 import shutil
 
 from kit_core import process
@@ -94,6 +95,9 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   source = (('--keras2_dir', tool_flags.keras2_dir) if tool_flags.keras2_dir
             else ('--estimator_dir', tool_flags.estimator_dir))
   files.check_output(tool_flags.output, *source)  # Before any work.
+  # An empty --output the user made stays; one this run makes goes, if the
+  # verification fails.
+  existed = os.path.isdir(tool_flags.output)
   # No batch here: a batch_size in --params goes to the port as it is.
   params = cli.parse_params(tool_flags.params, batch_flag=None)
   port = pair.load_port(tool_flags)
@@ -119,7 +123,7 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
           f'over first: migration-convert-checkpoint '
           f'--keras2_dir={tool_flags.output} --output=NEW_DIR')
   if tool_flags.verify:
-    _verify(tool_flags, port, params, fns)
+    _verify(tool_flags, port, params, fns, existed)
 
 
 def _convert(tool_flags: flags.FlagValues, port, params: dict,
@@ -139,25 +143,44 @@ def _convert(tool_flags: flags.FlagValues, port, params: dict,
 
 
 def _verify(tool_flags: flags.FlagValues, port, params: dict,
-            fns: tuple) -> None:
-  """--verify: every output of both sides agrees, or --output is removed
-  (also when a signal stops the verification)."""
+            fns: tuple, existed: bool) -> None:
+  """--verify: every output of both sides agrees, or what this run wrote
+  into --output is removed (also when a signal stops the verification).
+
+  existed: --output was there (empty) before the run: it stays, emptied.
+  """
   output = tool_flags.output
+  removed = f'what was written to {output} was removed' if existed else (
+      f'{output} was removed')
   try:
-    with exits.interruptible(f'the verification was stopped and {output} '
-                             'was removed; run the same command again'):
+    with exits.interruptible(f'the verification was stopped and {removed}; '
+                             'run the same command again'):
       result = verify.verify(tool_flags.estimator_dir, output, port, *fns,
                              params, tool_flags.verify_examples)
   except Interrupted:
-    shutil.rmtree(output, ignore_errors=True)
+    _remove_written(output, existed)
     raise
   except Exception as e:  # pylint: disable=broad-except
-    shutil.rmtree(output, ignore_errors=True)
-    raise KitError(f'{one_line(e)}; {output} was removed') from e
+    _remove_written(output, existed)
+    raise KitError(f'{one_line(e)}; {removed}') from e
   shown = ', '.join(f'{k} {v:.2e}' for k, v in
                     sorted(result.max_diff_by_output.items()))
   print(f'Verified on {result.examples} examples: every output agrees '
         f'(max differences: {shown})')
+
+
+def _remove_written(output: str, existed: bool) -> None:
+  """Removes what this run wrote: all of output, or, if output was an
+  empty folder before the run, what is in it."""
+  if not existed:
+    shutil.rmtree(output, ignore_errors=True)
+    return
+  for name in os.listdir(output):
+    path = os.path.join(output, name)
+    if os.path.isdir(path) and not os.path.islink(path):
+      shutil.rmtree(path, ignore_errors=True)
+    else:
+      os.remove(path)
 
 
 def run() -> None:

@@ -390,8 +390,12 @@ def test_an_unreadable_latest_checkpoint_falls_back_to_an_older_one(
   _truncate(model_dir / 'ckpt-15.data-00000-of-00001')
   # What a kill during a save leaves, and names that only look like it.
   (model_dir / 'ckpt-17_temp').mkdir()
-  (model_dir / 'ckpt-17_temp' / 'part-00000-of-00001.data').write_bytes(b'x')
+  (model_dir / 'ckpt-17_temp' / 'part-00000-of-00001.data-00000-of-00001'
+   ).write_bytes(b'x')
   (model_dir / 'ckpt-17_temp_mine').mkdir()
+  # The kit's name, the user's content: TensorFlow never writes a .csv there.
+  (model_dir / 'ckpt-18_temp').mkdir()
+  (model_dir / 'ckpt-18_temp' / 'results.csv').write_text('mine')
   (model_dir / 'notes_temp').write_text('mine')
   with caplog.at_level('INFO', logger='absl'):
     result = train.run(make_config(model_dir, loop=loop, train_steps=20,
@@ -404,6 +408,7 @@ def test_an_unreadable_latest_checkpoint_falls_back_to_an_older_one(
   assert 'Restored ' + str(model_dir / 'ckpt-10') in caplog.text
   assert not (model_dir / 'ckpt-17_temp').exists()
   assert (model_dir / 'ckpt-17_temp_mine').exists()
+  assert (model_dir / 'ckpt-18_temp' / 'results.csv').exists()
   assert (model_dir / 'notes_temp').exists()
 
 
