@@ -75,7 +75,9 @@ def _write_diff(result, paths: list[str], diff: str) -> None:
   """The safe rewrites of every Python file scanned (not the unchecked
   ones, nor those skipped by pragma), as one patch."""
   left_out = {u.path for u in result.unchecked} | set(result.skipped)
-  files = [f for f in engine.python_files(paths)[0]
+  scanned = engine.python_files(paths)[0]
+  notebooks = [f for f in scanned if f.endswith(engine.NOTEBOOK)]
+  files = [f for f in scanned
            if not f.endswith(engine.NOTEBOOK) and f not in left_out]
   patch, changed = b'', 0
   for path in files:
@@ -91,6 +93,10 @@ def _write_diff(result, paths: list[str], diff: str) -> None:
     raise KitError(f'cannot write --diff={diff}: {e.strerror}') from e
   print(f'wrote {diff}: safe rewrites in {changed} of {len(files)} '
         'file(s); apply with git apply or patch -p1', file=sys.stderr)
+  if notebooks:
+    # A patch of a notebook's JSON would not apply to what Jupyter saves.
+    print(f'{len(notebooks)} notebook(s) not rewritten: --diff rewrites .py '
+          'files only; their findings are in the report', file=sys.stderr)
 
 
 def main(tool_flags: flags.FlagValues, paths: list[str]) -> None:
@@ -110,6 +116,10 @@ def main(tool_flags: flags.FlagValues, paths: list[str]) -> None:
     result = scan(paths)
   except ValueError as e:
     raise KitError(str(e)) from e
+  named = [u for u in result.not_scanned if u.path in result.empty]
+  if named:
+    raise KitError(f'nothing to scan: {named[0].path} is '
+                   f'{named[0].reason.removeprefix("not scanned: ")}')
   if result.empty:
     listed = [u.path for u in result.not_scanned
               if any(engine.under(u.path, p) for p in result.empty)]

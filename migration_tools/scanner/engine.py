@@ -81,8 +81,12 @@ class Table:
   toy tables.
   """
 
-  def __init__(self, rules=rules_lib.RULES, api: dict | None = None):
+  def __init__(self, rules=rules_lib.RULES, api: dict | None = None,
+               homes: dict | None = None):
     self.api_table = tf_api.API if api is None else api
+    # {private module: its public home} (rules.PRIVATE_HOMES).
+    self.homes = sorted((rules_lib.PRIVATE_HOMES if homes is None else
+                         homes).items(), key=lambda kv: -len(kv[0]))
     self.api, self.keywords, self.methods = [], {}, {}
     self._api_cache = {}
     self.subscripts, self.imports, self.args, self.input_fn_calls = (
@@ -143,6 +147,15 @@ class Table:
       if entry:
         return entry, n
     return None, 0
+
+  def public(self, path: str) -> str:
+    """path with a private module it lies in replaced by its public home
+    ('tensorflow.python.tpu.tpu_estimator.TPUEstimator' ->
+    'tensorflow.estimator.tpu.TPUEstimator'); other paths as they are."""
+    for private, home in self.homes:
+      if path == private or path.startswith(private + '.'):
+        return home + path[len(private):]
+    return path
 
   def import_rule(self, module: str) -> rules_lib.Rule | None:
     parts = tuple(module.split('.'))
@@ -224,8 +237,8 @@ class _Scanner:
     # id of a call's func node -> shapes.TF1, TF2, UNDECIDED or SAME, for
     # the calls of symbols TF 2 redefined, spelt plain tf.X.
     self.eras = {}
-    self._marks = {}
     self.wrapped = {}  # 'contrib.tpu()' -> (first use, rule, attributes)
+    self._parents = None  # id(node) -> its parent, made when first asked.
     self.inside_chain = set()  # ids of nodes inside a resolved chain
     self.params_subscripts = _params_subscripts(self.nodes)
 
@@ -233,7 +246,7 @@ class _Scanner:
            step=None, **names):
     """A finding, unless era says the construct is TF 2 code; names fill a
     generated rule's templates; step overrides the rule's."""
-    severity = self._severity(rule, era, compat_v1)
+    severity = self._severity(rule, era, compat_v1, node)
     if severity is None:
       return
     fill = (lambda text: text.format(**names)) if names else str
@@ -243,34 +256,41 @@ class _Scanner:
         f'{GUIDE}#{rule.section}', step=step or rule.step,
         mechanical=rule.mechanical))
 
-  def _severity(self, rule, era: str, compat_v1: bool) -> str | None:
+  def _severity(self, rule, era: str, compat_v1: bool,
+                node: ast.AST) -> str | None:
     """rule's severity for a construct of that era; None for TF 2 code. A
-    call its shape leaves open is decided by the rule's file marks, else
-    its default."""
+    call its shape leaves open is decided by what encloses it
+    (Rule.enclosing), else takes the rule's default (Rule.undecided):
+    never by the rest of the file."""
     if era in (shapes.UNDECIDED, shapes.SAME):
-      era = next((verdict for mark, verdict in rule.file_marks
-                  if self._has_mark(mark)), rule.undecided)
+      era = next((verdict for mark, verdict in rule.enclosing
+                  if self._enclosed_by(node, mark)), rule.undecided)
     if era == shapes.TF2:
       return None
     if era == rules_lib.REVIEW:
       return rules_lib.REVIEW
     return rule.severity_via(compat_v1)
 
-  def _has_mark(self, mark: str) -> bool:
-    """Whether the file holds mark (see rules.Rule.file_marks)."""
-    if mark not in self._marks:
-      kind, _, what = mark.partition(':')
-      if kind == 'api':
-        self._marks[mark] = any(
-            self._api_path(n) == what for n in self.nodes
-            if isinstance(n, (ast.Attribute, ast.Name)))
-      else:
+  def _enclosed_by(self, node: ast.AST, mark: str) -> bool:
+    """Whether a statement around node holds mark (rules.Rule.enclosing)."""
+    kind, _, what = mark.partition(':')
+    current = self._parent(node)
+    while current is not None:
+      if kind == 'with' and isinstance(current, (ast.With, ast.AsyncWith)):
         name, _, keyword = what.partition(':')
-        self._marks[mark] = any(
-            isinstance(n, ast.Call) and _callee(n) == name and
-            (not keyword or any(k.arg == keyword for k in n.keywords))
-            for n in self.nodes)
-    return self._marks[mark]
+        if any(isinstance(item.context_expr, ast.Call) and
+               _callee(item.context_expr) == name and
+               (not keyword or any(k.arg == keyword
+                                   for k in item.context_expr.keywords))
+               for item in current.items):
+          return True
+      if kind == 'decorator' and isinstance(
+          current, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if any(self._api_path(d.func if isinstance(d, ast.Call) else d) ==
+               what for d in current.decorator_list):
+          return True
+      current = self._parent(current)
+    return False
 
   def _api_path(self, node: ast.AST) -> str | None:
     parts = _dotted(node)
@@ -318,7 +338,7 @@ class _Scanner:
   def _import(self, node: ast.Import) -> None:
     for alias in node.names:
       if alias.asname:
-        self.aliases[alias.asname] = alias.name
+        self.aliases[alias.asname] = self.table.public(alias.name)
       else:
         top = alias.name.split('.')[0]
         self.aliases[top] = top
@@ -329,11 +349,16 @@ class _Scanner:
       return
     for alias in node.names:
       full = f'{node.module}.{alias.name}'
-      self.aliases[alias.asname or alias.name] = full
+      self.aliases[alias.asname or alias.name] = self.table.public(full)
       self._imported(node, full)
 
   def _imported(self, node: ast.AST, full: str) -> None:
     code = ast.unparse(node)
+    if self.table.public(full) != full:
+      # A private module with a public home: what the home is (an import of
+      # tf.estimator.tpu breaks on TF 2.16), not a note on the form.
+      self._use(node, self.table.public(full), code)
+      return
     rule = self.table.import_rule(full)
     resolved = _canonical(full)
     # A construct of its own (tensorflow.python.estimator) before a note on
@@ -384,12 +409,16 @@ class _Scanner:
     if status == 'changed' and (spelling == V2 or
                                 (n < len(parts) and not rule)):
       return True  # TF 2's own (tf2.summary.scalar, tf.data.Dataset.range).
+    if spelling == V2 and '.'.join(parts) in rules_lib.IN_COMPAT_V2_ONLY:
+      return True  # tf.compat.v2.enable_v2_behavior: still there.
     # A symbol TF 2 redefined, spelt plain tf.X: its call's shape says
     # which TensorFlow it was written for (the walk meets a call before its
     # func); any other use is open.
     era = shapes.TF1
     if status == 'changed' and spelling == PLAIN:
-      era = self.eras.get(id(node), shapes.UNDECIDED)
+      # Not called here (a reference, dict(fn=tf.summary.scalar)): how it
+      # will be called decides, so it is for review, never silent.
+      era = self.eras.get(id(node), rules_lib.REVIEW)
     # Through a tf.compat.v1 that no longer has it (tf.compat.v1.estimator,
     # what Keras 3 took out of tf.compat.v1.layers), it breaks all the same.
     compat_v1 = spelling == V1 and bool(entry) and entry[3]
@@ -535,8 +564,25 @@ class _Scanner:
                 name=name, position=position + 1, v1=v1, v2=v2)
 
   def _keyword(self, node: ast.keyword) -> None:
-    if node.arg in self.table.keywords:
+    if node.arg in self.table.keywords and self._takes_estimator_keywords(
+        self._parent(node)):
       self._add(node.value, self.table.keywords[node.arg], f'{node.arg}=')
+
+  def _takes_estimator_keywords(self, call: ast.AST) -> bool:
+    """Whether call is of a TensorFlow API or of an Estimator's or a TPU
+    API's name (rules.ESTIMATOR_CALLEES): dict(host_call=...) is not."""
+    if not isinstance(call, ast.Call):
+      return False
+    parts = _dotted(call.func)
+    full = parts and self._resolve(parts)
+    return bool(full and _canonical(full)) or (
+        _callee(call) in rules_lib.ESTIMATOR_CALLEES)
+
+  def _parent(self, node: ast.AST) -> ast.AST | None:
+    if self._parents is None:
+      self._parents = {id(child): parent for parent in self.nodes
+                       for child in ast.iter_child_nodes(parent)}
+    return self._parents.get(id(node))
 
   def _subscript(self, node: ast.Subscript) -> None:
     # TPUEstimator passes params to model_fn and input_fn: only a name
@@ -556,14 +602,42 @@ class _Scanner:
 _TF2_PARAMETERS = {'strategy', 'input_context', 'ctx'}
 
 
+def _handed_to_an_estimator(nodes: list[ast.AST]) -> tuple[set, set]:
+  """(names, ids of lambdas) given as model_fn=/input_fn=, to one of
+  rules.ESTIMATOR_CALLEES, or to a functools.partial handed on so."""
+  names, lambdas = set(), set()
+  for node in nodes:
+    if not isinstance(node, ast.Call):
+      continue
+    given = [k.value for k in node.keywords
+             if k.arg in ('model_fn', 'input_fn')]
+    if _callee(node) in rules_lib.ESTIMATOR_CALLEES:
+      given += node.args
+    for value in given:
+      if isinstance(value, ast.Call) and _callee(value) == 'partial':
+        value = value.args[0] if value.args else value
+      if isinstance(value, ast.Lambda):
+        lambdas.add(id(value))
+      elif (parts := _dotted(value)):
+        names.add(parts[-1])
+  return names, lambdas
+
+
 def _params_subscripts(nodes: list[ast.AST]) -> set[int]:
-  """ids of the subscripts inside functions that take params as
-  TPUEstimator passes it to a model_fn or an input_fn."""
+  """ids of the subscripts inside the functions that take params as
+  TPUEstimator passes it: a model_fn (features, mode and params) or an
+  input_fn, by its name or by being handed to an Estimator."""
+  handed, lambdas = _handed_to_an_estimator(nodes)
   inside = set()
   for node in nodes:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
       names = {a.arg for a in node.args.args + node.args.kwonlyargs}
-      if 'params' in names and not names & _TF2_PARAMETERS:
+      if 'params' not in names or names & _TF2_PARAMETERS:
+        continue
+      name = getattr(node, 'name', '')
+      if ({'features', 'mode'} <= names or
+          name.endswith(('model_fn', 'input_fn')) or name in handed or
+          id(node) in lambdas):
         inside |= {id(n) for n in ast.walk(node)
                    if isinstance(n, ast.Subscript)}
   return inside
@@ -683,7 +757,9 @@ def python_files(paths: list[str]) -> tuple[list[str], list[Unchecked]]:
   """The .py files and notebooks under paths, sorted, and what could not
   be looked at: a folder that cannot be listed, a special file (a FIFO
   would block a read for ever), each unchecked rather than taken for
-  clean. A file named on its own is read whatever its name.
+  clean. A file named on its own is read unless its suffix says it is not
+  Python (a README.md, a run.sh: not scanned, and said); a script with no
+  suffix is read.
 
   Raises:
     ValueError: a path does not exist.
@@ -730,10 +806,27 @@ def walk(paths: list[str]
                 'the scanner reads .py files and notebooks only, so read '
                 'its code yourself')))
     elif os.path.lexists(path):
-      take(path)
+      suffix = os.path.splitext(path)[1]
+      if suffix and suffix not in ('.py', NOTEBOOK) and (
+          suffix in _TEXT_SUFFIXES or not _python_script(path)):
+        not_scanned.append(Unchecked(path, (
+            f'not scanned: a {suffix} file; the scanner reads .py files and '
+            'notebooks (and scripts with no suffix) only')))
+      else:
+        take(path)
     else:
       raise ValueError(f'no such file or directory: {path}')
   return files, unchecked, not_scanned
+
+
+def _python_script(path: str) -> bool:
+  """Whether path starts with a Python shebang (#!/usr/bin/env python)."""
+  try:
+    with open(path, 'rb') as f:
+      first = f.readline(200)
+  except OSError:
+    return True  # Read it: the reading says what is wrong.
+  return first.startswith(b'#!') and b'python' in first
 
 
 def read_source(path: str) -> str:
@@ -811,6 +904,9 @@ def scan(paths: list[str]) -> Result:
     else:
       _scan_file(path, result)
   looked_at = files + [u.path for u in unchecked]
+  named = [u.path for u in not_scanned if u.path in paths]
   result.empty = [p for p in paths
-                  if not any(under(f, p) for f in looked_at)]
+                  if not any(under(f, p) for f in looked_at + named)]
+  if not looked_at:
+    result.empty += named  # Nothing else was read: the run has no subject.
   return result

@@ -3,13 +3,19 @@
 A notebook's cells share one namespace (``import tensorflow as tf`` in the
 first cell serves every later one), so its code cells are joined into one
 module and scanned once; each finding's line is then mapped back to its cell
-and the line inside it. IPython's own syntax (``%magic``, ``!shell``) is
-blanked, keeping the line numbers; a cell Python cannot parse is left out and
-listed, so that one bad cell does not cost the notebook.
+and the line inside it. A cell is read as IPython reads it (``python``): its
+common leading indent removed, and each line of IPython's own syntax
+(``%magic``, ``!shell``, ``x = !cmd``, ``x = %time f()``, ``obj?``, with
+their backslash continuations) turned into Python that stands in its place,
+keeping the line numbers: ``pass``, or ``x = None`` for an assignment, so a
+magic alone in an ``if`` block leaves a block. A cell Python still cannot
+parse is left out and listed, so that one bad cell does not cost the
+notebook.
 """
 import ast
 import dataclasses
 import json
+import re
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,8 +45,77 @@ class Notebook:
 _PYTHON_CELL_MAGICS = ('%%time', '%%timeit', '%%capture', '%%prun')
 
 
+# IPython's line forms: an escape first (!shell, !!shell, %magic, ?help),
+# an assignment of one (x = !ls, a, b = %sx ls), or help asked at the end
+# (tf.nn.dropout?, obj??).
+_ESCAPED = re.compile(r'[!%?]')
+_ASSIGNED = re.compile(r'(?P<target>[\w.\[\]\'"(), *]+?)\s*=\s*[!%]')
+_HELP_AFTER = re.compile(r'[\w.\[\]()\'"]+\?{1,2}')
+
+
+def _python_for(line: str) -> str | None:
+  """What stands for one logical line of IPython syntax (its indent
+  kept), or None if it is Python."""
+  body = line.lstrip()
+  indent = line[:len(line) - len(body)]
+  assigned = _ASSIGNED.match(body)
+  if assigned and not body.startswith(('!', '%')):
+    return f'{indent}{assigned.group("target").strip()} = None'
+  if _ESCAPED.match(body) or _HELP_AFTER.fullmatch(body.rstrip()):
+    return f'{indent}pass'
+  return None
+
+
+def _dedent(lines: list[str]) -> list[str]:
+  """IPython's leading_indent: the first line's indent, removed from
+  every line that starts with it."""
+  first = next((line for line in lines if line.strip()), '')
+  indent = first[:len(first) - len(first.lstrip())]
+  if not indent:
+    return lines
+  return [line[len(indent):] if line.startswith(indent) else line
+          for line in lines]
+
+
+# String literals, roughly (one line), for counting brackets outside them.
+_STRING = re.compile(r'''("[^"\\]*(\\.[^"\\]*)*"|'[^'\\]*(\\.[^'\\]*)*')''')
+
+
+def _depth_change(line: str) -> int:
+  """Brackets opened minus closed on line, strings and comments aside."""
+  code = _STRING.sub('', line).split('#', 1)[0]
+  return sum(code.count(c) for c in '([{') - sum(code.count(c) for c in ')]}')
+
+
+def python_of(text: str) -> str:
+  """A code cell's text as the Python IPython runs: a cell that is Python
+  as it stands is kept; else IPython syntax at the start of a statement is
+  replaced (_python_for), the line count kept."""
+  lines = _dedent(text.splitlines())
+  joined = '\n'.join(lines) + ('\n' if text.endswith('\n') else '')
+  try:
+    ast.parse(joined)
+    return joined  # '% b' inside brackets is Python, not a magic.
+  except (SyntaxError, ValueError):
+    pass
+  out, index, depth = [], 0, 0
+  while index < len(lines):
+    # A logical line: its backslash continuations with it.
+    end = index
+    while lines[end].endswith('\\') and end + 1 < len(lines):
+      end += 1
+    replaced = _python_for(lines[index]) if depth <= 0 else None
+    if replaced is None:
+      out += lines[index:end + 1]
+      depth += sum(_depth_change(line) for line in lines[index:end + 1])
+    else:
+      out += [replaced] + [''] * (end - index)
+    index = end + 1
+  return '\n'.join(out) + ('\n' if text.endswith('\n') else '')
+
+
 def _cell_text(cell: dict) -> str | None:
-  """The cell's Python, IPython syntax blanked; None for a cell in another
+  """The cell's Python (python_of); None for a cell in another
   language."""
   text = cell.get('source', '')
   if isinstance(text, list):
@@ -50,9 +125,11 @@ def _cell_text(cell: dict) -> str | None:
   first = text.lstrip()
   if first.startswith('%%') and not first.startswith(_PYTHON_CELL_MAGICS):
     return None
-  # IPython syntax is not Python: blank it, keeping the line count.
-  return '\n'.join('' if line.lstrip().startswith(('%', '!')) else line
-                   for line in text.splitlines())
+  if first.startswith('%%'):
+    # A Python cell magic (%%time): its first line goes, its body stays.
+    head, _, body = text.partition('\n')
+    return '\n' + python_of(body) if head.strip() else python_of(text)
+  return python_of(text)
 
 
 def read(path: str) -> Notebook:

@@ -11,7 +11,10 @@ a row here and a line to tests/tools/test_scan.py's RULE_CASES.
   api:PATH.*     PATH and everything under it;
   api:*.NAME     any legacy TF path ending in NAME (tf.contrib.tpu.X,
                  tf.estimator.tpu.X, tensorflow_estimator...X);
-  keyword:NAME   a keyword argument NAME= in any call;
+  keyword:NAME   a keyword argument NAME= in a call of a TensorFlow API
+                 (imports resolved) or of ESTIMATOR_CALLEES by name (a
+                 wrapped TPUEstimatorSpec(...), estimator.train(...)): never
+                 dict(NAME=...) or the user's own functions;
   arg:PATH:N     a call of PATH with more than N positional arguments;
   arg:PATH:NAME  a call of PATH with the keyword argument NAME=;
   input_fn-call:M1|M2:KW,...  a call of a method M1 or M2 given an input_fn
@@ -29,7 +32,10 @@ a row here and a line to tests/tools/test_scan.py's RULE_CASES.
   wrapper:SEGMENT  ``w().attr`` where w, not TensorFlow, has a segment
                  SEGMENT (contrib.tpu().TPUEstimator): named once per file
                  and wrapper;
-  subscript:KEY  ``something['KEY']``;
+  subscript:KEY  ``params['KEY']`` inside a model_fn or an input_fn: a
+                 function that takes params and features and mode, is
+                 named *model_fn or *input_fn, or is handed to
+                 model_fn=/input_fn= or to one of ESTIMATOR_CALLEES;
   import:MODULE  an import of MODULE (MODULE.* for it and under it).
 PATH segments may hold shell wildcards (train.*Optimizer) and alternatives
 (image.resize_area|resize_bicubic). The first row
@@ -91,11 +97,13 @@ class Rule:
     mechanical: the kind of a mechanical rename, for the plan.
     undecided: for a symbol TF 2 redefined, spelt plain tf.X, called in a
       way that binds to both signatures: TF1_SHAPE reports it at severity,
-      REVIEW as a review.
-    file_marks: (mark, TF1_SHAPE | TF2_SHAPE | REVIEW) pairs that decide
-      such a call instead, the first the file holds: ``api:PATH`` (a use of
-      tf.PATH), ``call:NAME`` (a call of a function or method NAME),
-      ``call:NAME:KEYWORD`` (with that keyword).
+      TF2_SHAPE not at all, REVIEW as a review. The call alone decides,
+      with what lexically encloses it: never the rest of the file.
+    enclosing: (mark, TF1_SHAPE | TF2_SHAPE | REVIEW) pairs that decide
+      such a call by a statement around it, the first that holds:
+      ``with:NAME:KEYWORD`` (inside ``with x.NAME(KEYWORD=...)``, e.g. a
+      writer's as_default(step=...)), ``decorator:PATH`` (inside a function
+      decorated with tf.PATH, e.g. tf.function).
   """
   id: str
   match: str
@@ -106,7 +114,7 @@ class Rule:
   section: str
   title: str = ''  # For a generated rule, whose construct is a template.
   undecided: str = REVIEW
-  file_marks: tuple[tuple[str, str], ...] = ()
+  enclosing: tuple[tuple[str, str], ...] = ()
   # The plan's step: 1, what stops the code running on TF 2.15 at all, even
   # through tf.compat.v1 (tf.contrib, Dimension.value); 2, leaving
   # tf.compat.v1.
@@ -147,12 +155,12 @@ _SILENT = 'silent-meaning-changes'
 _TF1 = 'other-tf-1-symbols'
 
 _KERAS_SAVES_IT = ('a Keras callback, or code in your own loop')
-# A v1 summary call has no step. TF 2 code may leave it out when the file
-# sets a default step; with a TF 2 writer but no step in sight, read it.
-_SUMMARY_SHAPE = dict(undecided=TF1_SHAPE, file_marks=(
-    ('api:summary.experimental.set_step', TF2_SHAPE),
-    ('call:as_default:step', TF2_SHAPE),
-    ('api:summary.create_file_writer', REVIEW)))
+# A v1 summary call has no step: one that passes none is read as v1, unless
+# it stands inside a writer's as_default(step=...). TF 2 code that relies on
+# tf.summary.experimental.set_step elsewhere is told apart once it passes
+# step= (the rest of the file never decides).
+_SUMMARY_SHAPE = dict(undecided=TF1_SHAPE,
+                      enclosing=(('with:as_default:step', TF2_SHAPE),))
 _V1_LOSS = ('tf.keras.losses with reduction NONE, averaged over the global '
             'batch (tf.nn.compute_average_loss): TF 1 losses reduce by '
             'SUM_BY_NONZERO_WEIGHTS and add to a collection')
@@ -173,6 +181,19 @@ _ROWS = (
          'tf.summary.image (v1)', "TF 2's tf.summary.image needs a default "
          'writer and a step, or silently records nothing', _SUMMARIES,
          **_SUMMARY_SHAPE),
+    Rule('where-broadcast', 'arg:where:2', 'silent', REVIEW,
+         'tf.where(cond, x, y)', "TF 2's tf.where broadcasts cond, x and y "
+         "(TF 1's where_v2); TF 1's needs x and y of one shape, with cond of "
+         'that shape or a vector that picks rows: check that the shapes '
+         'select what you meant, or keep TF 1\'s with tf.compat.v1.where',
+         _SILENT),
+    Rule('ctc-loss-positional', 'arg:nn.ctc_loss:2', 'silent', SILENT,
+         'tf.nn.ctc_loss argument 3', "TF 1's third argument is "
+         "sequence_length (the logits' lengths), TF 2's is label_length; TF 2 "
+         'also needs logit_length and takes class 0 as the blank where TF 1 '
+         'took the last: call tf.nn.ctc_loss(labels=, logits=, label_length=, '
+         'logit_length=, blank_index=-1) by keyword (inputs and logits are '
+         'one argument in TF 1: the second position did not move)', _SILENT),
     Rule('dropout-positional', 'arg:nn.dropout:1', 'silent', SILENT,
          'tf.nn.dropout(x, keep_prob)', "TF 2's second argument is rate = "
          '1 - keep_prob: write tf.nn.dropout(x, rate=1 - keep_prob), or a '
@@ -417,12 +438,8 @@ _ROWS = (
     Rule('gradients', 'api:gradients', 'graph', BREAKS, 'tf.gradients',
          'tf.GradientTape (tape.gradient); tf.gradients still works inside '
          'a tf.function', _GRAPH,
-         # Graph-only either way: a TF 1 graph file, or TF 2 code inside a
-         # tf.function; open where the file shows neither.
-         file_marks=(('api:Session', TF1_SHAPE),
-                     ('api:placeholder', TF1_SHAPE),
-                     ('api:function', TF2_SHAPE),
-                     ('api:GradientTape', TF2_SHAPE))),
+         # Graph-only either way: inside a tf.function it is TF 2's.
+         enclosing=(('decorator:function', TF2_SHAPE),)),
     Rule('initializers-v1', 'api:initializers.*', 'graph', BREAKS,
          'tf.initializers (v1)', 'tf.keras.initializers (the same names in '
          'CamelCase, e.g. GlorotUniform)', _GRAPH,
@@ -559,6 +576,56 @@ _ROWS = (
          'tensorflow.python (private)', 'the public tf.* name: private '
          'modules move between releases', _TF1),
 )
+
+# Calls that take an Estimator's or a TPU API's keywords (host_call=,
+# hooks=, iterations_per_loop=) and its model_fn and input_fn, by the name
+# called, for code that reaches them through a wrapper the scanner cannot
+# follow (t2t's contrib.tpu().TPUEstimatorSpec) or an estimator object.
+ESTIMATOR_CALLEES = frozenset({
+    'Estimator', 'TPUEstimator', 'EstimatorSpec', 'TPUEstimatorSpec',
+    'RunConfig', 'TPUConfig', 'InputPipelineConfig', 'train', 'evaluate',
+    'predict', 'train_and_evaluate', 'TrainSpec', 'EvalSpec',
+    'export_saved_model', 'export_savedmodel', 'MonitoredTrainingSession'})
+
+# Symbols tf.compat.v2 has that TF 2's tf does not (2.15.1 and 2.21.0; a
+# test reads them from the installed TensorFlow): through a compat.v2 alias
+# they are no finding.
+IN_COMPAT_V2_ONLY = frozenset({'enable_v2_behavior'})
+
+# Private modules TPU-era code imported its Estimator pieces from, and the
+# public path of what they hold: a use through them is reported as the
+# public spelling is (tpu_estimator.TPUEstimator is tf.estimator.tpu's).
+# Longest first; a module under one is under its home too.
+PRIVATE_HOMES = {
+    'tensorflow.python.tpu.tpu_estimator': 'tensorflow.estimator.tpu',
+    'tensorflow.python.tpu.tpu_config': 'tensorflow.estimator.tpu',
+    'tensorflow.python.tpu.tpu_context': 'tensorflow.estimator.tpu',
+    'tensorflow.python.tpu.tpu_optimizer': 'tensorflow.compat.v1.tpu',
+    'tensorflow.python.tpu.tpu': 'tensorflow.compat.v1.tpu',
+    'tensorflow.python.platform.flags': 'tensorflow.flags',
+    'tensorflow.python.platform.tf_logging': 'tensorflow.logging',
+    'tensorflow.python.platform.gfile': 'tensorflow.gfile',
+    'tensorflow.python.estimator.estimator': 'tensorflow.estimator',
+    'tensorflow.python.estimator.run_config': 'tensorflow.estimator',
+    'tensorflow.python.estimator.model_fn': 'tensorflow.estimator',
+    'tensorflow.python.estimator.training': 'tensorflow.estimator',
+    'tensorflow.python.estimator.estimator_lib': 'tensorflow.estimator',
+    'tensorflow_estimator.python.estimator.tpu.tpu_estimator':
+        'tensorflow.estimator.tpu',
+    'tensorflow_estimator.python.estimator.tpu.tpu_config':
+        'tensorflow.estimator.tpu',
+    'tensorflow_estimator.python.estimator.tpu': 'tensorflow.estimator.tpu',
+    'tensorflow_estimator.python.estimator.estimator': 'tensorflow.estimator',
+    'tensorflow_estimator.python.estimator.run_config': 'tensorflow.estimator',
+    'tensorflow_estimator.python.estimator.model_fn': 'tensorflow.estimator',
+    'tensorflow_estimator.python.estimator.training': 'tensorflow.estimator',
+    'tensorflow_estimator.python.estimator.estimator_lib':
+        'tensorflow.estimator',
+    'tensorflow.contrib.tpu.python.tpu.tpu_estimator': 'tensorflow.contrib.tpu',
+    'tensorflow.contrib.tpu.python.tpu.tpu_config': 'tensorflow.contrib.tpu',
+    'tensorflow.contrib.tpu.python.tpu.tpu_optimizer':
+        'tensorflow.contrib.tpu',
+}
 
 # tf.contrib is not in TF 2.15, not even in tf.compat.v1: step 1.
 RULES = tuple(dataclasses.replace(rule, step=1) if rule.category == 'contrib'

@@ -9,7 +9,7 @@ from tensorflow.contrib import training as contrib_training  # expect: contrib-t
 import tensorflow.contrib.layers as layers_lib  # expect: contrib-layers
 from tensorflow.contrib.tpu.python.tpu import tpu_config  # expect: contrib-tpu
 from tensorflow.contrib.tpu.python.tpu import tpu_estimator  # expect: contrib-tpu
-from tensorflow.python.estimator import estimator as estimator_lib  # expect: estimator-private
+from tensorflow.python.estimator import estimator as estimator_lib  # expect: estimator
 
 rnn = tf.contrib.rnn  # expect: contrib-rnn
 arg_scope = tf.contrib.framework.arg_scope  # expect: contrib-framework
@@ -84,4 +84,4 @@ def build(model_dir, hparams, cluster):
   estimator.export_saved_model(model_dir, serving_input_fn)  # expect: export-saved-model
   columns = [tf.feature_column.numeric_column('x')]  # expect: feature-columns
   mnist = tf.contrib.learn.datasets.load_dataset('mnist')  # expect: contrib-learn
-  return estimator_lib, mnist, columns  # expect: estimator-private
+  return estimator_lib, mnist, columns  # expect: estimator

@@ -74,7 +74,12 @@ def test_an_arg_row_counts_positional_arguments():
 
 
 def test_keyword_method_and_import_rows():
-  assert found('f(x, keep_prob=0.5)\n') == [(1, 'keep-prob', rules.SILENT)]
+  assert found('import tensorflow as tf\ntf.toy.Kept(x, keep_prob=0.5)\n'
+               ) == [(2, 'keep-prob', rules.SILENT)]
+  assert found('TPUEstimatorSpec(x, keep_prob=0.5)\n') == [
+      (1, 'keep-prob', rules.SILENT)]
+  # A keyword in the user's own call, or dict(...), is the user's.
+  assert found('f(x, keep_prob=0.5)\ndict(keep_prob=0.5)\n') == []
   assert found('it = ds.make_one_shot_iterator()\n') == [
       (1, 'one-shot', rules.BREAKS)]
   assert found('from tensorflow.contrib import slim\n') == [
@@ -116,8 +121,7 @@ SHAPE_API = {'toy.f': ('function', 'changed', '', True, _V1_SIGNATURE,
 SHAPE_TABLE = engine.Table([
     _rule('g-v1', 'api:toy.g', rules.SILENT),
     rules.Rule('g-marked', 'api:toy.h', 'tf1-api', rules.SILENT, 'h', 'x',
-               'toy-section', undecided=rules.TF1_SHAPE,
-               file_marks=(('api:toy.marker', rules.TF2_SHAPE),)),
+               'toy-section', undecided=rules.TF1_SHAPE),
 ], {**SHAPE_API, 'toy.h': ('function', 'changed', '', True)})
 
 
@@ -138,10 +142,10 @@ def shape_found(call: str) -> list[tuple[str, str]]:
     ('tf.toy.f(x, rate=0.5)', []),  # Nothing moved is passed.
     ('tf.toy.f(x, *args)', []),
     # A symbol redefined whole: a call that cannot tell is for review, or
-    # decided by the row's file marks and default.
+    # decided by the row's default, whatever else the file holds.
     ('tf.toy.g(x)', [('g-v1', rules.REVIEW)]),
     ('tf.toy.h(x)', [('g-marked', rules.SILENT)]),
-    ('tf.toy.marker()\ntf.toy.h(x)', []),
+    ('tf.toy.marker()\ntf.toy.h(x)', [('g-marked', rules.SILENT)]),
 ])
 def test_a_redefined_symbol_is_judged_by_its_call_shape(call, expected):
   assert shape_found(call) == expected
