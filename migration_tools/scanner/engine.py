@@ -716,6 +716,13 @@ def names(tree: ast.AST) -> dict[str, str]:
   return scanner.aliases
 
 
+def base_name(node: ast.AST) -> ast.AST:
+  """The node a chain a.b.c starts from (a)."""
+  while isinstance(node, ast.Attribute):
+    node = node.value
+  return node
+
+
 # For the rewrites (rewrite.py), which follow names as the scanner does.
 canonical, dotted, indexes_a_shape = _canonical, _dotted, _indexes_a_shape
 

@@ -1,23 +1,37 @@
 """The mechanical part of a migration, as a unified diff (migration-scan
---diff): only rewrites that are safe by construction, never a file edited in
-place.
+--diff): only rewrites that keep the code's meaning, never a file edited in
+place. Each has a kind (KINDS); tests/tools/test_scan_rewrite.py runs both
+versions of a snippet of each kind under TF 2.15 and compares them.
 
-- a TF 1 symbol TF 2 still has under another name, the same object
-  (tf.log -> tf.math.log, tf.random_normal -> tf.random.normal);
-- the rest of what TF 2's tf lacks, spelt through tf.compat.v1
-  (tf.Session -> tf.compat.v1.Session): step 1 of the plan, the code runs
-  on TF 2.15;
-- tf.flags / tf.app.flags and tf.logging -> absl.flags and absl.logging
-  (the same functions; the import is added), unless the file uses the name
-  flags or logging for something else;
-- tf.gfile.X -> tf.io.gfile.x (the snake_case names);
-- tf.to_float(x) and the other tf.to_* -> tf.cast(x, tf.float32);
-- .value dropped from an indexed shape (x.shape[-1].value -> x.shape[-1]).
+- renamed: a TF 1 symbol TF 2 still has under another name, the same
+  object (tf.log -> tf.math.log, tf.random_normal -> tf.random.normal);
+- through-compat-v1: the rest of what TF 2's tf lacks, spelt through
+  tf.compat.v1 (tf.Session -> tf.compat.v1.Session, tf.flags ->
+  tf.compat.v1.flags, and so ``flags = tf.flags``), under a plain
+  ``import tensorflow as tf``: step 1 of the plan, the code runs on TF 2.15;
+- gfile: tf.gfile.X -> tf.io.gfile.x (the snake_case names);
+- to-dtype: tf.to_float(x) and the other tf.to_* -> tf.cast(x, tf.float32);
+- dimension-value: x.shape[-1].value -> tf.compat.dimension_value(
+  x.shape[-1]), which reads a TF 1 Dimension and a TF 2 int alike (dropping
+  .value would turn ``.value is None`` from True to False under
+  disable_v2_behavior);
+- contrib-home: a tf.contrib symbol that TF 2.15 has as the same object
+  elsewhere (CONTRIB_HOMES: contrib.tpu.TPUEstimator ->
+  tf.compat.v1.estimator.tpu.TPUEstimator, contrib.data.map_and_batch ->
+  tf.data.experimental.map_and_batch), through ``tf.contrib.X`` or an
+  import's alias (``from tensorflow.contrib import tpu as contrib_tpu``);
+- unused-contrib-import: a module-level import of tf.contrib whose names
+  nothing uses any more once the homes are written.
 
-Only plain ``import tensorflow as tf`` spellings are rewritten (through
-tf.compat.v1 the code already runs). tf_upgrade_v2 leaves tf.contrib and
-Estimator code alone, and so does this: the report's plan says what to do
-with them.
+Under ``import tensorflow.compat.v1 as tf`` (most TPU-era code after TF
+1.14) the same rewrites are written in that spelling (tf.estimator.tpu.X,
+no compat.v1 prefix). What has no home with the same meaning (contrib's
+layer_norm, slim, tf.contrib.summary) is left: the report says what it
+becomes. So is the move of tf.flags and tf.logging to absl, which the plan
+calls mechanical but which is not the same code: tf.flags.FLAGS parses
+sys.argv when first read where absl's raises, tf.flags' DEFINE_* take the
+old keyword names, and tf.logging's levels (INFO = 20) and logger are not
+absl's (INFO = 0): a meaning test caught it.
 """
 import ast
 import dataclasses
@@ -27,6 +41,9 @@ import tokenize
 
 from migration_tools.scanner import engine
 from migration_tools.scanner import tf_api
+
+KINDS = ('renamed', 'through-compat-v1', 'gfile', 'to-dtype',
+         'dimension-value', 'contrib-home', 'unused-contrib-import')
 
 GFILE = {
     'Copy': 'copy', 'DeleteRecursively': 'rmtree', 'Exists': 'exists',
@@ -38,51 +55,104 @@ TO_DTYPE = {'to_float': 'float32', 'to_double': 'float64',
             'to_int32': 'int32', 'to_int64': 'int64',
             'to_bfloat16': 'bfloat16', 'to_complex64': 'complex64',
             'to_complex128': 'complex128'}
-# What absl.logging has of tf.logging's names.
-ABSL_LOGGING = {'debug', 'info', 'warning', 'warn', 'error', 'fatal', 'log',
-                'vlog', 'log_every_n', 'log_first_n', 'log_if', 'flush',
-                'set_verbosity', 'get_verbosity', 'DEBUG', 'INFO', 'WARN',
-                'ERROR', 'FATAL'}
+
+
+def _same_names(home: str, names: str) -> dict[str, str]:
+  return {name: f'{home}.{name}' for name in names.split()}
+
+
+# tf.contrib symbols that TF 1.15 exported as the same object under a core
+# name, and that TF 2.15's tf.compat.v1 has under it: {path inside tf:
+# path inside tf.compat.v1}. A path under a key moves with it
+# (contrib.tpu.InputPipelineConfig.PER_HOST_V2). A test checks each target
+# in the installed TensorFlow and against tf_upgrade_v2's own renames.
+CONTRIB_HOMES = {
+    **{f'contrib.tpu.{k}': v for k, v in _same_names(
+        'estimator.tpu', 'TPUEstimator TPUEstimatorSpec RunConfig TPUConfig '
+        'InputPipelineConfig').items()},
+    **{f'contrib.tpu.{k}': v for k, v in _same_names(
+        'tpu', 'CrossShardOptimizer bfloat16_scope rewrite shard replicate '
+        'batch_parallel cross_replica_sum initialize_system shutdown_system '
+        'outside_compilation core').items()},
+    **{f'contrib.cluster_resolver.{k}': v for k, v in _same_names(
+        'distribute.cluster_resolver', 'TPUClusterResolver ClusterResolver '
+        'SimpleClusterResolver TFConfigClusterResolver '
+        'KubernetesClusterResolver SlurmClusterResolver').items()},
+    'contrib.cluster_resolver.GceClusterResolver':
+        'distribute.cluster_resolver.GCEClusterResolver',
+    'contrib.cluster_resolver.UnionClusterResolver':
+        'distribute.cluster_resolver.UnionResolver',
+    **{f'contrib.data.{k}': v for k, v in _same_names(
+        'data.experimental', 'map_and_batch parallel_interleave '
+        'shuffle_and_repeat AUTOTUNE unbatch ignore_errors prefetch_to_device '
+        'sample_from_datasets choose_from_datasets bucket_by_sequence_length '
+        'group_by_window scan Counter CsvDataset make_csv_dataset '
+        'TFRecordWriter get_single_element copy_to_device '
+        'dense_to_sparse_batch enumerate_dataset rejection_resample unique '
+        'group_by_reducer Reducer make_batched_features_dataset '
+        'parse_example_dataset SqlDataset RandomDataset Optional '
+        'get_next_as_optional').items()},
+    **{f'contrib.framework.nest.{k}': v for k, v in _same_names(
+        'nest', 'flatten map_structure pack_sequence_as '
+        'assert_same_structure').items()},
+    **{f'contrib.framework.{k}': v for k, v in _same_names(
+        'train', 'get_or_create_global_step get_global_step '
+        'load_variable').items()},
+    'contrib.framework.is_tensor': 'is_tensor',
+    'contrib.framework.sort': 'sort',
+    'contrib.framework.argsort': 'argsort',
+    'contrib.util.constant_value': 'get_static_value',
+    'contrib.training.checkpoints_iterator': 'train.checkpoints_iterator',
+    **{f'contrib.rnn.{k}': v for k, v in _same_names(
+        'nn.rnn_cell', 'BasicLSTMCell LSTMCell GRUCell MultiRNNCell RNNCell '
+        'BasicRNNCell LSTMStateTuple DropoutWrapper ResidualWrapper').items()},
+    **{f'contrib.rnn.{k}': v for k, v in _same_names(
+        'nn', 'static_rnn static_bidirectional_rnn '
+        'static_state_saving_rnn').items()},
+    **{f'contrib.estimator.{k}': v for k, v in _same_names(
+        'estimator.experimental', 'stop_if_higher_hook stop_if_lower_hook '
+        'stop_if_no_decrease_hook stop_if_no_increase_hook '
+        'make_early_stopping_hook').items()},
+}
+
+V1, PLAIN = 'tensorflow.compat.v1', 'tensorflow'
 
 
 @dataclasses.dataclass(frozen=True)
 class Edit:
   """Replace the source from start to end, (line, UTF-8 byte column) as ast
-  gives them, with text."""
+  gives them, with text; kind is one of KINDS."""
   start: tuple[int, int]
   end: tuple[int, int]
   text: str
+  kind: str = ''
 
 
 def _span(node: ast.AST) -> tuple[tuple[int, int], tuple[int, int]]:
   return (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset)
 
 
-def _bound_elsewhere(tree: ast.AST, name: str, names: dict) -> bool:
-  """Whether the module uses name for something else than absl's module of
-  that name: bound by another import, assigned, or a parameter."""
-  if names.get(name, f'absl.{name}') != f'absl.{name}':
-    return True
-  for node in ast.walk(tree):
-    if isinstance(node, ast.Name) and node.id == name and not isinstance(
-        node.ctx, ast.Load):
-      return True
-    if isinstance(node, ast.arg) and node.arg == name:
-      return True
-    if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
-      return True
-  return False
-
-
 class _Rewriter:
   """The edits of one parsed module."""
 
-  def __init__(self, tree: ast.AST):
+  def __init__(self, tree: ast.Module):
     self.tree = tree
     self.names = engine.names(tree)
-    self.edits, self.imports = [], set()
-    self.absl_ok = {name: not _bound_elsewhere(tree, name, self.names)
-                    for name in ('flags', 'logging')}
+    self.edits = []
+    # Names bound to TensorFlow itself, by spelling: the first of each.
+    self.tf = {}
+    for name, full in self.names.items():
+      if full in (V1, PLAIN):
+        self.tf.setdefault(full, name)
+    self.consumed = set()  # ids of Name nodes whose chain was rewritten.
+
+  def _add(self, node_or_start, end_or_text, text=None, kind=''):
+    if text is None:
+      start, end = _span(node_or_start)
+      text = end_or_text
+    else:
+      start, end = node_or_start, end_or_text
+    self.edits.append(Edit(start, end, text, kind))
 
   def run(self) -> list[Edit]:
     inside = set()
@@ -93,43 +163,72 @@ class _Rewriter:
         if self._chain(node):
           inside |= {id(n) for n in ast.walk(node)}
         elif node.attr == 'value' and engine.indexes_a_shape(node.value):
-          self.edits.append(Edit(_span(node.value)[1], _span(node)[1], ''))
+          self._dimension_value(node)
+    self._calls()
+    self._unused_contrib_imports()
     return self.edits
 
+  def _dimension_value(self, node: ast.Attribute) -> None:
+    tf = self.tf.get(PLAIN) or self.tf.get(V1)
+    if tf is None:
+      return  # No name for TensorFlow here to call it through.
+    self._add(node, f'{tf}.compat.dimension_value('
+              f'{ast.unparse(node.value)})', kind='dimension-value')
+
   def _chain(self, node: ast.Attribute) -> bool:
-    """Rewrites a chain tf.a.b...; True when it is TensorFlow's."""
+    """Rewrites a chain tf.a.b... or contrib_alias.b...; True when it is
+    TensorFlow's."""
     parts = engine.dotted(node)
     base = parts and self.names.get(parts[0])
-    if base != 'tensorflow':
-      return bool(parts and base and engine.canonical(base))
-    inside_tf = parts[1:]
-    replacement = self._replacement(parts[0], inside_tf)
-    if replacement is not None:
-      self.edits.append(Edit(*_span(node), replacement))
+    if not base:
+      return False
+    resolved = engine.canonical('.'.join([base] + parts[1:]))
+    if not resolved:
+      return False
+    path = list(resolved[0])
+    if path and path[0] == 'contrib':
+      return self._contrib(node, parts, path) or True
+    if base not in (V1, PLAIN) or not path:
+      return True  # An alias of a module inside TensorFlow: left.
+    found = self._replacement(parts[0], path, base == V1)
+    if found is not None:
+      self._add(node, found[0], kind=found[1])
+      self.consumed.add(id(engine.base_name(node)))
     return True
 
-  def _replacement(self, tf: str, path: list[str]) -> str | None:
+  def _contrib(self, node: ast.Attribute, parts: list[str],
+               path: list[str]) -> bool:
+    for n in range(len(path), 1, -1):
+      home = CONTRIB_HOMES.get('.'.join(path[:n]))
+      if home:
+        break
+    else:
+      return False
+    target = '.'.join([home] + path[n:])
+    if V1 in self.tf:
+      text = f'{self.tf[V1]}.{target}'
+    elif PLAIN in self.tf:
+      entry = tf_api.API.get(home)
+      same = entry and entry[1] == 'same'
+      text = (f'{self.tf[PLAIN]}.{target}' if same else
+              f'{self.tf[PLAIN]}.compat.v1.{target}')
+    else:
+      return False  # No name for TensorFlow here to write the home with.
+    self._add(node, text, kind='contrib-home')
+    self.consumed.add(id(engine.base_name(node)))
+    return True
+
+  def _replacement(self, tf: str, path: list[str],
+                   v1: bool) -> tuple[str, str] | None:
     head = path[0]
     if head == 'gfile' and len(path) == 2 and path[1] in GFILE:
-      return f'{tf}.io.gfile.{GFILE[path[1]]}'
-    absl = ('flags', path[1:]) if head == 'flags' else (
-        ('flags', path[2:]) if path[:2] == ['app', 'flags'] else (
-            ('logging', path[1:]) if head == 'logging' else None))
-    if absl:
-      return self._absl(*absl)
+      return f'{tf}.io.gfile.{GFILE[path[1]]}', 'gfile'
     if len(path) == 1 and head in TO_DTYPE:
-      return None  # A call's rewrite (_call), not the name's.
-    return self._renamed(tf, path)
+      return None  # A call's rewrite (_calls), not the name's.
+    return self._renamed(tf, path, v1)
 
-  def _absl(self, module: str, rest: list[str]) -> str | None:
-    if not self.absl_ok[module] or (
-        module == 'logging' and rest and rest[0] not in ABSL_LOGGING):
-      return None
-    if module not in self.names:  # Not yet imported from absl.
-      self.imports.add(module)
-    return '.'.join([module] + rest)
-
-  def _renamed(self, tf: str, path: list[str]) -> str | None:
+  def _renamed(self, tf: str, path: list[str],
+               v1: bool) -> tuple[str, str] | None:
     for n in range(len(path), 0, -1):
       entry = tf_api.API.get('.'.join(path[:n]))
       if entry:
@@ -139,23 +238,61 @@ class _Rewriter:
     if entry[1] != 'removed':
       return None
     if entry[2]:  # The same object under its TF 2 name.
-      return '.'.join([tf, entry[2]] + path[n:])
-    return '.'.join([tf, 'compat', 'v1'] + path)
+      if v1 and tf_api.API.get(entry[2], ('', ''))[1] != 'same':
+        # Through tf.compat.v1 the TF 2 name must be TF 2's own object
+        # (compat.v1.io.parse_single_example is not io.parse_single_example).
+        return None
+      return '.'.join([tf, entry[2]] + path[n:]), 'renamed'
+    if v1:
+      return None  # Through tf.compat.v1 already.
+    return '.'.join([tf, 'compat', 'v1'] + path), 'through-compat-v1'
 
-  def calls(self) -> None:
+  def _calls(self) -> None:
     """tf.to_float(x[, name=...]) -> tf.cast(x, tf.float32[, name=...])."""
     for node in ast.walk(self.tree):
       if not isinstance(node, ast.Call):
         continue
       parts = engine.dotted(node.func)
       if (not parts or len(parts) != 2 or parts[1] not in TO_DTYPE or
-          self.names.get(parts[0]) != 'tensorflow' or len(node.args) != 1 or
-          isinstance(node.args[0], ast.Starred) or
+          self.names.get(parts[0]) not in (PLAIN, V1) or
+          len(node.args) != 1 or isinstance(node.args[0], ast.Starred) or
           any(k.arg != 'name' for k in node.keywords)):
         continue
-      self.edits.append(Edit(*_span(node.func), f'{parts[0]}.cast'))
+      self._add(node.func, f'{parts[0]}.cast', kind='to-dtype')
       end = _span(node.args[0])[1]
-      self.edits.append(Edit(end, end, f', {parts[0]}.{TO_DTYPE[parts[1]]}'))
+      self._add(end, end, f', {parts[0]}.{TO_DTYPE[parts[1]]}',
+                kind='to-dtype')
+
+  def _unused_contrib_imports(self) -> None:
+    """Removes each module-level import of tf.contrib whose names nothing
+    uses once its uses have their homes."""
+    used = {n.id for n in ast.walk(self.tree)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and
+            id(n) not in self.consumed}
+    for node in self.tree.body:
+      if not isinstance(node, (ast.Import, ast.ImportFrom)):
+        continue
+      bound = _contrib_names(node)
+      if bound and not set(bound) & used:
+        # The whole lines: an import stands alone on its lines here.
+        self._add((node.lineno, 0), (node.end_lineno + 1, 0), '',
+                  kind='unused-contrib-import')
+
+
+def _contrib_names(node: ast.AST) -> list[str]:
+  """The names an import binds if all it imports is tf.contrib; else []."""
+  if isinstance(node, ast.ImportFrom):
+    if node.level or not node.module:
+      return []
+    modules = [f'{node.module}.{a.name}' for a in node.names]
+  else:
+    modules = [a.name for a in node.names]
+    if any(not a.asname for a in node.names):
+      return []  # import tensorflow.contrib.x binds tensorflow: kept.
+  if not all(m == 'tensorflow.contrib' or m.startswith('tensorflow.contrib.')
+             for m in modules):
+    return []
+  return [a.asname or a.name for a in node.names]
 
 
 def _offsets(data: bytes) -> list[int]:
@@ -171,6 +308,7 @@ def apply(source: str, edits: list[Edit]) -> str:
   """source with edits made (they may not overlap)."""
   data = source.encode('utf-8')
   starts = _offsets(data)
+  starts.append(starts[-1])  # A removal may end after the last line.
   spans = sorted(((starts[s[0] - 1] + s[1], starts[e[0] - 1] + e[1], text)
                   for s, e, text in ((x.start, x.end, x.text) for x in edits)),
                  reverse=True)
@@ -179,25 +317,13 @@ def apply(source: str, edits: list[Edit]) -> str:
   return data.decode('utf-8')
 
 
-def _with_imports(source: str, tree: ast.Module, modules: set[str]) -> str:
-  """source with `from absl import M` for each of modules, after the
-  module's docstring and __future__ imports."""
-  if not modules:
-    return source
-  body = tree.body
-  at = 0
-  while at < len(body) and (
-      (at == 0 and isinstance(body[0], ast.Expr) and
-       isinstance(body[0].value, ast.Constant) and
-       isinstance(body[0].value.value, str)) or
-      (isinstance(body[at], ast.ImportFrom) and
-       body[at].module == '__future__')):
-    at += 1
-  line = body[at].lineno if at < len(body) else len(source.splitlines()) + 1
-  lines = source.splitlines(keepends=True)
-  newline = '\r\n' if lines and lines[0].endswith('\r\n') else '\n'
-  added = ''.join(f'from absl import {m}{newline}' for m in sorted(modules))
-  return ''.join(lines[:line - 1]) + added + ''.join(lines[line - 1:])
+def edits(source: str) -> list[Edit]:
+  """The rewrites of source, each with its kind.
+
+  Raises:
+    SyntaxError, ValueError: it does not parse.
+  """
+  return _Rewriter(ast.parse(source)).run()
 
 
 def rewrite(source: str) -> str:
@@ -206,14 +332,8 @@ def rewrite(source: str) -> str:
   Raises:
     SyntaxError, ValueError: it does not parse.
   """
-  tree = ast.parse(source)
-  rewriter = _Rewriter(tree)
-  rewriter.run()
-  rewriter.calls()
-  if not rewriter.edits:
-    return source
-  return _with_imports(apply(source, rewriter.edits), tree,
-                       rewriter.imports)
+  found = edits(source)
+  return apply(source, found) if found else source
 
 
 def _read(path: str) -> tuple[str, str]:
