@@ -533,9 +533,12 @@ def evaluation(theirs: dict, ours: dict, metric_map: dict[str, str],
   worst = max(relative, key=relative.get)
   figures['worst_metric'] = worst
   a, b = pairs[worst]
+  said = outputs.non_finite(np.float64(a), np.float64(b))
   return judged('evaluation', relative[worst], tolerances.EVAL_METRIC_RTOL,
                 figures,
-                f'{worst} differs ({a:.6g} vs {b:.6g}) at identical weights '
+                f'{worst} differs ({a:.6g} vs {b:.6g}' +
+                (f': {said.split(" (")[0]}' if said else '') +
+                ') at identical weights '
                 'on the same batches: compare how the port computes it (e.g. '
                 'on another output or head, from logits vs probabilities, '
                 'top-k with another k) and what it averages over')

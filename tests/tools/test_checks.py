@@ -247,6 +247,9 @@ def test_every_check_fails_a_value_that_is_not_finite(bad, side):
     message = results[f'one_step ({name})'].message
     assert f'{named} {kind} on {where} (1 of ' in message, message
   assert 'a NaN or an infinity on one side' in results['stepwise'].message
+  assert 'accuracy differs' in results['evaluation'].message
+  assert f': {kind} on {where})' in results['evaluation'].message, (
+      results['evaluation'].message)
 
 
 def test_the_same_infinity_on_both_sides_agrees_and_a_nan_never_does():
