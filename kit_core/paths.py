@@ -153,7 +153,22 @@ def check_output(path: str, flag: str, inputs: Pairs = (),
       raise KitError(f'{flag} {path} is a special file (FIFO, socket or '
                      'device); name a regular file')
   check_folder_exists(path, f'{flag} {path}')
+  check_folder_writable(path, flag)
   return path
+
+
+def check_folder_writable(path: str, flag: str) -> None:
+  """KitError unless the folder path would be written in takes a new file:
+  checked before any work, so that a long run does not end unable to write
+  what it found. A full disk still shows only when the output is written."""
+  try:
+    handle, probe = tempfile.mkstemp(
+        dir=os.path.dirname(os.path.abspath(path)), prefix='.tmp-')
+  except OSError as e:
+    raise KitError(f'cannot write {flag} {path}: {e.strerror.lower()}; point '
+                   f'{flag} at a folder you can write') from e
+  os.close(handle)
+  os.remove(probe)
 
 
 def _spellings(path: str) -> set[str]:

@@ -242,8 +242,68 @@ def test_the_scanner_on_a_read_only_folder_keeps_it(tmp_path, flag):
     result = run_module('migration_tools.scanner', str(code),
                         f'{flag}={folder / "report.txt"}')
     assert result.returncode == 2, result.stderr[-3000:]
-    assert re.fullmatch(rf'error: cannot write {flag}=\S+: (Read-only file '
-                        'system|Permission denied)',
+    assert re.fullmatch(rf'error: cannot write {flag} \S+: (read-only file '
+                        rf'system|permission denied); point {flag} at a '
+                        'folder you can write',
                         last_line(result.stderr)), result.stderr[-3000:]
     assert folder.is_dir() and os.listdir(folder) == []
   assert (code / 'train.py').exists()
+
+
+def _fill(disk) -> None:
+  """Fills disk (a tmpfs) to the last byte with a file of the user's."""
+  with open(disk / 'filler.bin', 'wb', buffering=0) as f:
+    try:
+      while True:
+        f.write(b'\0' * 4096)
+    except OSError:
+      pass  # Full.
+
+
+@pytest.mark.e2e
+def test_the_scanner_on_a_full_disk_keeps_the_folder_and_leaves_nothing(
+    tmp_path):
+  code = tmp_path / 'code'
+  code.mkdir()
+  (code / 'train.py').write_text('import tensorflow as tf\n' +
+                                 'tf.logging.info("x")\n' * 200)
+  with tmpfs(tmp_path / 'disk', '64k') as disk:
+    folder = disk / '.tmp-12345678'
+    made = _users_things(folder)
+    _fill(disk)
+    result = run_module('migration_tools.scanner', str(code),
+                        f'--output={folder / "report.txt"}')
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert re.fullmatch(r'error: cannot write --output=\S+: No space left on '
+                        'device', last_line(result.stderr)), (
+                            result.stderr[-3000:])
+    _all_there(made)
+    assert sorted(os.listdir(folder)) == ['.tmp-12345678', 'notes.txt',
+                                          'old-1_temp']
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize('module, flag, args', [
+    pytest.param('migration_tools.compare', '--report', (), id='compare'),
+    pytest.param('migration_tools.checkpoint', '--output',
+                 ('--estimator_dir={source}',), id='converter',
+                 marks=pytest.mark.estimator),
+])
+def test_an_output_in_a_read_only_folder_is_refused_before_any_work(
+    tmp_path, module, flag, args):
+  """The tools check that an output's folder takes a file before they
+  work (a comparison may run for an hour), and remove nothing."""
+  source = tmp_path / 'estimator'
+  if module == 'migration_tools.checkpoint':
+    _estimator_checkpoint(source)
+  with read_only(tmp_path / 'run-1_temp') as folder:
+    output = folder / ('report.json' if flag == '--report' else 'converted')
+    result = run_module(module, f'{flag}={output}',
+                        *(a.format(source=source) for a in args),
+                        timeout=300)
+    assert result.returncode != 0
+    assert re.fullmatch(
+        rf'error: cannot write {flag} {output}: (read-only file system|'
+        rf'permission denied); point {flag} at a folder you can write',
+        last_line(result.stderr)), result.stderr[-3000:]
+    assert folder.is_dir() and os.listdir(folder) == []
