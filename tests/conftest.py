@@ -193,6 +193,20 @@ def read_only(path):
     yield path
 
 
+def estimator_checkpoint(folder) -> str:
+  """The kit's model, as an Estimator saves it, in folder (TF 2.15)."""
+  from estimator_mnist import model as estimator_model  # pylint: disable=g-import-not-at-top
+  with tf.Graph().as_default():
+    tf.compat.v1.train.get_or_create_global_step()
+    estimator_model.build_network(
+        tf.compat.v1.placeholder(tf.float32, [1, 28, 28, 1]), training=True)
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      tf.compat.v1.train.Saver().save(session, str(folder / 'model.ckpt'),
+                                      global_step=1)
+  return str(folder)
+
+
 def last_line(text: str) -> str:
   lines = [line for line in text.strip().splitlines() if line.strip()]
   return lines[-1] if lines else ''

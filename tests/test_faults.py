@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from conftest import CATALOGUE, HAS_ESTIMATOR, REPO, TOOLS_PYTHONPATH
 from conftest import catalogue, last_line
+from conftest import estimator_checkpoint
 from conftest import run_module
 from conftest import tmpfs
 from kit_core.errors import KitError
@@ -569,16 +570,8 @@ def test_a_signal_during_export_leaves_nothing_half_written(
 
 @pytest.mark.estimator
 def test_a_signal_during_verify_removes_the_unverified_output(tmp_path):
-  from estimator_mnist import model as estimator_model  # pylint: disable=g-import-not-at-top
   source = tmp_path / 'estimator'
-  with tf.Graph().as_default():  # The kit's model, as an Estimator saves it.
-    tf.compat.v1.train.get_or_create_global_step()
-    estimator_model.build_network(
-        tf.compat.v1.placeholder(tf.float32, [1, 28, 28, 1]), training=True)
-    with tf.compat.v1.Session() as session:
-      session.run(tf.compat.v1.global_variables_initializer())
-      tf.compat.v1.train.Saver().save(session, str(source / 'model.ckpt'),
-                                      global_step=1)
+  estimator_checkpoint(source)
   output = tmp_path / 'converted'
   log = tmp_path / 'convert.log'
   process = _start_held(_HOLD_VERIFY, 'migration_tools.checkpoint.command',

@@ -13,8 +13,8 @@ import os
 import re
 
 import pytest
-import tensorflow as tf
 
+from conftest import estimator_checkpoint
 from conftest import last_line
 from conftest import read_only
 from conftest import run_module
@@ -178,25 +178,11 @@ def test_a_read_only_folder_in_a_trained_model_dir_keeps_it_whole(
   assert set(checkpoints) <= set(os.listdir(model))
 
 
-def _estimator_checkpoint(folder) -> str:
-  """The kit's model as an Estimator saves it (TF 2.15: tf.estimator)."""
-  from estimator_mnist import model as estimator_model  # pylint: disable=g-import-not-at-top
-  with tf.Graph().as_default():
-    tf.compat.v1.train.get_or_create_global_step()
-    estimator_model.build_network(
-        tf.compat.v1.placeholder(tf.float32, [1, 28, 28, 1]), training=True)
-    with tf.compat.v1.Session() as session:
-      session.run(tf.compat.v1.global_variables_initializer())
-      tf.compat.v1.train.Saver().save(session, str(folder / 'model.ckpt'),
-                                      global_step=1)
-  return str(folder)
-
-
 @pytest.mark.e2e
 @pytest.mark.estimator
 def test_the_converter_on_a_full_disk_keeps_the_folders_above_its_output(
     tmp_path):
-  source = _estimator_checkpoint(tmp_path / 'estimator')
+  source = estimator_checkpoint(tmp_path / 'estimator')
   with tmpfs(tmp_path / 'disk', '1m') as disk:
     parent = disk / 'run-1_temp' / '.tmp-12345678'
     made = _users_things(parent)
@@ -217,7 +203,7 @@ def test_the_converter_on_a_full_disk_keeps_the_folders_above_its_output(
 def test_a_failed_verification_keeps_an_empty_output_the_user_made(tmp_path):
   """--verify fails (here: the legacy input_fn finds no data); the output
   folder the user made stays, emptied of what the run wrote."""
-  source = _estimator_checkpoint(tmp_path / 'estimator')
+  source = estimator_checkpoint(tmp_path / 'estimator')
   output = tmp_path / '.tmp-12345678'
   output.mkdir()
   result = run_module(
@@ -295,7 +281,7 @@ def test_an_output_in_a_read_only_folder_is_refused_before_any_work(
   work (a comparison may run for an hour), and remove nothing."""
   source = tmp_path / 'estimator'
   if module == 'migration_tools.checkpoint':
-    _estimator_checkpoint(source)
+    estimator_checkpoint(source)
   with read_only(tmp_path / 'run-1_temp') as folder:
     output = folder / ('report.json' if flag == '--report' else 'converted')
     result = run_module(module, f'{flag}={output}',
