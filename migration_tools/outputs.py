@@ -31,21 +31,26 @@ def non_finite(theirs, ours) -> str:
   return ', '.join(said)
 
 
+def elementwise_diff(theirs, ours) -> np.ndarray:
+  """|theirs - ours| elementwise (same shapes, numbers): 0 where equal (an
+  infinity on both sides too), inf where either is NaN or an infinity the
+  other lacks there (non_finite)."""
+  theirs = np.asarray(theirs, np.float64)
+  ours = np.asarray(ours, np.float64)
+  with np.errstate(invalid='ignore'):  # inf - inf: NaN, made inf below.
+    diffs = np.where(theirs == ours, 0.0, np.abs(theirs - ours))
+  return np.where(np.isnan(diffs), np.inf, diffs)
+
+
 def output_diff(a: np.ndarray, b: np.ndarray) -> float:
-  """Max |a - b|; inf if the shapes differ, if either holds a NaN or an
-  infinity the other does not (non_finite), or for non-numbers that
-  differ (0 if equal)."""
+  """Max |a - b| (elementwise_diff); inf if the shapes differ, or for
+  non-numbers that differ (0 if equal)."""
   a, b = np.asarray(a), np.asarray(b)
   if a.shape != b.shape:
     return float('inf')
   if not numeric(a) or not numeric(b):
     return 0.0 if np.array_equal(a, b) else float('inf')
-  if non_finite(a, b):
-    return float('inf')
-  a, b = a.astype(np.float64), b.astype(np.float64)
-  same = a == b  # Equal infinities subtract to NaN: they differ by 0.
-  with np.errstate(invalid='ignore'):
-    return float(np.abs(np.where(same, 0.0, a - b)).max(initial=0.0))
+  return float(elementwise_diff(a, b).max(initial=0.0))
 
 
 def difference_text(name: str, theirs, ours, diff: float) -> str:

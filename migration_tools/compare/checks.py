@@ -100,17 +100,6 @@ def non_finite_in(a: dict, b: dict) -> str:
   return ''
 
 
-def _abs_diffs(theirs, ours) -> np.ndarray:
-  """|theirs - ours| elementwise, inf where either is not finite (and they
-  are not the same infinity)."""
-  theirs = np.asarray(theirs, np.float64)
-  ours = np.asarray(ours, np.float64)
-  same = theirs == ours
-  with np.errstate(invalid='ignore'):  # inf - inf: NaN, made inf below.
-    diffs = np.where(same, 0.0, np.abs(theirs - ours))
-  return np.where(np.isnan(diffs), np.inf, diffs)
-
-
 def inventory(theirs: dict, ours: dict) -> CheckResult:
   """Every legacy variable maps onto one port variable of the same shape.
 
@@ -408,7 +397,7 @@ def learning_rate(name: str, theirs: list[float], ours: list[float],
                        f'read ({legacy_source}); the updates checks judge the '
                        'rate through each step\'s size',
                        figures={'port': ours[-1]})
-  diffs = _abs_diffs(theirs, ours)
+  diffs = outputs.elementwise_diff(theirs, ours)
   over = np.flatnonzero(diffs > tolerances.LEARNING_RATE_ATOL)
   first = int(over[0]) + 1 if over.size else None
   at = (first or 1) - 1
@@ -445,7 +434,7 @@ def trajectory(name: str, theirs: list[float], ours: list[float],
     global_steps: (the legacy global step, the port optimizer's step) at the
       end; they must be equal.
   """
-  losses = _abs_diffs(theirs, ours)
+  losses = outputs.elementwise_diff(theirs, ours)
   weights, worst = max_diff(legacy_weights, port_weights)
   over = np.flatnonzero(losses > tolerances.TRAJECTORY_ATOL)
   first = int(over[0]) + 1 if over.size else None  # Steps count from 1.

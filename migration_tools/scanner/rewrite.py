@@ -146,13 +146,9 @@ class _Rewriter:
         self.tf.setdefault(full, name)
     self.consumed = set()  # ids of Name nodes whose chain was rewritten.
 
-  def _add(self, node_or_start, end_or_text, text=None, kind=''):
-    if text is None:
-      start, end = _span(node_or_start)
-      text = end_or_text
-    else:
-      start, end = node_or_start, end_or_text
-    self.edits.append(Edit(start, end, text, kind))
+  def _add(self, node: ast.AST, text: str, kind: str) -> None:
+    """Replaces node's source with text."""
+    self.edits.append(Edit(*_span(node), text, kind))
 
   def run(self) -> list[Edit]:
     inside = set()
@@ -260,8 +256,8 @@ class _Rewriter:
         continue
       self._add(node.func, f'{parts[0]}.cast', kind='to-dtype')
       end = _span(node.args[0])[1]
-      self._add(end, end, f', {parts[0]}.{TO_DTYPE[parts[1]]}',
-                kind='to-dtype')
+      self.edits.append(Edit(end, end, f', {parts[0]}.{TO_DTYPE[parts[1]]}',
+                             'to-dtype'))
 
   def _unused_contrib_imports(self) -> None:
     """Removes each module-level import of tf.contrib whose names nothing
@@ -275,8 +271,8 @@ class _Rewriter:
       bound = _contrib_names(node)
       if bound and not set(bound) & used:
         # The whole lines: an import stands alone on its lines here.
-        self._add((node.lineno, 0), (node.end_lineno + 1, 0), '',
-                  kind='unused-contrib-import')
+        self.edits.append(Edit((node.lineno, 0), (node.end_lineno + 1, 0),
+                               '', 'unused-contrib-import'))
 
 
 def _contrib_names(node: ast.AST) -> list[str]:
