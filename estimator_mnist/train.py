@@ -16,6 +16,7 @@ from estimator_mnist import data as data_lib
 from estimator_mnist import divergence
 from estimator_mnist import model
 from kit_core import checkpoint_files
+from kit_core import errors
 from kit_core import exits
 from kit_core import paths
 from kit_core import sharding
@@ -96,8 +97,9 @@ class StopOnSignal(tf.estimator.SessionRunHook):
       run_context.request_stop()
 
 
-def _train(estimator, max_steps: int, use_tpu: bool) -> None:
-  """estimator.train up to max_steps, guarded against divergence.
+def _train(estimator, max_steps: int, use_tpu: bool, again: str) -> None:
+  """estimator.train up to max_steps, guarded against divergence; again
+  says how to resume after a signal (errors.run_again).
 
   Raises:
     DivergedError: the loss or the weights stopped being finite; nothing was
@@ -114,7 +116,7 @@ def _train(estimator, max_steps: int, use_tpu: bool) -> None:
     exits.restore_handlers(before)
   if stop.received:
     latest = estimator.latest_checkpoint()
-    raise Preempted(_step_of(latest), latest, stop.received)
+    raise Preempted(_step_of(latest), latest, stop.received, again)
 
 
 def _step_of(checkpoint: str | None) -> int:
@@ -282,7 +284,8 @@ def _train_evaluate_export(config: config_lib.Config,
   # tf.compat.v1.layers draw initializer seeds from Python's random module,
   # not the graph seed: seed everything for repeatable runs.
   tf.compat.v2.keras.utils.set_random_seed(config.seed)
-  _train(estimator, config.train_steps, config.use_tpu)
+  again = errors.run_again(config.model_dir, model_dir)
+  _train(estimator, config.train_steps, config.use_tpu, again)
   result = {'model_dir': model_dir,
             'global_step': int(estimator.get_variable_value('global_step')),
             'eval': None, 'predictions': [], 'export_dir': None}
@@ -290,8 +293,7 @@ def _train_evaluate_export(config: config_lib.Config,
   # A signal from here on loses no training: the export is what it stops.
   with exits.interruptible(f'training is saved in '
                            f'{estimator.latest_checkpoint()}, nothing was '
-                           'exported; run the same command again to evaluate '
-                           'and export'):
+                           f'exported; {again} to evaluate and export'):
     if eval_steps:
       metrics = estimator.evaluate(data_lib.eval_input_fn, steps=eval_steps)
       result['eval'] = {k: float(v) for k, v in metrics.items()}

@@ -3,6 +3,7 @@ error becomes that line. Nothing here touches files: exits.py ends a
 command on them."""
 import os
 import re
+import shlex
 import signal
 import traceback
 
@@ -26,13 +27,14 @@ class Preempted(KitError):
   """
 
   def __init__(self, step: int, checkpoint: str | None,
-               signal_name: str = 'SIGTERM'):
+               signal_name: str = 'SIGTERM',
+               again: str = 'run the same command again'):
     """checkpoint: the one saved, None on a worker that keeps none (the
-    chief saved it)."""
+    chief saved it). again: how to run on from it (run_again)."""
     saved = (f'checkpoint {checkpoint} saved at step {step}' if checkpoint
              else f'the chief worker saved the checkpoint at step {step}')
-    super().__init__(f'{signal_name} received: {saved}; run the same command '
-                     'again to resume from it')
+    super().__init__(f'{signal_name} received: {saved}; {again} to resume '
+                     'from it')
     self.exit_code = signal_exit_code(signal_name)
 
 
@@ -49,6 +51,15 @@ class Interrupted(KitError):
     super().__init__(f'{signal_name} received: {consequence}')
     self.signal_name = signal_name
     self.exit_code = signal_exit_code(signal_name)
+
+
+def run_again(model_dir_flag: str | None, model_dir: str) -> str:
+  """How to run on from what a stopped run saved in model_dir: the same
+  command, unless --model_dir was left out and the run made a new temporary
+  folder, which the same command would not find again."""
+  if model_dir_flag is not None:
+    return 'run the same command again'
+  return f'run again with --model_dir={shlex.quote(model_dir)}'
 
 
 def signal_exit_code(signal_name: str) -> int:

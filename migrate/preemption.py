@@ -27,7 +27,8 @@ from kit_core.errors import Preempted
 
 
 def watch(strategy: tf.distribute.Strategy,
-          save: Callable[[], tuple[int, str | None]]
+          save: Callable[[], tuple[int, str | None]],
+          again: str = 'run the same command again'
           ) -> tf.distribute.experimental.PreemptionCheckpointHandler:
   """Starts watching for SIGTERM and SIGINT; returns the handler.
 
@@ -40,6 +41,7 @@ def watch(strategy: tf.distribute.Strategy,
     strategy: the training's strategy (its cluster, if any).
     save: saves a checkpoint; returns (step, the checkpoint's file name or
       None where this worker keeps none).
+    again: how to run on from the checkpoint (errors.run_again).
   """
   saved, received = {}, []
 
@@ -48,7 +50,7 @@ def watch(strategy: tf.distribute.Strategy,
 
   def exit_fn():
     raise Preempted(saved.get('step', -1), saved.get('path'),
-                    received[0] if received else 'SIGTERM')
+                    received[0] if received else 'SIGTERM', again)
 
   def on_sigint(signum, frame):  # pylint: disable=unused-argument
     if not received:

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from kit_core import atomic
 from kit_core import cpu
+from kit_core import errors
 from kit_core import exits
 from kit_core import keras_compat
 from kit_core import paths
@@ -231,7 +232,8 @@ def _train(config: config_lib.Config, strategy: tf.distribute.Strategy,
                                   eval_batch, False)
   before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
   sigterm = preemption.watch(
-      strategy, lambda: _save_at_step(manager, optimizer, strategy))
+      strategy, lambda: _save_at_step(manager, optimizer, strategy),
+      errors.run_again(config.model_dir, model_dir))
   cadence = cadence_lib.Cadence(manager, config.checkpoint_steps,
                                 config.train_steps, sigterm, start)
   try:
@@ -317,9 +319,9 @@ def _train_evaluate_export(config: config_lib.Config,
   saved = (manager.latest_checkpoint if strategy_lib.is_chief(strategy) else
            'the chief\'s model_dir')
   # A signal from here on loses no training: the export is what it stops.
+  again = errors.run_again(config.model_dir, model_dir)
   with exits.interruptible(f'training is saved in {saved}, nothing was '
-                           'exported; run the same command again to evaluate '
-                           'and export'):
+                           f'exported; {again} to evaluate and export'):
     if eval_steps:
       metrics = evaluate()
       result['eval'] = {k: float(v) for k, v in metrics.items()}

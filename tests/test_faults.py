@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -366,22 +367,23 @@ def test_read_only_data_dir_is_one_line(tmp_path):
   assert not (tmp_path / 'model').exists()
 
 
-def _start(module, log, *args):
+def _start(module, log, *args, env=None):
   with open(log, 'w') as f:
     return subprocess.Popen(
         [sys.executable, '-m', module, *args], cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=REPO), stdout=subprocess.DEVNULL,
-        stderr=f)
+        env=dict(os.environ, PYTHONPATH=REPO, **(env or {})),
+        stdout=subprocess.DEVNULL, stderr=f)
 
 
-def _start_held(hold, main, log, *args):
+def _start_held(hold, main, log, *args, env=None):
   """`main` (a module with run()) with args, after the code `hold`."""
   code = (f'{hold}\nimport sys\nsys.argv = ["{main}", *{list(args)!r}]\n'
           f'from {main} import run\nrun()\n')
   with open(log, 'w') as f:
     return subprocess.Popen(
         [sys.executable, '-c', code], cwd=REPO, stdout=subprocess.DEVNULL,
-        stderr=f, env=dict(os.environ, PYTHONPATH=TOOLS_PYTHONPATH))
+        stderr=f, env=dict(os.environ, PYTHONPATH=TOOLS_PYTHONPATH,
+                           **(env or {})))
 
 
 def _wait_for(process, log, pattern, timeout=300):
@@ -407,59 +409,71 @@ cadence.Cadence.after_execution = after_execution
 """
 
 
-@pytest.mark.parametrize('module, args, reached, stop', [
+@pytest.mark.parametrize('module, args, reached, stop, named', [
     pytest.param('migrate', ('--loop=custom',), r'REACHED (1\d)\b',
-                 signal.SIGTERM, id='custom'),
+                 signal.SIGTERM, False, id='custom, default model_dir'),
     pytest.param('migrate', ('--loop=custom',), r'REACHED (1\d)\b',
-                 signal.SIGINT, id='custom, Ctrl-C'),
+                 signal.SIGINT, True, id='custom, Ctrl-C'),
     catalogue('migrate', ('--loop=custom', '--num_cpu_devices=2'),
-              r'REACHED (1\d)\b', signal.SIGTERM, id='custom, 2 replicas'),
+              r'REACHED (1\d)\b', signal.SIGTERM, True,
+              id='custom, 2 replicas'),
     catalogue('migrate', ('--loop=fit',), r'REACHED (1\d)\b', signal.SIGTERM,
-              id='fit'),
+              True, id='fit'),
     catalogue('migrate', ('--loop=fit',), r'REACHED (1\d)\b', signal.SIGINT,
-              id='fit, Ctrl-C'),
+              True, id='fit, Ctrl-C'),
     # The model_fn's LoggingTensorHook logs every 100 steps.
     pytest.param('estimator_mnist', (), r', step = ([1-9]\d\d+)\b',
-                 signal.SIGTERM, id='estimator', marks=pytest.mark.estimator),
+                 signal.SIGTERM, False, id='estimator, default model_dir',
+                 marks=pytest.mark.estimator),
     pytest.param('estimator_mnist', (), r', step = ([1-9]\d\d+)\b',
-                 signal.SIGINT, id='estimator, Ctrl-C',
+                 signal.SIGINT, True, id='estimator, Ctrl-C',
                  marks=pytest.mark.estimator),
 ])
 def test_sigterm_saves_the_step_reached_and_a_rerun_resumes_there(
-    tmp_path, fake_data_dir, module, args, reached, stop):
+    tmp_path, fake_data_dir, module, args, reached, stop, named):
   """And Ctrl-C (SIGINT) as SIGTERM does, exit 130.
 
   Periodic saves are far apart (every 100,000 steps), so the checkpoint the
   stop names can only be the one saved for the signal, at a step at least the
-  one the run was seen to reach before it.
+  one the run was seen to reach before it. Without --model_dir (named False)
+  the run trains in a new temporary folder, and the line names it: the same
+  command would make another.
   """
   model = tmp_path / 'model'
-  common = [f'--data_dir={fake_data_dir.data_dir}', f'--model_dir={model}',
-            '--batch_size=8', '--noenable_predict', '--eval_steps=0', *args]
+  common = [f'--data_dir={fake_data_dir.data_dir}', '--batch_size=8',
+            '--noenable_predict', '--eval_steps=0', *args]
   if module == 'migrate':
     common += ['--checkpoint_steps=100000', '--steps_per_execution=5']
   else:
     common += ['--save_checkpoints_steps=100000']
   log = tmp_path / 'first.log'
-  first = [*common, '--train_steps=1000000']
-  process = (_start_held(_REPORT_MIGRATE_STEPS, 'migrate.main', log, *first)
-             if module == 'migrate' else _start(module, log, *first))
+  first = [*common, '--train_steps=1000000'] + (
+      [f'--model_dir={model}'] if named else [])
+  # The default folder is made in TMPDIR: here, so that the test removes it.
+  env = {'TMPDIR': str(tmp_path)}
+  process = (
+      _start_held(_REPORT_MIGRATE_STEPS, 'migrate.main', log, *first, env=env)
+      if module == 'migrate' else _start(module, log, *first, env=env))
   try:
     seen = int(_wait_for(process, log, reached).group(1))
     process.send_signal(stop)
     assert process.wait(timeout=120) == 128 + stop, log.read_text()[-3000:]
   finally:
     process.kill()
+  again = (r'run the same command again' if named else
+           r'run again with --model_dir=(?P<folder>\S+)')
   stopped = re.fullmatch(
       rf'stopped: {stop.name} received: checkpoint (\S+) saved at step (\d+); '
-      r'run the same command again to resume from it',
-      last_line(log.read_text()))
+      rf'{again} to resume from it', last_line(log.read_text()))
   assert stopped, log.read_text()[-3000:]
+  if not named:
+    model = Path(stopped.group('folder'))
+    assert model.parent == tmp_path and model.is_dir()
   step = int(stopped.group(2))
   assert step >= seen > 0 and stopped.group(1).endswith(f'-{step}')
   assert tf.train.latest_checkpoint(str(model)) == stopped.group(1)
-  result = run_module(module, *common, f'--train_steps={step + 5}',
-                      timeout=300)
+  result = run_module(module, *common, f'--model_dir={model}',
+                      f'--train_steps={step + 5}', timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
   resumed = (f'resuming at step {step} of {step + 5}' if module == 'migrate'
              else f'Restoring parameters from {stopped.group(1)}')
