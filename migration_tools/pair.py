@@ -9,14 +9,14 @@ from migration_tools import loading
 from migration_tools import port as port_lib
 from migration_tools import variable_map
 
-# The commands' defaults: the kit's own pair (migrate/kit_pair.py), named as
+# The commands' defaults: the kit's own pair (kit_pair/mnist.py), named as
 # a team names its own, so that the tools import nothing of the example.
 KIT_PAIR = {
     'legacy_model_fn': 'estimator_mnist.model:model_fn',
-    'legacy_input_fn': 'migrate.kit_pair:legacy_input_fn',
+    'legacy_input_fn': 'kit_pair.mnist:legacy_input_fn',
     'legacy_serving_input_fn':
         'estimator_mnist.train:serving_input_receiver_fn',
-    'port': 'migrate.kit_pair:make_port',
+    'port': 'kit_pair.mnist:make_port',
     # Its model_fn reads params['learning_rate']; params['data_dir'] unset:
     # the kit's default data.
     'params': '{"learning_rate": 0.05}',

@@ -42,7 +42,7 @@ model_fn gets (the user's ``--params``, ``batch_size`` = the global batch,
 
 ``check_port`` turns every way a Port can fall short of this into one line
 that names the missing piece and says what to do. docs/MIGRATION.md ("Plug
-your own pair in") walks through writing one; ``migrate.kit_pair``
+your own pair in") walks through writing one; ``kit_pair.mnist``
 is the kit's own, ``tests/user_code/`` holds three more.
 """
 import dataclasses

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from migrate import custom_loop
 from migrate import data
-from migrate import kit_pair
+from kit_pair import mnist as kit_pair
 from migrate import model as model_lib
 from migration_tools import port as port_lib
 from mnist_common import prepare

@@ -13,7 +13,7 @@ from conftest import last_line, run_module
 from estimator_mnist import data as estimator_data
 from estimator_mnist import model as estimator_model
 from kit_core.errors import KitError
-from migrate import kit_pair
+from kit_pair import mnist as kit_pair
 from migrate import model as model_lib
 from migration_tools import pair
 from migration_tools.checkpoint import estimator

@@ -7,7 +7,7 @@ import pytest
 
 from kit_core.errors import KitError
 from migrate import custom_loop
-from migrate import kit_pair
+from kit_pair import mnist as kit_pair
 from migration_tools import cli
 from migration_tools import optimizers
 from migration_tools import pair

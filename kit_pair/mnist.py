@@ -5,8 +5,6 @@ A team writes the same few lines for its own port (docs/MIGRATION.md, "Plug
 your own pair in") and names them with --port; tests/user_code/ holds three
 pairs unlike this one.
 """
-import importlib
-
 import tensorflow as tf
 
 from migrate import custom_loop
@@ -30,9 +28,10 @@ def _data_dir(params: dict) -> str:
 def legacy_input_fn(params: dict):
   """estimator_mnist's eval input_fn (the test split, in file order) on
   params['data_dir'], or on the kit's default data."""
-  # Imported here: migrate runs on TensorFlow without tf.estimator.
-  input_fn = importlib.import_module('estimator_mnist.data').eval_input_fn
-  return input_fn({**params, 'data_dir': _data_dir(params)})
+  # Imported here: the port's side of the pair runs on TensorFlows without
+  # tf.compat.v1's estimator stack.
+  from estimator_mnist import data as legacy_data  # pylint: disable=g-import-not-at-top
+  return legacy_data.eval_input_fn({**params, 'data_dir': _data_dir(params)})
 
 
 def input_pipeline(strategy: tf.distribute.Strategy, params: dict):
