@@ -44,6 +44,7 @@ import tensorflow as tf
 
 from kit_core import exits
 from kit_core import keras_compat
+from kit_core import progress as progress_lib
 from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from kit_core.errors import one_line
@@ -112,8 +113,12 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
     cli.set_legacy_flags(tool_flags.legacy_flags)
   # A signal stops the writing (its temporary folder removed) or the
   # verification (the unverified output removed): nothing half-done stays.
-  with exits.interruptible('nothing was written to --output; run the same '
-                           'command again'):
+  # A line at least every 30 s while a large checkpoint is read, written or
+  # verified.
+  progress = progress_lib.Progress()
+  with progress.heartbeat(), exits.interruptible(
+      'nothing was written to --output; run the same command again'):
+    progress.now('converting: reading, pairing and writing the variables')
     path = _convert(tool_flags, port, params, fns)
   print(f'Checkpoint: {path}')
   if tool_flags.estimator_dir and not keras_compat.is_keras3():
@@ -123,7 +128,8 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
           f'over first: migration-convert-checkpoint '
           f'--keras2_dir={tool_flags.output} --output=NEW_DIR')
   if tool_flags.verify:
-    _verify(tool_flags, port, params, fns, existed)
+    with progress.heartbeat():
+      _verify(tool_flags, port, params, fns, existed, progress)
 
 
 def _convert(tool_flags: flags.FlagValues, port, params: dict,
@@ -143,7 +149,8 @@ def _convert(tool_flags: flags.FlagValues, port, params: dict,
 
 
 def _verify(tool_flags: flags.FlagValues, port, params: dict,
-            fns: tuple, existed: bool) -> None:
+            fns: tuple, existed: bool,
+            progress: progress_lib.Progress) -> None:
   """--verify: every output of both sides agrees, or what this run wrote
   into --output is removed (also when a signal stops the verification).
 
@@ -156,7 +163,7 @@ def _verify(tool_flags: flags.FlagValues, port, params: dict,
     with exits.interruptible(f'the verification was stopped and {removed}; '
                              'run the same command again'):
       result = verify.verify(tool_flags.estimator_dir, output, port, *fns,
-                             params, tool_flags.verify_examples)
+                             params, tool_flags.verify_examples, progress)
   except Interrupted:
     _remove_written(output, existed)
     raise

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from kit_core import checkpoint_files
+from kit_core import progress as progress_lib
 from kit_core.errors import KitError
 from migration_tools import legacy
 from migration_tools import outputs as outputs_lib
@@ -23,7 +24,8 @@ class Verification:
 
 
 def verify(estimator_dir: str, output: str, port: port_lib.Port, model_fn,
-           input_fn, params: dict, count: int) -> Verification:
+           input_fn, params: dict, count: int,
+           progress: progress_lib.Progress | None = None) -> Verification:
   """Predicts the same batches with both checkpoints; raises on mismatch.
 
   Args:
@@ -35,16 +37,22 @@ def verify(estimator_dir: str, output: str, port: port_lib.Port, model_fn,
       applies its own preprocessing after it).
     params: the user's params for input_fn and model_fn.
     count: how many examples, at most.
+    progress: told what runs (its heartbeat repeats it); None: silent.
 
   Raises:
     KitError: an output differs, or the port lacks one.
   """
+  progress = progress or progress_lib.Progress(None)
   batch = min(count, 64)
+  progress.now(f'verify: reading {count} examples from the legacy input_fn')
   data = legacy.read_input_fn(input_fn, params, batch, -(-count // batch))
   features = tf.nest.map_structure(lambda *xs: np.concatenate(xs)[:count],
                                    *[f for f, _ in data.batches])
+  progress.now('verify: the legacy model_fn predicting on '
+               f'{checkpoint_files.latest(estimator_dir)}')
   theirs = legacy.predict(model_fn, checkpoint_files.latest(estimator_dir),
                           features, legacy.model_params(params, batch))
+  progress.now(f'verify: the port predicting on {output}')
   model = port.build_model(legacy.model_params(params, batch))
   tf.train.Checkpoint(model=model).restore(
       tf.train.latest_checkpoint(output)).expect_partial()

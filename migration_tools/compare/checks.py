@@ -23,9 +23,10 @@ SKIPPED = 'skipped'
 REVIEW = 'review'
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class CheckResult:
-  """One check's outcome.
+  """One check's outcome, never edited once made (a check's judge says all
+  of it).
 
   status: PASSED or FAILED (judged on the figures), ERROR (the check raised:
   message is the cause), NOT_RUN (a check it needs failed first, or the kit
@@ -100,11 +101,14 @@ def non_finite_in(a: dict, b: dict) -> str:
   return ''
 
 
-def inventory(theirs: dict, ours: dict) -> CheckResult:
+def inventory(theirs: dict, ours: dict, paired_by_order: list | None = None,
+              warm_start: dict | None = None) -> CheckResult:
   """Every legacy variable maps onto one port variable of the same shape.
 
   Args:
     theirs, ours: {legacy name: array}, the port's through its variable map.
+    paired_by_order: the pairs inferred by order (variable_map), reported.
+    warm_start: {checkpoint: variables} the legacy run started from.
   """
   theirs = {k: list(v.shape) for k, v in theirs.items()}
   ours = {k: list(v.shape) for k, v in ours.items()}
@@ -112,17 +116,25 @@ def inventory(theirs: dict, ours: dict) -> CheckResult:
   extra = sorted(set(ours) - set(theirs))
   shapes = sorted(k for k in set(theirs) & set(ours) if theirs[k] != ours[k])
   passed = not (missing or extra or shapes)
+  figures = {'variables': theirs, 'missing_in_port': missing,
+             'extra_in_port': extra, 'wrong_shape': shapes,
+             'paired_by_order': paired_by_order or [],
+             'warm_start': warm_start or {}}
+  if passed:
+    return CheckResult('inventory', PASSED, 'both sides start from the legacy '
+                       'warm start: ' + ', '.join(
+                           f'{path} ({count} variables)'
+                           for path, count in warm_start.items())
+                       if warm_start else '', figures=figures)
   shown = [f'{label} {", ".join(items[:3])}{" ..." if len(items) > 3 else ""}'
            for label, items in (('not mapped from the legacy model:', missing),
                                 ('not mapped in the port:', extra),
                                 ('of another shape:', shapes)) if items]
   return CheckResult(
-      'inventory', PASSED if passed else FAILED,
-      '' if passed else (
-          'the variables do not map one to one (' + '; '.join(shown) + '): '
-          'fix the port\'s variable map, or the layer names and sizes'),
-      figures={'variables': theirs, 'missing_in_port': missing,
-               'extra_in_port': extra, 'wrong_shape': shapes})
+      'inventory', FAILED,
+      'the variables do not map one to one (' + '; '.join(shown) + '): '
+      'fix the port\'s variable map, or the layer names and sizes',
+      figures=figures)
 
 
 def _leaves(structure) -> dict[str, np.ndarray]:
@@ -187,34 +199,47 @@ def _range(pair: list) -> str:
 
 def _compare_outputs(name: str, theirs: dict, ours: dict,
                      output_map: dict[str, str], tolerance: float,
-                     hint: str) -> CheckResult:
-  """Every legacy output against the port's of the same (mapped) name."""
+                     hint: str, extra: dict | None = None) -> CheckResult:
+  """Every legacy output against the port's of the same (mapped) name;
+  extra: more figures for the report."""
   pairs, missing = outputs.paired_outputs(theirs, ours, output_map)
   if missing or not pairs:
     return CheckResult(name, FAILED, f'the port has no output for '
                        f'{", ".join(missing) or "any legacy output"} (legacy:'
                        f' {sorted(theirs)}, port: {sorted(ours)}): name the '
                        'port\'s outputs as the legacy ones, or map them '
-                       '(Port.output_map)')
+                       '(Port.output_map)', figures=dict(extra or {}))
   diffs = {k: outputs.output_diff(*pair) for k, pair in pairs.items()}
   worst = outputs.worst_output(pairs, diffs, lambda name: tolerance)
   figures = {'outputs': {k: list(p[0].shape) for k, p in pairs.items()},
-             'max_diff_by_output': diffs, 'worst_output': worst}
+             'max_diff_by_output': diffs, 'worst_output': worst,
+             **(extra or {})}
   return judged(name, diffs[worst], tolerance, figures,
                 outputs.difference_text(worst, *pairs[worst], diffs[worst]) +
                 ' ' + hint)
 
 
-def inference(theirs: dict, ours: dict,
-              output_map: dict[str, str]) -> CheckResult:
-  """The same PREDICT outputs at identical state and inputs, by name."""
-  return _compare_outputs(
+def inference(theirs: dict, ours: dict, output_map: dict[str, str],
+              layers: dict | None = None, parting: str = '') -> CheckResult:
+  """The same PREDICT outputs at identical state and inputs, by name.
+
+  Args:
+    layers: each layer's figures (compare/layers), reported.
+    parting: where inside the model the two part (layers.parting_text),
+      '' where they do not: said even when the outputs pass.
+  """
+  result = _compare_outputs(
       'inference', theirs, ours, output_map, tolerances.INFERENCE_ATOL,
       'before any training step, at identical weights and inputs: the model '
       'or its preprocessing differs (e.g. an input scaling done in the '
       'model_fn, an activation, a layer\'s order or hyper-parameter such as '
       'a batch-norm epsilon, an embedding\'s scaling, a kernel read in '
-      'another layout)')
+      'another layout)', {'layers': layers or {}})
+  if not parting:
+    return result
+  return dataclasses.replace(result, message=result.message + (
+      '; ' if result.message else 'the outputs agree within the bar, but '
+      'inside the model ') + parting)
 
 
 def optimizer(theirs, ours) -> CheckResult:
@@ -278,7 +303,8 @@ def _split_state(theirs: dict, ours: dict, trainable) -> tuple:
 
 def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
              port_state: dict, replicas: int, legacy_slots: dict | None = None,
-             port_slots: dict | None = None) -> CheckResult:
+             port_slots: dict | None = None, reference: str = '',
+             whole_batch: bool = False, parting: str = '') -> CheckResult:
   """One step at identical state: loss, every gradient, the updated weights,
   the other state the step updates (e.g. batch-norm moving statistics) and
   the optimizer's slots.
@@ -290,6 +316,11 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
     replicas: the port's replica count.
     legacy_slots, port_slots: {(variable, slot): value} after the step, in
       the TF 1 convention; None when the optimizer is not read.
+    reference: how the legacy step was taken (its describe_run()), reported.
+    whole_batch: the legacy step took the whole batch at once though the
+      port runs on several replicas: said, with reference, pass or fail.
+    parting: where inside the model the two part (inference), said on a
+      failure.
   """
   loss = outputs.output_diff(np.float64(theirs['loss']),
                              np.float64(ours['loss']))
@@ -322,10 +353,17 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
              'legacy_learning_rate': theirs.get('learning_rate'),
              'port_learning_rate': ours['learning_rate'],
              'legacy_examples': theirs.get('examples'),
-             'port_examples': ours.get('examples')}
-  return judged(name, max(loss, gradient, weights, state, slots or 0.0),
-                tolerances.ONE_STEP_ATOL, figures,
-                _one_step_hint(figures, replicas))
+             'port_examples': ours.get('examples'),
+             'legacy_reference': reference}
+  result = judged(name, max(loss, gradient, weights, state, slots or 0.0),
+                  tolerances.ONE_STEP_ATOL, figures,
+                  _one_step_hint(figures, replicas))
+  said = [result.message] if result.message else []
+  if whole_batch:
+    said.append(f'the legacy step was taken {reference}')
+  if parting and result.failed:
+    said.append(f'inside the model, {parting} (see inference)')
+  return dataclasses.replace(result, message='; '.join(said))
 
 
 def _one_step_hint(f: dict, replicas: int) -> str:
@@ -481,9 +519,11 @@ def _trajectory_hint(first: int | None, losses: np.ndarray) -> str:
           'data)')
 
 
-def stepwise(name: str, per_step: np.ndarray) -> CheckResult:
+def stepwise(name: str, per_step: np.ndarray,
+             parting: str = '') -> CheckResult:
   """Each step of the legacy trajectory as a one-step check (the port took
-  the legacy weights before it): loss and updated weights per step."""
+  the legacy weights before it): loss and updated weights per step; parting
+  (inference) is said on a failure."""
   per_step = np.where(np.isnan(per_step), np.inf, per_step)
   over = np.flatnonzero(per_step > tolerances.ONE_STEP_ATOL)
   first = int(over[0]) + 1 if over.size else None
@@ -496,7 +536,28 @@ def stepwise(name: str, per_step: np.ndarray) -> CheckResult:
                 f'step {first} of the legacy trajectory {shown} at identical '
                 'weights: what '
                 'that step computes differs (e.g. the per-replica batch, the '
-                'loss scaling, the learning rate at that step)')
+                'loss scaling, the learning rate at that step)' + (
+                    f'; inside the model, {parting} (see inference)'
+                    if parting else ''))
+
+
+def dropout(name: str, per_step: np.ndarray, losses: list[float]
+            ) -> CheckResult:
+  """Every step with dropout on, at identical state, the random numbers
+  aligned: stepwise's figures, and a hint that names dropout."""
+  result = stepwise(name, per_step)
+  figures = {**result.figures, 'legacy_losses': losses}
+  if result.passed:
+    return dataclasses.replace(result, figures=figures)
+  return dataclasses.replace(
+      result, figures=figures, message=(
+          f'with dropout on (random numbers aligned) step '
+          f'{figures["first_step_over_tolerance"]} differs by '
+          f'{result.max_abs_diff:.3g} at identical state; if stepwise and '
+          'one_step pass, dropout is the difference: compare the dropout '
+          'rate and where the dropout layer sits. (Masks align only when '
+          'both draw them with stateful random ops, as tf.compat.v1.layers '
+          'and Keras 2.15 layers do by default.)'))
 
 
 def evaluation(theirs: dict, ours: dict, metric_map: dict[str, str],
@@ -533,12 +594,14 @@ def evaluation(theirs: dict, ours: dict, metric_map: dict[str, str],
                 'top-k with another k) and what it averages over')
 
 
-def served_predictions(theirs: dict, ours: dict,
-                       output_map: dict[str, str]) -> CheckResult:
-  """Both SavedModels' outputs on the same inputs, by name."""
+def served_predictions(theirs: dict, ours: dict, output_map: dict[str, str],
+                       inputs: dict | None = None) -> CheckResult:
+  """Both SavedModels' outputs on the same inputs (reported by shape), by
+  name."""
   return _compare_outputs(
       'served_predictions', theirs, ours, output_map,
       tolerances.INFERENCE_ATOL,
       'between the SavedModels at identical weights, on the same inputs: '
       'compare the serving functions (each input\'s dtype and '
-      'preprocessing, as in training) and the exported outputs')
+      'preprocessing, as in training) and the exported outputs',
+      {'inputs': {k: [*v.shape] for k, v in (inputs or {}).items()}})

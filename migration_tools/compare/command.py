@@ -13,9 +13,13 @@ with the same checks, without the legacy code (``golden``):
 
   migration-compare --record_bundle=tests/golden.npz          # on TF 2.15
   migration-compare --bundle=tests/golden.npz --port=...      # on any TF
- Exit code: 0 all passed (or skipped), 1 a
-check failed or bad input. The defaults compare the kit's own pair; the bars
-are in ``tolerances``.
+
+A line is printed as each check ends (status, figure, time), and while a
+long one runs at least every 30 s; --quiet prints only the results at the
+end. Exit code: 0 all passed (or skipped), 1 a check failed or bad input.
+The defaults compare the kit's own pair; the bars are in ``tolerances``.
+
+The checks, in the order they run (migration_tools/compare/registry.py):
 """
 import os
 
@@ -42,6 +46,7 @@ from kit_core import checkpoint_files
 from kit_core import devices
 from kit_core import exits
 from kit_core import paths
+from kit_core import progress as progress_lib
 from kit_core import sharding
 from kit_core.errors import KitError
 from migration_tools import cli
@@ -50,6 +55,7 @@ from migration_tools import pair as pair_lib
 from migration_tools import tolerances
 from migration_tools.compare import golden
 from migration_tools.compare import harness
+from migration_tools.compare import registry
 from migration_tools.compare import speed as speed_lib
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -101,6 +107,9 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
   flags.DEFINE_integer('speed_windows', 3, 'With --speed: timed windows per '
                        'side, after a warm-up one; the median is reported.',
                        lower_bound=1, **define)
+  flags.DEFINE_boolean('quiet', False, 'Print only the results, at the end: '
+                       'no line as each check ends, none while one runs.',
+                       **define)
   flags.DEFINE_string('report', 'equivalence_report.json',
                       'Where the JSON report goes; the loss plot goes beside '
                       'it, with the suffix .png.', **define)
@@ -132,6 +141,11 @@ def _replica_counts(values: list[str], global_batch: int) -> list[int]:
   return counts
 
 
+def _progress(tool_flags: flags.FlagValues) -> progress_lib.Progress:
+  return progress_lib.Progress(None if tool_flags.quiet else
+                               progress_lib.to_stdout)
+
+
 def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
   """Runs the legacy code next to the port; records a bundle if asked."""
   legacy.require_estimator('migration-compare runs your model_fn',
@@ -161,11 +175,13 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
     return harness.compare(pair, port, workdir,
                            harness.cpu_strategies(counts), options,
                            tpu_ready=tool_flags.tpu_ready,
-                           speed=_speed(tool_flags)), {
+                           speed=_speed(tool_flags),
+                           progress=_progress(tool_flags)), {
                                **dataclasses.asdict(options)}
   results, bundle = harness.record_bundle(pair, port, workdir, counts,
                                           options, tool_flags.tpu_ready,
-                                          _speed(tool_flags))
+                                          _speed(tool_flags),
+                                          _progress(tool_flags))
   print(f'Bundle: {golden.save(tool_flags.record_bundle, bundle)}')
   return results, dataclasses.asdict(options)
 
@@ -180,7 +196,7 @@ def _replayed(tool_flags: flags.FlagValues, workdir: str
         f'{",".join(map(str, bundle.replica_counts))}')
   results = harness.check_bundle(bundle, pair_lib.load_port(tool_flags),
                                  workdir, tool_flags.tpu_ready,
-                                 _speed(tool_flags))
+                                 _speed(tool_flags), _progress(tool_flags))
   return results, {**bundle.options, 'bundle': tool_flags.bundle,
                    'recorded_with': bundle.versions}
 
@@ -220,8 +236,11 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
     with tempfile.TemporaryDirectory() as workdir:
       results, figures = (_replayed if tool_flags.bundle else _live)(
           tool_flags, workdir)
-  for result in results:
-    print(result.summary())
+  if tool_flags.quiet:
+    for result in results:
+      print(result.summary())
+  else:  # Each check had its line as it ended.
+    print(_counts(results))
   failed = [r for r in results if r.failed]
   if failed:
     print(f'First to fix: {failed[0].name} (later failures may follow from '
@@ -234,7 +253,16 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
     raise SystemExit(1)
 
 
+def _counts(results: list) -> str:
+  """'Checks: 20 passed, 1 failed, 2 skipped'."""
+  counts = {}
+  for result in results:
+    counts[result.status] = counts.get(result.status, 0) + 1
+  return 'Checks: ' + ', '.join(f'{n} {status}' for status, n in
+                                counts.items())
+
+
 def run() -> None:
   """Console-script entry point (``migration-compare``)."""
-  cli.run(main, define_flags, __doc__)
+  cli.run(main, define_flags, __doc__ + registry.help_text())
 

@@ -1,0 +1,147 @@
+"""What the checks of one comparison share: its data, the state both sides
+start from, the maps the early checks resolve, and the passes over the
+legacy trajectory that several checks judge (``Replicas.once``).
+
+The harness builds a ``Run`` per comparison and a ``Replicas`` per replica
+count; each registered check (registry.py) gets both.
+"""
+import dataclasses
+from typing import Any, Callable
+
+import tensorflow as tf
+
+from kit_core import progress as progress_lib
+from kit_core.errors import KitError
+from migration_tools import legacy as legacy_lib
+from migration_tools import port as port_lib
+from migration_tools import runners
+from migration_tools.compare import port_runner
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """The training compared.
+
+  steps: training steps (the input_fn's batches again from the first if it
+    has fewer).
+  global_batch: params['batch_size'].
+  eval_batches: batches the evaluation check reads, at most.
+  params: the user's params for input_fn and model_fn (TPUEstimator's
+    params=...); batch_size and use_tpu are added as TPUEstimator adds them.
+  seed: the initial weights' seed.
+  warm_start_from: the checkpoint TPUEstimator(warm_start_from=...) got;
+    the legacy TRAIN graph starts from it (its trainable variables), and
+    the port from the legacy start.
+  """
+  steps: int = 100
+  global_batch: int = 64
+  eval_batches: int = 20
+  params: dict = dataclasses.field(default_factory=dict)
+  seed: int = 0
+  warm_start_from: str = ''
+
+
+class Upstream(KitError):
+  """A check cannot run because a pass it judges raised in an earlier check;
+  the message says which (the ERROR's text, as is)."""
+
+
+class _Memo:
+  """Passes computed once and judged by several checks: a value, or the
+  error it raised, by key."""
+
+  def __init__(self):
+    self._values: dict[str, Any] = {}
+    self._errors: dict[str, str] = {}
+
+  def once(self, key: str, compute: Callable[[], Any],
+           failed: str = '') -> Any:
+    """compute()'s value, computed on the first call. If it raised, it
+    raises again, and later calls raise Upstream: its own message if it
+    raised one, else failed."""
+    if key in self._errors:
+      raise Upstream(self._errors[key])
+    if key not in self._values:
+      try:
+        self._values[key] = compute()
+      except Upstream as e:
+        self._errors[key] = str(e)
+        raise
+      except BaseException:
+        self._errors[key] = failed or f'the {key} pass raised'
+        raise
+    return self._values[key]
+
+  def get(self, key: str, default=None) -> Any:
+    return self._values.get(key, default)
+
+  def put(self, key: str, value: Any) -> None:
+    self._values[key] = value
+
+
+@dataclasses.dataclass
+class Run:
+  """One comparison: the legacy source, the port, the data and what the
+  early checks resolved (pairs, start, slot_map, parting)."""
+  source: runners.LegacySource
+  port: port_lib.Port
+  data: runners.Data
+  batches: list
+  options: Options
+  workdir: str
+  progress: progress_lib.Progress
+  # {legacy name: port name} of the model's variables (inventory).
+  pairs: dict = dataclasses.field(default_factory=dict)
+  # The legacy state both sides start from (inventory).
+  start: dict | None = None
+  # {legacy slot suffix: port token}, for an optimizer read by what it does.
+  slot_map: dict | None = None
+  # Where the layers' outputs part (compare/layers), '' if they do not.
+  parting: str = ''
+  # speed.Options when --speed times the steps, else None.
+  speed: Any = None
+  memo: _Memo = dataclasses.field(default_factory=_Memo)
+
+  def legacy(self, purpose: str, shards: int = 1):
+    """A fresh legacy run from the start state."""
+    legacy = self.source.runner(shards, purpose)
+    if self.start is not None:
+      legacy.set_state(self.start)
+    return legacy
+
+  def port_runner(self, strategy: tf.distribute.Strategy
+                  ) -> port_runner.PortRunner:
+    """A fresh port run under strategy, from the start state, its state and
+    slots paired as the early checks resolved."""
+    runner = port_runner.PortRunner(
+        self.port, strategy, self.params(), self.batches)
+    if self.pairs:
+      runner.use_map(self.pairs)
+      runner.set_state(self.start)
+    if self.slot_map is not None:
+      runner.use_slot_map(self.slot_map)
+    return runner
+
+  def params(self) -> dict:
+    """The model_fn's params, as TPUEstimator gives them."""
+    return legacy_lib.model_params(self.options.params,
+                                   self.options.global_batch)
+
+
+@dataclasses.dataclass
+class Replicas:
+  """One replica count's run: the legacy run taken as on that many cores,
+  the port under its strategy, and the passes its checks share.
+
+  legacy and port are None for the checks that run after the replica runs
+  (registry.AFTER_EACH), which build their own.
+  """
+  label: str
+  strategy: tf.distribute.Strategy
+  legacy: Any = None
+  port: Any = None
+  memo: _Memo = dataclasses.field(default_factory=_Memo)
+
+  @property
+  def count(self) -> int:
+    return self.strategy.num_replicas_in_sync

@@ -1,0 +1,477 @@
+"""The kit's checks, registered in the order they run (registry.py).
+
+Each unit drives both sides for its check and hands what they computed to
+its judge (checks.py and the modules beside it), which holds the bar
+(tolerances.py) and writes the hint. Several checks judge one pass over
+the legacy trajectory: one_step takes the first step, learning_rate and
+trajectory the rest of that run; stepwise takes every step at identical
+state on a fresh run, and updates judges the same steps. A pass that raised
+makes the checks after it ERRORs that name the check which has the cause.
+
+Order matters beyond the report: a legacy graph built in this process makes
+the Keras models made before it unusable, so the checks of a run come
+before the next run's legacy graph (evaluation and serving before stepwise).
+"""
+import itertools
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from kit_core import keras_compat
+from kit_core.errors import one_line
+from migration_tools import optimizers
+from migration_tools import outputs
+from migration_tools import serving
+from migration_tools import variable_map
+from migration_tools.compare import checks
+from migration_tools.compare import layers
+from migration_tools.compare import speed as speed_lib
+from migration_tools.compare import tpu_ready as tpu_ready_lib
+from migration_tools.compare import updates
+from migration_tools.compare.checks import CheckResult
+from migration_tools.compare.context import Replicas
+from migration_tools.compare.context import Run
+from migration_tools.compare.context import Upstream
+from migration_tools.compare.registry import AFTER
+from migration_tools.compare.registry import AFTER_EACH
+from migration_tools.compare.registry import Check
+from migration_tools.compare.registry import EACH
+from migration_tools.compare.registry import ONCE
+from migration_tools.compare.registry import register
+
+
+def _slots_compared(legacy, runner) -> bool:
+  theirs = legacy.describe_optimizer()
+  if theirs is None:  # Read by what it does: through the slot map.
+    return bool(runner.slot_map)
+  return theirs.kind == runner.describe_optimizer().kind
+
+
+# inventory ------------------------------------------------------------------
+
+def inventory(run: Run, replicas: Replicas) -> CheckResult:
+  """Pairs the variables (given or inferred map); on a pass both sides
+  start from the legacy state."""
+  legacy, runner = replicas.legacy, replicas.port
+  theirs = legacy.state()
+  resolved = variable_map.resolve(
+      {k: v.shape for k, v in theirs.items()}, runner.shapes(),
+      run.port.variable_map)
+  runner.use_map(resolved.pairs)
+  result = checks.inventory(theirs, runner.state(), resolved.by_order(),
+                            legacy.describe_run()['warm_start'])
+  if result.passed:
+    run.pairs, run.start = resolved.pairs, theirs
+    runner.set_state(theirs)
+  return result
+
+
+register(Check(
+    'inventory', 'every legacy variable (weights, batch-norm statistics) '
+    'pairs with one port variable of the same shape', ONCE, inventory,
+    needs=('legacy.state', 'legacy.describe_run', 'port.shapes',
+           'port.use_map', 'port.state', 'port.set_state'),
+    bar='exact', gate='inventory failed: the state cannot be aligned'))
+
+
+# optimizer ------------------------------------------------------------------
+
+def optimizer(run: Run, replicas: Replicas) -> CheckResult:
+  """Kind and hyper-parameters; for an optimizer the kit does not read by
+  its ops, the slot map its updates and slots are compared through."""
+  legacy, runner = replicas.legacy, replicas.port
+  theirs = legacy.describe_optimizer()
+  if theirs is not None:
+    return checks.optimizer(theirs, runner.describe_optimizer())
+  slot_map = optimizers.resolve_slot_map(
+      optimizers.slot_tokens(legacy.slots()), runner.slot_tokens(),
+      run.port.slot_map)
+  run.slot_map = slot_map.pairs
+  runner.use_slot_map(slot_map.pairs)
+  return checks.optimizer_by_behaviour(
+      legacy.describe_run(), runner.describe_optimizer(), slot_map)
+
+
+register(Check(
+    'optimizer', 'kind and hyper-parameters, read from the legacy graph\'s '
+    'apply ops, against the Keras optimizer\'s config', ONCE, optimizer,
+    needs=('legacy.describe_optimizer', 'legacy.slots', 'legacy.describe_run',
+           'port.describe_optimizer', 'port.slot_tokens',
+           'port.use_slot_map'),
+    bar='equal (relative 1e-6)'))
+
+
+# inputs ---------------------------------------------------------------------
+
+def inputs(run: Run, replicas: Replicas) -> CheckResult:
+  # On several replicas, the port's own pipeline on that many (e.g. a
+  # per-replica batch that is the global one shows only there).
+  return checks.inputs(run.data.batches[0],
+                       replicas.port.first_pipeline_batch())
+
+
+register(Check(
+    'inputs', 'the port\'s input pipeline against the `input_fn`: examples '
+    'per step, every feature and label', EACH, inputs,
+    needs=('port.first_pipeline_batch',), bar='1e-6', bare_on_first=True))
+
+
+# inference ------------------------------------------------------------------
+
+def inference(run: Run, replicas: Replicas) -> CheckResult:
+  """The outputs at identical state, and each layer's (compare/layers):
+  where inside the model the two sides part, if they do."""
+  legacy, runner = replicas.legacy, replicas.port
+  features = run.data.batches[0][0]
+  theirs, ours = legacy.predict(features), runner.predict(features)
+  figures = layers.compare(legacy.layer_outputs(features),
+                           runner.layer_outputs(features),
+                           layers.pairs(run.pairs))
+  run.parting = layers.parting_text(figures)
+  return checks.inference(theirs, ours, run.port.output_map, figures,
+                          run.parting)
+
+
+register(Check(
+    'inference', 'every PREDICT output by name, at identical state; and each '
+    'layer\'s output on one example (legacy name scope against the Keras '
+    'layer the variable map pairs with it), reported, to say where the two '
+    'part', ONCE, inference,
+    needs=('legacy.predict', 'legacy.layer_outputs', 'port.predict',
+           'port.layer_outputs'),
+    bar='1e-6; integers exact; layers relative 1e-5'))
+
+
+# one_step, learning_rate, trajectory: one pass over the legacy trajectory ---
+
+def _first_step(run: Run, replicas: Replicas) -> tuple[dict, dict]:
+  features, labels = run.batches[0]
+  run.progress.now(f'one_step ({replicas.label}): step 1')
+  return replicas.legacy.step(features, labels), replicas.port.step()
+
+
+def _trajectory(run: Run, replicas: Replicas) -> tuple[list, list]:
+  """Every step's answers on both sides, the first one_step's."""
+  first = replicas.memo.once('first step', lambda: _first_step(run, replicas),
+                             'the first step raised (see one_step)')
+  theirs, ours = [first[0]], [first[1]]
+  try:
+    for number, (features, labels) in enumerate(run.batches[1:], 2):
+      run.progress.now(f'trajectory ({replicas.label}): step {number} of '
+                       f'{len(run.batches)}')
+      theirs.append(replicas.legacy.step(features, labels))
+      ours.append(replicas.port.step())
+  except Exception as e:  # pylint: disable=broad-except
+    raise Upstream(f'step {len(ours) + 1} raised: {one_line(e)}') from e
+  return theirs, ours
+
+
+def one_step(run: Run, replicas: Replicas) -> CheckResult:
+  legacy, runner = replicas.legacy, replicas.port
+  theirs, ours = replicas.memo.once(
+      'first step', lambda: _first_step(run, replicas),
+      'the first step raised (see one_step)')
+  both = _slots_compared(legacy, runner)
+  result = checks.one_step(
+      f'one_step ({replicas.label})', theirs, ours, legacy.state(),
+      runner.state(), replicas.count, legacy.slots() if both else None,
+      runner.slots(ours['learning_rate']) if both else None,
+      reference=legacy.describe_run()['reference'],
+      # The legacy runner takes the whole batch where it cannot take the
+      # step as on the cores (legacy.LegacyRunner).
+      whole_batch=replicas.count > 1 and legacy.shards < replicas.count,
+      parting=run.parting)
+  replicas.memo.put('one_step', result)
+  return result
+
+
+register(Check(
+    'one_step', 'loss, every gradient (the replicas\' summed, as the '
+    'all-reduce sums them), updated weights, other state the step moved, '
+    'optimizer slots (TF 1 convention)', EACH, one_step,
+    needs=('legacy.step', 'legacy.state', 'legacy.slots',
+           'legacy.describe_optimizer', 'legacy.describe_run', 'port.step',
+           'port.state', 'port.slots', 'port.describe_optimizer'),
+    bar='1e-6'))
+
+
+def learning_rate(run: Run, replicas: Replicas) -> CheckResult:
+  theirs, ours = replicas.memo.once(
+      'trajectory', lambda: _trajectory(run, replicas))
+  return checks.learning_rate(
+      f'learning_rate ({replicas.label})',
+      [t.get('learning_rate', np.nan) for t in theirs],
+      [o['learning_rate'] for o in ours],
+      replicas.legacy.describe_run()['rate_source'])
+
+
+register(Check(
+    'learning_rate', 'the rate each side applied, every step', EACH,
+    learning_rate, needs=('legacy.step', 'legacy.describe_run', 'port.step'),
+    bar='1e-9'))
+
+
+def _replays_exactly(result: CheckResult | None) -> bool:
+  """The first step left gradients, weights, statistics and slots equal to
+  the bit (a loss averaged in another order may still differ by an ulp)."""
+  return result is not None and result.status != checks.ERROR and all(
+      result.figures.get(k) == 0 for k in (
+          'gradient_diff', 'updated_weights_diff', 'other_state_diff')) and (
+              result.figures.get('slots_diff') in (0, None))  # None: none.
+
+
+def trajectory(run: Run, replicas: Replicas) -> CheckResult:
+  legacy, runner = replicas.legacy, replicas.port
+  theirs, ours = replicas.memo.once(
+      'trajectory', lambda: _trajectory(run, replicas))
+  return checks.trajectory(
+      f'trajectory ({replicas.label})', [t['loss'] for t in theirs],
+      [o['loss'] for o in ours], legacy.state(), runner.state(),
+      # Judged step by step when the steps replay exactly: a first step equal
+      # to the bit, against a reference that groups its sums as the
+      # replicas do. Else rounding grows chaotically (see tolerances) and
+      # stepwise judges every step.
+      judge_each_step=_replays_exactly(replicas.memo.get('one_step')) and (
+          legacy.shards == replicas.count),
+      global_steps=(legacy.global_step(), runner.global_step()))
+
+
+register(Check(
+    'trajectory', 'the loss of every step, the final state, the global '
+    'step: judged when its steps replay exactly, else reported (below)',
+    EACH, trajectory,
+    needs=('legacy.step', 'legacy.state', 'legacy.global_step', 'port.step',
+           'port.state', 'port.global_step'),
+    bar='1e-5'))
+
+
+# evaluation and served_predictions: on the single-replica run, before the
+# stepwise pass builds another legacy graph.
+
+def evaluation(run: Run, replicas: Replicas) -> CheckResult:
+  legacy, runner = replicas.legacy, replicas.port
+  batches = run.data.batches[:run.options.eval_batches]
+  runner.set_state(legacy.state())
+  return checks.evaluation(legacy.evaluate(batches), runner.evaluate(batches),
+                           run.port.metric_map,
+                           len(batches) * run.options.global_batch)
+
+
+register(Check(
+    'evaluation', 'every eval metric by name (and the loss), at identical '
+    'state, over the same batches', ONCE, evaluation,
+    needs=('legacy.state', 'legacy.evaluate', 'port.set_state',
+           'port.evaluate'),
+    bar='relative 1e-5'))
+
+
+def served_predictions(run: Run, replicas: Replicas) -> CheckResult:
+  """Both SavedModels, loaded back, on the same receiver inputs."""
+  legacy, runner = replicas.legacy, replicas.port
+  serving_input_fn = run.source.serving_input_fn
+  inputs_ = serving.inputs(legacy.receiver_spec(serving_input_fn), run.data,
+                           run.options.seed)
+  runner.set_state(legacy.state())
+  # The port first: the legacy export leaves the port's Keras model unusable.
+  ours = runner.export(os.path.join(run.workdir, 'port'))
+  theirs = legacy.serve(serving_input_fn, run.workdir, inputs_)
+  return checks.served_predictions(theirs, serving.serve(ours, inputs_),
+                                   run.port.output_map, inputs_)
+
+
+register(Check(
+    'served_predictions', 'every output by name of both SavedModels (the '
+    'Estimator\'s own export, the port\'s), loaded back, fed the receiver\'s '
+    'inputs', ONCE, served_predictions,
+    needs=('legacy.receiver_spec', 'legacy.state', 'legacy.serve',
+           'port.set_state', 'port.export'),
+    bar='1e-6; integers exact', planned=lambda plan: plan.serving))
+
+
+# stepwise and updates: one pass at identical state, on a fresh run ---------
+
+def resynced_steps(run: Run, legacy, runner, label: str,
+                   dropout: bool = False) -> tuple[np.ndarray, list, list]:
+  """Every step of the legacy trajectory at identical state: before each
+  step the port takes the legacy state (weights, slots, step), so no
+  difference can grow.
+
+  Args:
+    dropout: take the port's step as its trainer does, all of it in its step
+      function (the loss its metric records), for a dropout mask drawn once.
+
+  Returns:
+    (each step's max difference (loss, state, slots), the legacy losses,
+    what each step did to each variable and slot (updates.Step)).
+  """
+  per_step, losses, steps, rate = [], [], [], 0.0
+  trainable = set()
+  both = _slots_compared(legacy, runner)
+  for number, (features, labels) in enumerate(run.batches, 1):
+    run.progress.now(f'{label}: step {number} of {len(run.batches)}')
+    before = legacy.state()
+    runner.set_state(before)
+    runner.set_global_step(legacy.global_step())
+    if both and rate:
+      runner.set_slots(legacy.slots(), rate)
+    theirs = legacy.step(features, labels)
+    ours = runner.train_loss() if dropout else runner.step()['loss']
+    rate = runner.learning_rate()
+    after = legacy.state()
+    diffs = [outputs.output_diff(np.float64(theirs['loss']),
+                                 np.float64(ours)),
+             checks.max_diff(after, runner.state())[0]]
+    legacy_slots = legacy.slots() if both else {}
+    port_slots = runner.slots(rate) if legacy_slots else {}
+    if legacy_slots:
+      diffs.append(checks.max_diff(legacy_slots, port_slots)[0])
+    per_step.append(max(diffs))
+    losses.append(float(theirs['loss']))
+    # The optimizer's variables: a run's first step answers with their
+    # gradients (state moved otherwise, e.g. batch-norm statistics, stepwise
+    # holds).
+    trainable = trainable or set(theirs.get('gradients', ()))
+    ours_after = runner.state()
+    steps.append(updates.step(
+        number, before, {k: after[k] for k in trainable},
+        {k: ours_after[k] for k in trainable}, legacy_slots, port_slots,
+        theirs.get('learning_rate')))
+  return np.array(per_step), losses, steps
+
+
+def _resynced(run: Run, replicas: Replicas):
+  name = f'stepwise ({replicas.label})'
+
+  def compute():
+    return resynced_steps(run, run.legacy(name, replicas.count),
+                          run.port_runner(replicas.strategy), name)
+  return replicas.memo.once('stepwise', compute,
+                            'the stepwise pass raised (see stepwise)')
+
+
+def stepwise(run: Run, replicas: Replicas) -> CheckResult:
+  per_step, _, _ = _resynced(run, replicas)
+  return checks.stepwise(f'stepwise ({replicas.label})', per_step,
+                         run.parting)
+
+
+register(Check(
+    'stepwise', 'every step of the legacy trajectory as a one-step check, '
+    'the port given the legacy state (weights, slots, step) before each '
+    'step', EACH, stepwise,
+    needs=('legacy.state', 'legacy.global_step', 'legacy.slots',
+           'legacy.step', 'port.set_state', 'port.set_global_step',
+           'port.set_slots', 'port.step', 'port.learning_rate', 'port.state',
+           'port.slots'),
+    bar='1e-6'))
+
+
+def updates_check(run: Run, replicas: Replicas) -> CheckResult:
+  _, _, steps = _resynced(run, replicas)
+  return updates.check(f'updates ({replicas.label})', steps, run.parting)
+
+
+register(Check(
+    'updates', 'at every step of the legacy trajectory from identical '
+    'state: each trainable variable\'s update (after minus before) and each '
+    'optimizer slot, relative to the legacy one\'s size; differences within '
+    '2 units in the last place of the value are rounding; a part whose size '
+    'is under 1% of its group\'s typical size is held to that 1%', EACH,
+    updates_check, needs=('legacy.step', 'legacy.slots', 'port.step',
+                          'port.slots'),
+    bar='relative 5e-5'))
+
+
+# After the replica runs, with dropout on ------------------------------------
+
+def dropout(run: Run, replicas: Replicas | None) -> CheckResult:
+  """Every step with dropout on, at identical state, random numbers aligned.
+
+  Both graphs are built inside one DeterministicRandomTestTool scope
+  ('constant' mode), which gives every stateful random op the same seeds: the
+  legacy graph's dropout op and the port's, in its tf.function, then draw the
+  same mask at the same step (one draw per step on each side; giving the
+  port the legacy state between steps moves no random state).
+  """
+  del replicas  # On one replica.
+  name = 'dropout (1 replica)'
+  if keras_compat.is_keras3():
+    return CheckResult(
+        name, checks.SKIPPED,
+        'Keras 3 draws dropout masks from its own seed generator, which '
+        'cannot be aligned with TF 1\'s random ops; dropout is compared on '
+        'Keras 2 (TF 2.15) only')
+  tool = tf.compat.v1.keras.utils.DeterministicRandomTestTool()
+  with tool.scope():
+    legacy = run.legacy(name)
+    runner = run.port_runner(tf.distribute.OneDeviceStrategy('/cpu:0'))
+    per_step, losses, _ = resynced_steps(run, legacy, runner, name,
+                                         dropout=True)
+  return checks.dropout(name, per_step, losses)
+
+
+register(Check(
+    'dropout (1 replica)', 'every step with dropout **on**, at identical '
+    'state, the random numbers aligned', AFTER, dropout,
+    needs=('legacy.step', 'legacy.state', 'port.set_state',
+           'port.train_loss'),
+    bar='1e-6'))
+
+
+def tpu_ready(run: Run, replicas: Replicas | None) -> CheckResult:
+  del replicas  # The port built afresh on one CPU replica.
+  run.progress.now('tpu_ready: compiling the step and predict with XLA')
+  return tpu_ready_lib.check(run.port, run.params(), run.batches)
+
+
+register(Check(
+    'tpu_ready', 'the port\'s inputs have fully defined shapes; its step '
+    '(through its own `strategy.run`) and its predict compile with XLA; no '
+    'host Python, strings, or data-dependent shapes in them (below)', AFTER,
+    tpu_ready, bar='none found', planned=lambda plan: plan.tpu_ready))
+
+
+def _legacy_rate(run: Run, options: speed_lib.Options):
+  """The legacy step timed and profiled once (live only): (rate, kernels),
+  (None, None) from a bundle."""
+  legacy = run.source.timing_runner()
+  if legacy is None:
+    return None, None
+  if run.start is not None:
+    legacy.set_state(run.start)
+  batches = itertools.cycle(run.batches)
+
+  def legacy_window():
+    for _ in range(options.window_steps):
+      legacy.train_only(*next(batches))
+  run.progress.now('speed: timing the legacy step')
+  examples = options.window_steps * run.options.global_batch
+  return (speed_lib.timed(legacy_window, examples, options.windows),
+          speed_lib.kernels(legacy_window, options.window_steps))
+
+
+def speed(run: Run, replicas: Replicas) -> CheckResult:
+  options = run.speed
+  legacy_rate, legacy_kernels = run.memo.once(
+      'legacy timing', lambda: _legacy_rate(run, options),
+      'timing the legacy step raised (see the first speed check)')
+  steps = options.window_steps
+  runner = run.port_runner(replicas.strategy)
+  window = lambda: runner.train_window(steps)
+  run.progress.now(f'speed ({replicas.label}): timing the port\'s step')
+  port = speed_lib.timed(window, steps * run.options.global_batch,
+                         options.windows)
+  table = None if legacy_kernels is None else speed_lib.kernel_table(
+      legacy_kernels, speed_lib.kernels(window, steps))
+  return speed_lib.check(f'speed ({replicas.label})', legacy_rate, port,
+                         table)
+
+
+register(Check(
+    'speed', 'the port\'s examples/s against the legacy step\'s, the spread '
+    'of the timed windows, and the kernels whose time per step differs most '
+    '(below); with `--speed`', AFTER_EACH, speed,
+    needs=('legacy.train_only', 'port.train_window'),
+    bar='below 90% of the legacy rate: `REVIEW`, which fails nothing',
+    planned=lambda plan: plan.speed))

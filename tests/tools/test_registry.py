@@ -1,0 +1,220 @@
+"""The checks' registry: a check added in one file is planned, run, reported
+and listed in --help; the harness's control flow reads no message text; a
+long check shows its progress."""
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, TOOLS_PYTHONPATH
+from kit_core import errors
+from kit_core import progress as progress_lib
+from migration_tools.compare import checks
+from migration_tools.compare import harness
+from migration_tools.compare import registry
+
+# The command with the toy check of tests/user_code/toy_check.py added,
+# imported after the command so that its module sets up TensorFlow first.
+_WITH_TOY = ('import sys; from migration_tools.compare import command; '
+             'import toy_check; sys.argv[0] = "migration-compare"; '
+             'command.run()')
+
+
+@pytest.fixture
+def toy(monkeypatch):
+  monkeypatch.syspath_prepend(os.path.join(REPO, 'tests', 'user_code'))
+  import toy_check  # pylint: disable=import-outside-toplevel
+  if toy_check.CHECK not in registry.checks():
+    registry.register(toy_check.CHECK)
+  yield toy_check.CHECK
+  registry.unregister(toy_check.CHECK.name)
+
+
+def test_a_registered_check_joins_the_plan_help_and_docs_table(toy):
+  plan = registry.Plan(('1 replica', '2 replicas'), speed=True)
+  names = registry.names(plan)
+  # AFTER: once, after the replica runs and the kit's own AFTER checks.
+  assert names[-4:] == ['tpu_ready', 'toy_wait', 'speed (1 replica)',
+                        'speed (2 replicas)']
+  assert harness.planned_checks(['1 replica'], serving=False)[-1] == 'toy_wait'
+  assert 'toy_wait [once, dropout on]: nothing: it waits' in (
+      registry.help_text())
+  assert '| `toy_wait` | nothing: it waits' in registry.markdown_table()
+
+
+def test_without_it_the_plan_is_the_kits_own():
+  names = registry.names(registry.Plan(('1 replica',), serving=False,
+                                       tpu_ready=False))
+  assert 'toy_wait' not in names and 'served_predictions' not in names
+  assert names[0] == 'inventory' and names[-1] == 'dropout (1 replica)'
+
+
+def test_the_docs_table_is_the_registrys():
+  with open(os.path.join(REPO, 'docs', 'EQUIVALENCE.md'),
+            encoding='utf-8') as f:
+    assert registry.markdown_table() in f.read(), (
+        'docs/EQUIVALENCE.md: paste registry.markdown_table() over its table')
+
+
+def test_a_check_is_registered_once_and_in_a_known_scope():
+  with pytest.raises(ValueError, match='registered already'):
+    registry.register(registry.checks()[0])
+  with pytest.raises(ValueError, match='scope'):
+    registry.Check('bad', 'nothing', 'sometimes', run=lambda run, r: None)
+
+
+def test_each_check_says_what_it_asks_of_the_sides():
+  for check in registry.checks():
+    assert all(need.split('.')[0] in ('legacy', 'port')
+               for need in check.needs), check.name
+    if check.scope in (registry.ONCE, registry.EACH):
+      assert check.needs, check.name
+
+
+# The harness's control flow: what decides which check runs, stops or is
+# judged how. Messages are for the user only.
+_CONTROL_FLOW = ('harness.py', 'units.py', 'registry.py', 'context.py')
+
+
+def _reads_of_text(path: str) -> list[str]:
+  """Where path reads a message: .message, a string tested with `in`, or
+  .startswith / .endswith."""
+  with open(path, encoding='utf-8') as f:
+    tree = ast.parse(f.read(), path)
+  found = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Attribute) and node.attr == 'message':
+      found.append(f'{path}:{node.lineno} reads .message')
+    elif isinstance(node, ast.Attribute) and node.attr in ('startswith',
+                                                           'endswith'):
+      found.append(f'{path}:{node.lineno} calls .{node.attr}')
+    elif isinstance(node, ast.Compare) and any(
+        isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) and any(
+            isinstance(side, (ast.Constant, ast.JoinedStr))
+            and isinstance(getattr(side, 'value', ''), str)
+            for side in [node.left, *node.comparators]):
+      found.append(f'{path}:{node.lineno} tests a string with in')
+  return found
+
+
+def test_no_message_text_steers_the_harness():
+  folder = os.path.join(REPO, 'migration_tools', 'compare')
+  assert sum((_reads_of_text(os.path.join(folder, name))
+              for name in _CONTROL_FLOW), []) == []
+
+
+def test_the_reader_sees_message_text_in_control_flow(tmp_path):
+  # A failure here means the test above proves nothing.
+  path = tmp_path / 'old.py'
+  path.write_text("if 'not as on' in reference:\n  result.message += 'x'\n"
+                  "names = [n for n in x if n.endswith('(2)')]\n")
+  assert len(_reads_of_text(str(path))) == 3
+
+
+def test_a_result_is_never_edited():
+  result = checks.CheckResult('a', checks.PASSED)
+  with pytest.raises(AttributeError):
+    result.message = 'edited'  # pytype: disable=not-writable
+
+
+def test_a_signal_is_no_checks_error():
+  rec = harness.Recorder(['a', 'b'])
+
+  def stopped():
+    raise errors.Interrupted('SIGTERM', 'no report was written')
+  with pytest.raises(errors.Interrupted):
+    rec.run('a', stopped)
+
+
+def test_each_check_prints_a_line_with_its_time_as_it_ends():
+  lines = []
+  rec = harness.Recorder(['a', 'b', 'c'], progress_lib.Progress(lines.append))
+  rec.run('a', lambda: checks.judged('a', 0.0, 1.0, {}, ''))
+  assert len(lines) == 1 and lines[0].startswith('PASS a: max diff 0 ')
+  assert lines[0].endswith(' s)')
+  rec.run('b', lambda: 1 / 0)
+  assert lines[1].startswith('ERROR b: ZeroDivisionError')
+  rec.stopped = 'b failed'
+  rec.results()
+  assert lines[2] == 'NOT RUN c: b failed'
+
+
+def test_the_heartbeat_says_what_runs_while_nothing_ends():
+  lines = []
+  progress = progress_lib.Progress(lines.append, interval=0.1)
+  with progress.heartbeat():
+    progress.now('updates (2 replicas): step 3 of 5')
+    deadline = time.monotonic() + 10
+    while len(lines) < 2 and time.monotonic() < deadline:
+      time.sleep(0.05)
+  assert len(lines) >= 2, lines
+  assert lines[0].startswith('... updates (2 replicas): step 3 of 5 (')
+  silent = progress_lib.Progress(None, interval=0.01)
+  with silent.heartbeat():
+    silent.now('x')  # --quiet: nothing, and no thread to stop.
+
+
+@pytest.mark.e2e
+@pytest.mark.estimator
+def test_the_command_runs_reports_and_lists_a_check_added_in_one_file(
+    tmp_path, fake_data_dir):
+  env = dict(os.environ, PYTHONPATH=TOOLS_PYTHONPATH,
+             KIT_PROGRESS_SECONDS='0.5', TOY_CHECK_SECONDS='3')
+  command = [sys.executable, '-c', _WITH_TOY]
+  shown = subprocess.run([*command, '--help'], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=120,
+                         check=False)
+  assert shown.returncode == 0 and 'toy_wait [once, dropout on]' in (
+      shown.stdout), shown.stdout[-2000:]
+  report = tmp_path / 'report.json'
+  params = json.dumps({'learning_rate': 0.05,
+                       'data_dir': fake_data_dir.data_dir})
+  result = subprocess.run(
+      [*command, '--steps=2', '--replicas=1', '--eval_batches=1',
+       '--notpu_ready', f'--params={params}', f'--report={report}'],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+      check=False)
+  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+  with open(report, encoding='utf-8') as f:
+    names = [c['name'] for c in json.load(f)['checks']]
+  assert names[-2:] == ['dropout (1 replica)', 'toy_wait']
+  lines = result.stdout.splitlines()
+  # A line per check as it ends, in the report's order, each with its time.
+  ended = [line for line in lines if line.split(' ')[0] in ('PASS', 'SKIP')]
+  timed = [re.fullmatch(r'(?:PASS|SKIP) (.*?)(?:: .*)? \([\d.]+ s\)', line)
+           for line in ended]
+  assert all(timed), ended
+  assert [match.group(1) for match in timed] == names
+  # While the toy check waited 3 s, a line at least every 0.5 s said so.
+  waiting = [line for line in lines if line.startswith('... toy_wait: ')]
+  assert len(waiting) >= 3, result.stdout
+  assert lines.index(waiting[-1]) < lines.index(ended[-1])
+  assert ended[-1].startswith('PASS toy_wait: waited 3 s (3.')
+  assert lines[-2:] == [f'Checks: {len(names)} passed',
+                        f'Report: {report}, plot: {tmp_path}/report.png']
+
+
+@pytest.mark.e2e
+@pytest.mark.estimator
+def test_quiet_prints_the_results_at_the_end_only(tmp_path, fake_data_dir):
+  params = json.dumps({'learning_rate': 0.05,
+                       'data_dir': fake_data_dir.data_dir})
+  report = tmp_path / 'report.json'
+  env = dict(os.environ, PYTHONPATH=TOOLS_PYTHONPATH,
+             KIT_PROGRESS_SECONDS='0.2')
+  result = subprocess.run(
+      [sys.executable, '-m', 'migration_tools.compare', '--quiet',
+       '--steps=2', '--replicas=1', '--eval_batches=1', '--notpu_ready',
+       f'--params={params}', f'--report={report}'], cwd=REPO, env=env,
+      capture_output=True, text=True, timeout=600, check=False)
+  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+  lines = result.stdout.splitlines()
+  assert not any(line.startswith('...') for line in lines), lines
+  # The results without their times, then the report.
+  assert lines[0] == 'PASS inventory' and not lines[0].endswith(' s)')
+  assert lines[-1].startswith('Report: ')
