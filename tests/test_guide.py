@@ -96,3 +96,12 @@ def test_every_python_block_says_where_it_is_from():
 def test_readme_links_the_guide():
   with open(os.path.join(REPO, 'README.md')) as f:
     assert 'docs/MIGRATION.md' in f.read()
+
+
+def test_the_readme_stays_a_users_first_page():
+  # The detail lives in docs/; the README says what the kit is, how to use
+  # each tool and how to set up and test it.
+  with open(os.path.join(REPO, 'README.md')) as f:
+    lines = f.read().splitlines()
+  assert len(lines) <= 300, (
+      f'README.md has {len(lines)} lines: move detail to docs/')
