@@ -77,12 +77,8 @@ def estimator(info, batch: int, window_steps: int, windows: int,
   steps = window_steps * (windows + 1)
   config = estimator_config.Config(
       iterations=steps,  # Checkpoints only at the start and the end.
-      save_checkpoints_steps=None, seed=0, use_tpu=False, num_shards=8,
-      batch_size=batch, num_predictions=10, learning_rate=0.05,
-      export_to_tpu=False, tpu=None, tpu_zone=None, gcp_project=None,
-      data_dir=info.data_dir, data_source='auto', data_url='', model_dir=None,
-      train_steps=steps, eval_steps=0, enable_predict=False,
-      skip_resource_checks=False)
+      batch_size=batch, data_dir=info.data_dir, train_steps=steps,
+      eval_steps=0, enable_predict=False)
   hook = _WindowHook(window_steps)
   with tempfile.TemporaryDirectory() as model_dir:
     model = estimator_train.make_estimator(config, model_dir, info.data_dir,

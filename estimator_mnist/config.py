@@ -9,10 +9,10 @@ from mnist_common import config
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(config.CommonConfig):
   """The flags of estimator_mnist/main.py, by name; their help says more."""
-  iterations: int
-  save_checkpoints_steps: int | None
-  num_shards: int
-  export_to_tpu: bool
+  iterations: int = 50
+  save_checkpoints_steps: int | None = None
+  num_shards: int = 8
+  export_to_tpu: bool = False
 
   @property
   def shards(self) -> int:

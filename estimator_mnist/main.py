@@ -32,21 +32,23 @@ from mnist_common import flags as common_flags
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 common_flags.define_common_flags()
-flags.DEFINE_integer('iterations', 50,
+# Each flag's default is its config field's (config.py).
+_DEFAULT = config_lib.Config.default
+flags.DEFINE_integer('iterations', _DEFAULT('iterations'),
                      'Training steps per TPU loop (TPUConfig\'s '
-                     'iterations_per_loop); no effect off a TPU.', lower_bound=1,
-                     upper_bound=common_flags.MAX_STEPS)
+                     'iterations_per_loop); no effect off a TPU.',
+                     lower_bound=1, upper_bound=common_flags.MAX_STEPS)
 flags.DEFINE_integer(
-    'save_checkpoints_steps', None,
+    'save_checkpoints_steps', _DEFAULT('save_checkpoints_steps'),
     'Save a checkpoint every this many steps (RunConfig\'s '
     'save_checkpoints_steps; on a TPU, at the end of a loop). Unset: '
     'max(--iterations, 100).', lower_bound=1,
     upper_bound=common_flags.MAX_STEPS)
-flags.DEFINE_integer('num_shards', 8,
+flags.DEFINE_integer('num_shards', _DEFAULT('num_shards'),
                      'Number of TPU cores (TPUConfig\'s num_shards); '
                      '--batch_size must be divisible by it under --use_tpu.',
                      lower_bound=1)
-flags.DEFINE_bool('export_to_tpu', False,
+flags.DEFINE_bool('export_to_tpu', _DEFAULT('export_to_tpu'),
                   'Also export a TPU serving MetaGraph (tags serve,tpu); a '
                   'plain tf.saved_model.load(path) then needs tags=["serve"].')
 flags.DEFINE_bool('version', False,

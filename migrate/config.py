@@ -11,11 +11,11 @@ class Config(config.CommonConfig):
 
   strategy: 'tpu' when use_tpu is set (main.py resolves it).
   """
-  strategy: str
-  num_cpu_devices: int
-  steps_per_execution: int
-  loop: str
-  precision: str
-  worker_wait_seconds: int
-  checkpoint_steps: int
-  jit_compile: bool
+  strategy: str = 'auto'
+  num_cpu_devices: int = 1
+  steps_per_execution: int = 50
+  loop: str = 'fit'
+  precision: str = 'float32'
+  worker_wait_seconds: int = 300
+  checkpoint_steps: int = 100
+  jit_compile: bool = False

@@ -39,22 +39,24 @@ from mnist_common import resources
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 common_flags.define_common_flags()
+# Each flag's default is its config field's (config.py).
+_DEFAULT = config_lib.Config.default
 flags.DEFINE_enum(
-    'strategy', 'auto', strategy_lib.STRATEGIES,
+    'strategy', _DEFAULT('strategy'), strategy_lib.STRATEGIES,
     'tf.distribute strategy. auto: a TPU if there is one, else every local '
     'GPU (or logical CPU device) with MirroredStrategy, else one device.')
 flags.DEFINE_integer(
-    'num_cpu_devices', 1,
+    'num_cpu_devices', _DEFAULT('num_cpu_devices'),
     'Split the CPU into this many logical devices before TensorFlow starts, '
     'so that N replicas (like N TPU cores) train on one machine.')
 flags.DEFINE_integer(
-    'steps_per_execution', 50,
+    'steps_per_execution', _DEFAULT('steps_per_execution'),
     'Training steps per tf.function call: the TF2 form of '
     'iterations_per_loop.', lower_bound=1, upper_bound=common_flags.MAX_STEPS)
-flags.DEFINE_enum('loop', 'fit', train.LOOPS,
+flags.DEFINE_enum('loop', _DEFAULT('loop'), train.LOOPS,
                   'Trainer: Keras compile/fit, or a custom loop with '
                   'strategy.run.')
-flags.DEFINE_enum('precision', 'float32', model_lib.PRECISIONS,
+flags.DEFINE_enum('precision', _DEFAULT('precision'), model_lib.PRECISIONS,
                   'float32: the legacy model\'s numerics. mixed_bfloat16: '
                   'Keras mixed precision (bfloat16 math, float32 variables '
                   'and checkpoints), as tf.tpu.bfloat16_scope was; faster on '
@@ -62,18 +64,18 @@ flags.DEFINE_enum('precision', 'float32', model_lib.PRECISIONS,
                   'without (emulated), not bit-comparable to the legacy '
                   'model.')
 flags.DEFINE_integer(
-    'worker_wait_seconds', 300,
+    'worker_wait_seconds', _DEFAULT('worker_wait_seconds'),
     'With --strategy=multi_worker: how long to wait for the other workers of '
     'TF_CONFIG before giving up with a message.', lower_bound=1)
 flags.DEFINE_boolean(
-    'jit_compile', False,
+    'jit_compile', _DEFAULT('jit_compile'),
     'Compile the training and evaluation steps with XLA '
     '(jit_compile=True), as a TPU always does: run the step through XLA on '
     'a CPU or GPU before a TPU is at hand. Off by default: on a CPU, XLA runs '
     'this step slower than the graph (benchmarks/README.md), and compiles '
     'for one replica only (--num_cpu_devices=1, one worker). No effect on a '
     'TPU, which compiles it anyway.')
-flags.DEFINE_integer('checkpoint_steps', 100,
+flags.DEFINE_integer('checkpoint_steps', _DEFAULT('checkpoint_steps'),
                      'Save a checkpoint (and log the loss) every this many '
                      'steps. With --loop=fit, a multiple of '
                      '--steps_per_execution.', lower_bound=1,

@@ -187,15 +187,12 @@ def _assert_all_finite(path):
 
 
 def _config(model_dir, **overrides):
-  values = dict(
-      tpu=None, tpu_zone=None, gcp_project=None, use_tpu=False,
-      data_dir=None, data_source='auto', data_url='', model_dir=str(model_dir),
-      batch_size=64, train_steps=20, eval_steps=0, learning_rate=0.1,
-      iterations=5, num_shards=8, enable_predict=False, num_predictions=5,
-      seed=0, export_to_tpu=False, save_checkpoints_steps=5,
-      skip_resource_checks=False)
-  values.update(overrides)
-  return config.Config(**values)
+  """A short run: only what differs from the flags' defaults (config.py)."""
+  return config.Config(**{
+      'model_dir': str(model_dir), 'batch_size': 64, 'train_steps': 20,
+      'eval_steps': 0, 'learning_rate': 0.1, 'iterations': 5,
+      'enable_predict': False, 'num_predictions': 5,
+      'save_checkpoints_steps': 5, **overrides})
 
 
 def test_non_finite_weights_under_a_finite_loss_are_never_saved(

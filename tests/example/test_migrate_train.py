@@ -27,16 +27,11 @@ pytestmark = pytest.mark.e2e
 
 
 def make_config(model_dir, **overrides):
-  values = dict(
-      strategy='auto', tpu=None, tpu_zone=None, gcp_project=None,
-      data_dir=None, data_source='auto', data_url='', model_dir=str(model_dir),
-      batch_size=64, train_steps=20, eval_steps=None, learning_rate=0.1,
-      enable_predict=True, num_predictions=5, seed=0, steps_per_execution=5,
-      loop='fit', checkpoint_steps=10, precision='float32',
-      worker_wait_seconds=300, skip_resource_checks=False, use_tpu=False,
-      num_cpu_devices=1, jit_compile=False)
-  values.update(overrides)
-  return config.Config(**values)
+  """A short run: only what differs from the flags' defaults (config.py)."""
+  return config.Config(**{
+      'model_dir': str(model_dir), 'batch_size': 64, 'train_steps': 20,
+      'learning_rate': 0.1, 'num_predictions': 5, 'steps_per_execution': 5,
+      'checkpoint_steps': 10, **overrides})
 
 
 def _serve(export_dir, images):

@@ -1,0 +1,131 @@
+"""The checkpoint converter's mapping and slot logic, fast: a tiny name-based
+checkpoint written here, a toy port, no model_fn run and no training.
+tests/tools/test_convert_checkpoint.py runs the command end to end."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kit_core.errors import KitError
+from migration_tools import port as port_lib
+from migration_tools.checkpoint import estimator
+from migration_tools.checkpoint import files
+
+RATE = 0.1
+KERNEL = np.arange(6, dtype=np.float32).reshape(3, 2) / 10
+BIAS = np.array([0.5, -0.5], np.float32)
+
+
+def _name_based(folder, values: dict, step: int = 7) -> str:
+  """A TF 1 checkpoint of values (and global_step) in folder; its prefix."""
+  with tf.Graph().as_default():
+    variables = [tf.compat.v1.Variable(v, name=k) for k, v in values.items()]
+    variables.append(tf.compat.v1.Variable(np.int64(step), name='global_step'))
+    saver = tf.compat.v1.train.Saver(variables)
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      return saver.save(session, str(folder / 'model.ckpt'), global_step=step)
+
+
+def _momentum_checkpoint(folder) -> str:
+  return _name_based(folder, {
+      'dense/kernel': KERNEL, 'dense/bias': BIAS,
+      'dense/kernel/Momentum': np.full((3, 2), 2.0, np.float32),
+      'dense/bias/Momentum': np.full((2,), 3.0, np.float32)})
+
+
+def _port(momentum: float = 0.9, **pieces) -> port_lib.Port:
+  def build_model(params):
+    del params
+    inputs = tf.keras.Input((3,))
+    return tf.keras.Model(inputs, tf.keras.layers.Dense(2, name='dense')(inputs))
+  return port_lib.Port(
+      build_model=build_model,
+      make_optimizer=lambda params: tf.keras.optimizers.SGD(
+          RATE, momentum=momentum),
+      trainer_class=object, **pieces)
+
+
+def _restored(output: str, port: port_lib.Port):
+  model, optimizer = files.build(port, {})
+  tf.train.Checkpoint(model=model, optimizer=optimizer).restore(
+      tf.train.latest_checkpoint(output)).expect_partial()
+  return model, optimizer
+
+
+def test_the_checkpoint_splits_into_model_slots_and_step(tmp_path):
+  _momentum_checkpoint(tmp_path)
+  checkpoint = estimator.read_checkpoint(str(tmp_path))
+  assert sorted(checkpoint.model) == ['dense/bias', 'dense/kernel']
+  assert sorted(checkpoint.slots) == [('dense/bias', 'momentum'),
+                                      ('dense/kernel', 'momentum')]
+  assert checkpoint.kind == 'Momentum' and checkpoint.step == 7
+
+
+def test_weights_step_and_momentum_cross_in_the_ports_convention(tmp_path):
+  _momentum_checkpoint(tmp_path / 'old')
+  port = _port()
+  estimator.convert(str(tmp_path / 'old'), str(tmp_path / 'new'), port, {})
+  model, optimizer = _restored(str(tmp_path / 'new'), port)
+  kernel, bias = model.get_layer('dense').get_weights()
+  np.testing.assert_array_equal(kernel, KERNEL)
+  np.testing.assert_array_equal(bias, BIAS)
+  assert int(optimizer.iterations.numpy()) == 7
+  # TF 1 accumulates gradients (a = m a + g; w -= lr a); Keras keeps the
+  # step itself (v = m v - lr g; w += v): the slot crosses as -lr a.
+  slots = sorted(float(np.unique(v.numpy())[0])
+                 for v in optimizer.variables
+                 if v.shape in ((3, 2), (2,)))
+  assert slots == pytest.approx([-RATE * 3.0, -RATE * 2.0])
+
+
+def test_without_slots_the_optimizer_starts_afresh_at_the_step(tmp_path):
+  _momentum_checkpoint(tmp_path / 'old')
+  port = _port()
+  estimator.convert(str(tmp_path / 'old'), str(tmp_path / 'new'), port, {},
+                    slots=False)
+  _, optimizer = _restored(str(tmp_path / 'new'), port)
+  assert int(optimizer.iterations.numpy()) == 7
+  assert all(not np.any(v.numpy()) for v in optimizer.variables
+             if v.shape in ((3, 2), (2,)))
+
+
+def test_a_given_map_pairs_by_name_and_a_wrong_one_lists_every_mismatch():
+  ours = {'out/kernel': tf.Variable(np.zeros((3, 2))),
+          'out/bias': tf.Variable(np.zeros(2))}
+  theirs = {'dense/kernel': KERNEL, 'dense/bias': BIAS}
+  files.check_pairs(theirs, ours, {'dense/kernel': 'out/kernel',
+                                   'dense/bias': 'out/bias'})
+  with pytest.raises(KitError) as raised:
+    files.check_pairs(theirs, ours, {'dense/kernel': 'out/bias',
+                                     'dense/bias': 'out/kernel'})
+  said = str(raised.value)
+  assert 'dense/kernel' in said and 'dense/bias' in said, said
+
+
+def test_a_checkpoint_of_another_optimizer_is_refused_before_writing(
+    tmp_path):
+  _name_based(tmp_path / 'old', {
+      'dense/kernel': KERNEL, 'dense/bias': BIAS,
+      'dense/kernel/Adam': KERNEL, 'dense/kernel/Adam_1': KERNEL,
+      'dense/bias/Adam': BIAS, 'dense/bias/Adam_1': BIAS,
+      'beta1_power': np.float32(0.9), 'beta2_power': np.float32(0.999)})
+  with pytest.raises(KitError, match='Adam slots and the port\'s optimizer '
+                     'is Momentum'):
+    estimator.convert(str(tmp_path / 'old'), str(tmp_path / 'new'), _port(),
+                      {})
+  assert not (tmp_path / 'new').exists()
+
+
+def test_a_model_of_other_shapes_is_refused_with_nothing_written(tmp_path):
+  _name_based(tmp_path / 'old', {'dense/kernel': np.zeros((4, 2), np.float32),
+                                 'dense/bias': BIAS})
+  with pytest.raises(KitError, match='does not match'):
+    estimator.convert(str(tmp_path / 'old'), str(tmp_path / 'new'), _port(),
+                      {})
+  assert not (tmp_path / 'new').exists()
+
+
+def test_an_object_based_checkpoint_says_what_it_is(tmp_path):
+  tf.train.Checkpoint(v=tf.Variable(1.0)).save(str(tmp_path / 'ckpt'))
+  with pytest.raises(KitError, match='already a TF 2'):
+    estimator.read_checkpoint(str(tmp_path))
