@@ -11,7 +11,7 @@ from migrate import custom_loop
 from migrate import data
 from migrate import model
 from migrate import train
-from migration_tools import port as port_lib
+from migration_tools.pair import port as port_lib
 from mnist_common import prepare
 
 # The migrated model names its layers as the model_fn does (conv1, conv2,

@@ -7,11 +7,11 @@ import dataclasses
 
 import tensorflow as tf
 
+from kit_pair import mnist as kit_pair
 from migrate import custom_loop
 from migrate import data
-from kit_pair import mnist as kit_pair
 from migrate import model as model_lib
-from migration_tools import port as port_lib
+from migration_tools.pair import port as port_lib
 from mnist_common import prepare
 
 

@@ -60,12 +60,24 @@ def _crossing(packages: tuple[str, ...], forbidden: tuple[str, ...]
 def test_the_graph_is_read_from_the_code():
   # A failure here means the reader above is broken, not the house.
   assert 'migration_tools.compare.harness' in GRAPH
-  assert 'migration_tools.runners' in GRAPH['migration_tools.compare.harness']
+  assert 'migration_tools.pair.side' in GRAPH['migration_tools.compare.harness']
   assert 'kit_core.errors' in GRAPH['kit_core.exits']
 
 
 def test_the_tools_import_nothing_of_the_example():
   assert _crossing(('migration_tools', 'kit_core'), EXAMPLE) == []
+
+
+def test_the_tools_stand_on_the_pair_and_the_pair_on_no_tool():
+  # compare/ and checkpoint/ are tools on top of pair/ (both sides, the
+  # port contract, the maps); pair/ imports neither.
+  pair = [m for m in GRAPH if m.startswith('migration_tools.pair.')]
+  assert pair and not any(
+      t.startswith(('migration_tools.compare', 'migration_tools.checkpoint'))
+      for m in pair for t in GRAPH[m]), pair
+  for tool in ('migration_tools.compare.harness',
+               'migration_tools.checkpoint.estimator'):
+    assert any(t.startswith('migration_tools.pair.') for t in GRAPH[tool])
 
 
 def test_the_core_imports_nothing_of_the_tools():

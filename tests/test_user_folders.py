@@ -21,7 +21,7 @@ from conftest import run_module
 from conftest import tmpfs
 from kit_core import exits
 from kit_core import stale
-from migration_tools import pair
+from migration_tools.pair import flags as pair
 
 QUICK = ('--train_steps=2', '--batch_size=8', '--noenable_predict',
          '--eval_steps=0')

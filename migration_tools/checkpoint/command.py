@@ -49,12 +49,12 @@ from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from kit_core.errors import one_line
 from migration_tools import cli
-from migration_tools import legacy
-from migration_tools import pair
 from migration_tools.checkpoint import estimator
 from migration_tools.checkpoint import files
 from migration_tools.checkpoint import keras2
 from migration_tools.checkpoint import verify
+from migration_tools.pair import flags as pair
+from migration_tools.pair import legacy
 
 
 def define_flags(tool_flags: flags.FlagValues) -> None:

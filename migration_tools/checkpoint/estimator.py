@@ -10,10 +10,10 @@ import tensorflow as tf
 
 from kit_core import checkpoint_files
 from kit_core.errors import KitError
-from migration_tools import optimizers
-from migration_tools import port as port_lib
-from migration_tools import variable_map as variable_map_lib
 from migration_tools.checkpoint import files
+from migration_tools.pair import optimizers
+from migration_tools.pair import port as port_lib
+from migration_tools.pair import variable_map as variable_map_lib
 
 STEP_NAME = 'global_step'  # -> optimizer.iterations
 

@@ -10,7 +10,7 @@ from kit_core import atomic
 from kit_core import checkpoint_files
 from kit_core import paths
 from kit_core.errors import KitError
-from migration_tools import port as port_lib
+from migration_tools.pair import port as port_lib
 
 OBJECT_GRAPH_KEY = '_CHECKPOINTABLE_OBJECT_GRAPH'
 

@@ -12,9 +12,9 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 from kit_core import checkpoint_files
 from kit_core import keras_compat
 from kit_core.errors import KitError
-from migration_tools import optimizers
-from migration_tools import port as port_lib
 from migration_tools.checkpoint import files
+from migration_tools.pair import optimizers
+from migration_tools.pair import port as port_lib
 
 # Keras 2 optimizer variables that are no state to carry: the step is read
 # apart, and a schedule's rate is derived from it.

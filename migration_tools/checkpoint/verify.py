@@ -10,10 +10,10 @@ import tensorflow as tf
 from kit_core import checkpoint_files
 from kit_core import progress as progress_lib
 from kit_core.errors import KitError
-from migration_tools import legacy
 from migration_tools import outputs as outputs_lib
-from migration_tools import port as port_lib
 from migration_tools import tolerances
+from migration_tools.pair import legacy
+from migration_tools.pair import port as port_lib
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from migration_tools import optimizers
 from migration_tools import outputs
 from migration_tools import tolerances
+from migration_tools.pair import optimizers
 
 PASSED, FAILED, ERROR, NOT_RUN = 'passed', 'failed', 'error', 'not run'
 # A check of an optional piece the port does not give (e.g. no

@@ -50,13 +50,13 @@ from kit_core import progress as progress_lib
 from kit_core import sharding
 from kit_core.errors import KitError
 from migration_tools import cli
-from migration_tools import legacy
-from migration_tools import pair as pair_lib
 from migration_tools import tolerances
 from migration_tools.compare import golden
 from migration_tools.compare import harness
 from migration_tools.compare import registry
 from migration_tools.compare import speed as speed_lib
+from migration_tools.pair import flags as pair_lib
+from migration_tools.pair import legacy
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 

@@ -12,10 +12,10 @@ import tensorflow as tf
 
 from kit_core import progress as progress_lib
 from kit_core.errors import KitError
-from migration_tools import legacy as legacy_lib
-from migration_tools import port as port_lib
-from migration_tools import runners
-from migration_tools.compare import port_runner
+from migration_tools.pair import legacy as legacy_lib
+from migration_tools.pair import port as port_lib
+from migration_tools.pair import port_runner
+from migration_tools.pair import side
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,9 +83,9 @@ class _Memo:
 class Run:
   """One comparison: the legacy source, the port, the data and what the
   early checks resolved (pairs, start, slot_map, parting)."""
-  source: runners.LegacySource
+  source: side.LegacySource
   port: port_lib.Port
-  data: runners.Data
+  data: side.Data
   batches: list
   options: Options
   workdir: str

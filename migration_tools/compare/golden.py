@@ -1,16 +1,10 @@
 """Golden bundles: the legacy side of a comparison, recorded once on TF 2.15,
 replayed against the port on any TensorFlow.
 
-The harness asks the legacy model (``legacy.LegacyRunner``) for its state,
-steps, slots, predictions, metrics and served outputs. While a live
-comparison runs, ``RecordingRunner`` writes every answer to a ``Tape``, under
-a key that says what was asked of which run at which of its steps
-('1 replica|3|state|0': the state of the single-replica run after 3 steps).
-``ReplayedRunner`` answers from the tape, so the same checks, tolerances and
-report run without tf.estimator. The legacy side is deterministic and never
-reads the port, so its answers do not depend on what the port does; a
-question the recording never saw (other options, a different harness) is an
-error that says so.
+While a live comparison runs, every answer of the legacy side goes to a
+tape (pair/recorded.py); a bundle keeps the tape with the batches and the
+options, so that the same checks, tolerances and report run later without
+tf.estimator, the legacy side answered from the tape.
 
 A bundle is one ``.npz`` file: the arrays, and a JSON manifest (format,
 versions it was recorded with, the options, the replica counts, the input
@@ -19,7 +13,6 @@ batches and the tape) as a string entry.
 import dataclasses
 import hashlib
 import json
-from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -28,97 +21,12 @@ from kit_core import atomic
 from kit_core import paths
 from kit_core.errors import KitError
 from kit_core.errors import one_line
-from migration_tools import optimizers
-from migration_tools import runners
+from migration_tools.pair import optimizers
+from migration_tools.pair.recorded import Tape
 
 # 2: describe_run, and the slots of optimizers read by what they do.
 FORMAT = 2
 _MANIFEST = '__manifest__'
-
-
-@dataclasses.dataclass
-class Tape:
-  """The legacy side's answers, by key (see the module docstring)."""
-  answers: dict[str, Any] = dataclasses.field(default_factory=dict)
-  shards: dict[str, int] = dataclasses.field(default_factory=dict)
-
-
-class _Keys:
-  """Counts the steps taken and the questions asked at each."""
-
-  def __init__(self, purpose: str):
-    self.purpose, self.steps, self._asked = purpose, 0, {}
-
-  def next(self, method: str) -> str:
-    base = f'{self.purpose}|{self.steps}|{method}'
-    count = self._asked.get(base, 0)
-    self._asked[base] = count + 1
-    if method == 'step':
-      self.steps += 1
-    return f'{base}|{count}'
-
-
-class RecordingRunner(runners.LegacySide):
-  """A LegacyRunner whose answers are written to a tape as they are given."""
-
-  def __init__(self, runner: runners.LegacySide, tape: Tape, purpose: str):
-    self._runner, self._tape, self._keys = runner, tape, _Keys(purpose)
-    self.shards = runner.shards
-    tape.shards[purpose] = runner.shards
-
-  def set_state(self, values) -> None:
-    self._runner.set_state(values)
-
-  def _answer(self, name: str, *args, **kwargs):
-    first_step = self._keys.steps == 0
-    key = self._keys.next(name)
-    answer = getattr(self._runner, name)(*args, **kwargs)
-    kept = answer
-    if name == 'step' and not first_step:
-      # Only a run's first gradients are compared (one_step): the others
-      # would double the bundle.
-      kept = {k: v for k, v in answer.items() if k != 'gradients'}
-    self._tape.answers[key] = kept
-    return answer
-
-
-class ReplayedRunner(runners.LegacySide):
-  """Answers as the recorded legacy run did, without running it."""
-
-  def __init__(self, tape: Tape, purpose: str):
-    if purpose not in tape.shards:
-      raise KitError(f'the bundle holds no legacy run "{purpose}": record it '
-                     'with the replica counts you check')
-    self._tape, self._keys = tape, _Keys(purpose)
-    self.shards = tape.shards[purpose]
-
-  def set_state(self, values) -> None:
-    del values  # The recorded run started from the same state.
-
-  def _answer(self, name: str, *args, **kwargs):
-    del args, kwargs  # The harness asks the same questions in each run.
-    key = self._keys.next(name)
-    if key not in self._tape.answers:
-      raise KitError(f'the bundle holds no answer to {key!r}: it was '
-                     'recorded with other options or another version of '
-                     'the kit; record it again')
-    return self._tape.answers[key]
-
-
-def _question(name: str):
-  """The method that answers question name through the runner's _answer."""
-
-  def method(self, *args, **kwargs):
-    return self._answer(name, *args, **kwargs)  # pylint: disable=protected-access
-  method.__name__ = method.__qualname__ = name
-  method.__doc__ = getattr(runners.LegacySide, name).__doc__
-  return method
-
-
-# Every question of the interface, recorded and replayed alike.
-for _name in runners.QUESTIONS:
-  setattr(RecordingRunner, _name, _question(_name))
-  setattr(ReplayedRunner, _name, _question(_name))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,13 +22,9 @@ from kit_core import atomic
 from kit_core import progress as progress_lib
 from kit_core.errors import Interrupted
 from kit_core.errors import one_line
-from migration_tools import legacy as legacy_lib
-from migration_tools import port as port_lib
-from migration_tools import runners
 from migration_tools.compare import checks
 from migration_tools.compare import golden
 from migration_tools.compare import plot
-from migration_tools.compare import port_runner
 from migration_tools.compare import registry
 from migration_tools.compare import speed as speed_lib
 from migration_tools.compare import units  # pylint: disable=unused-import
@@ -36,6 +32,11 @@ from migration_tools.compare.checks import CheckResult
 from migration_tools.compare.context import Options
 from migration_tools.compare.context import Replicas
 from migration_tools.compare.context import Run
+from migration_tools.pair import legacy as legacy_lib
+from migration_tools.pair import port as port_lib
+from migration_tools.pair import port_runner
+from migration_tools.pair import recorded
+from migration_tools.pair import side
 
 __all__ = ['Options', 'LegacyPair', 'compare', 'check_bundle',
            'record_bundle', 'cpu_strategies', 'write_report']
@@ -118,11 +119,11 @@ class LiveSource:
   LegacyRunner per run, each answer also written to tape if one is given."""
 
   def __init__(self, pair: LegacyPair, options: Options,
-               tape: golden.Tape | None = None):
+               tape: recorded.Tape | None = None):
     self.pair, self.options, self.tape = pair, options, tape
-    self.serving_input_fn = pair.serving_input_fn
+    self.serving = pair.serving_input_fn is not None
 
-  def data(self) -> runners.Data:
+  def data(self) -> side.Data:
     data = legacy_lib.read_input_fn(
         self.pair.input_fn, self.options.params, self.options.global_batch,
         max(self.options.steps, self.options.eval_batches))
@@ -132,10 +133,11 @@ class LiveSource:
   def runner(self, shards: int, purpose: str):
     runner = legacy_lib.LegacyRunner(
         self.pair.model_fn, self.options.params, self._spec,
-        self.options.global_batch, shards, self.options.warm_start_from)
+        self.options.global_batch, shards, self.options.warm_start_from,
+        self.pair.serving_input_fn)
     if self.tape is None:
       return runner
-    return golden.RecordingRunner(runner, self.tape, purpose)
+    return recorded.RecordingRunner(runner, self.tape, purpose)
 
   def timing_runner(self) -> legacy_lib.LegacyRunner:
     """A single-device legacy run, never recorded: timing is no answer a
@@ -150,15 +152,14 @@ class ReplaySource:
 
   def __init__(self, bundle: golden.Bundle):
     self.bundle = bundle
-    # Only passed back to the replayed runner, which ignores it.
-    self.serving_input_fn = 'recorded' if bundle.serving else None
+    self.serving = bundle.serving
 
-  def data(self) -> runners.Data:
-    return runners.Data(None, self.bundle.batches)
+  def data(self) -> side.Data:
+    return side.Data(None, self.bundle.batches)
 
   def runner(self, shards: int, purpose: str):
     del shards  # Recorded with the run.
-    return golden.ReplayedRunner(self.bundle.tape, purpose)
+    return recorded.ReplayedRunner(self.bundle.tape, purpose)
 
   def timing_runner(self) -> None:
     return None  # A bundle's legacy side is not run.
@@ -167,7 +168,7 @@ class ReplaySource:
 def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
             strategies: dict[str, tf.distribute.Strategy],
             options: Options = Options(),
-            tape: golden.Tape | None = None,
+            tape: recorded.Tape | None = None,
             tpu_ready: bool = True,
             speed: speed_lib.Options | None = None,
             progress: progress_lib.Progress | None = None
@@ -222,7 +223,7 @@ def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
                   ) -> tuple[list[CheckResult], golden.Bundle]:
   """compare() on these replica counts, recording the legacy side; returns
   the results and the bundle (golden.save writes it)."""
-  tape = golden.Tape()
+  tape = recorded.Tape()
   source = LiveSource(pair, options, tape)
   results = run_checks(source, port, workdir, cpu_strategies(replica_counts),
                        options, tpu_ready, speed, progress)
@@ -234,7 +235,7 @@ def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
   return results, bundle
 
 
-def run_checks(source: runners.LegacySource, port: port_lib.Port,
+def run_checks(source: side.LegacySource, port: port_lib.Port,
                workdir: str, strategies: dict[str, tf.distribute.Strategy],
                options: Options, tpu_ready: bool = True,
                speed: speed_lib.Options | None = None,
@@ -242,7 +243,7 @@ def run_checks(source: runners.LegacySource, port: port_lib.Port,
                ) -> list[CheckResult]:
   """compare() on a legacy source, live or replayed: the registered checks
   of the plan, in order (registry.plan)."""
-  serving = source.serving_input_fn is not None and port.export is not None
+  serving = source.serving and port.export is not None
   plan = registry.Plan(tuple(strategies), serving, tpu_ready,
                        speed is not None)
   steps = registry.plan(plan)

@@ -32,9 +32,9 @@ import tensorflow as tf
 from kit_core import process
 from kit_core.errors import one_line
 from migration_tools import outputs as outputs_lib
-from migration_tools import port as port_lib
 from migration_tools.compare import checks
-from migration_tools.compare import port_runner
+from migration_tools.pair import port as port_lib
+from migration_tools.pair import port_runner
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +71,7 @@ CAUSES = {
     'no_step': Cause(
         'was not run through strategy.run',
         'run the step with strategy.run, as the Trainer protocol asks '
-        '(migration_tools/port.py): it is what TPUStrategy compiles'),
+        '(migration_tools/pair/port.py): it is what TPUStrategy compiles'),
 }
 
 HOST_OPS = frozenset({'EagerPyFunc', 'PyFunc', 'PyFuncStateless'})

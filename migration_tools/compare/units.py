@@ -20,10 +20,7 @@ import tensorflow as tf
 
 from kit_core import keras_compat
 from kit_core.errors import one_line
-from migration_tools import optimizers
 from migration_tools import outputs
-from migration_tools import serving
-from migration_tools import variable_map
 from migration_tools.compare import checks
 from migration_tools.compare import layers
 from migration_tools.compare import speed as speed_lib
@@ -39,6 +36,9 @@ from migration_tools.compare.registry import Check
 from migration_tools.compare.registry import EACH
 from migration_tools.compare.registry import ONCE
 from migration_tools.compare.registry import register
+from migration_tools.pair import optimizers
+from migration_tools.pair import serving
+from migration_tools.pair import variable_map
 
 
 def _slots_compared(legacy, runner) -> bool:
@@ -85,7 +85,7 @@ def optimizer(run: Run, replicas: Replicas) -> CheckResult:
   if theirs is not None:
     return checks.optimizer(theirs, runner.describe_optimizer())
   slot_map = optimizers.resolve_slot_map(
-      optimizers.slot_tokens(legacy.slots()), runner.slot_tokens(),
+      optimizers.slot_tokens(legacy.slots(0.0)), runner.slot_tokens(),
       run.port.slot_map)
   run.slot_map = slot_map.pairs
   runner.use_slot_map(slot_map.pairs)
@@ -148,7 +148,8 @@ register(Check(
 def _first_step(run: Run, replicas: Replicas) -> tuple[dict, dict]:
   features, labels = run.batches[0]
   run.progress.now(f'one_step ({replicas.label}): step 1')
-  return replicas.legacy.step(features, labels), replicas.port.step()
+  return (replicas.legacy.step(features, labels),
+          replicas.port.step(features, labels))
 
 
 def _trajectory(run: Run, replicas: Replicas) -> tuple[list, list]:
@@ -161,7 +162,7 @@ def _trajectory(run: Run, replicas: Replicas) -> tuple[list, list]:
       run.progress.now(f'trajectory ({replicas.label}): step {number} of '
                        f'{len(run.batches)}')
       theirs.append(replicas.legacy.step(features, labels))
-      ours.append(replicas.port.step())
+      ours.append(replicas.port.step(features, labels))
   except Exception as e:  # pylint: disable=broad-except
     raise Upstream(f'step {len(ours) + 1} raised: {one_line(e)}') from e
   return theirs, ours
@@ -175,12 +176,13 @@ def one_step(run: Run, replicas: Replicas) -> CheckResult:
   both = _slots_compared(legacy, runner)
   result = checks.one_step(
       f'one_step ({replicas.label})', theirs, ours, legacy.state(),
-      runner.state(), replicas.count, legacy.slots() if both else None,
+      runner.state(), replicas.count,
+      legacy.slots(ours['learning_rate']) if both else None,
       runner.slots(ours['learning_rate']) if both else None,
       reference=legacy.describe_run()['reference'],
       # The legacy runner takes the whole batch where it cannot take the
       # step as on the cores (legacy.LegacyRunner).
-      whole_batch=replicas.count > 1 and legacy.shards < replicas.count,
+      whole_batch=replicas.count > 1 and legacy.replicas < replicas.count,
       parting=run.parting)
   replicas.memo.put('one_step', result)
   return result
@@ -233,7 +235,7 @@ def trajectory(run: Run, replicas: Replicas) -> CheckResult:
       # replicas do. Else rounding grows chaotically (see tolerances) and
       # stepwise judges every step.
       judge_each_step=_replays_exactly(replicas.memo.get('one_step')) and (
-          legacy.shards == replicas.count),
+          legacy.replicas == replicas.count),
       global_steps=(legacy.global_step(), runner.global_step()))
 
 
@@ -269,15 +271,13 @@ register(Check(
 def served_predictions(run: Run, replicas: Replicas) -> CheckResult:
   """Both SavedModels, loaded back, on the same receiver inputs."""
   legacy, runner = replicas.legacy, replicas.port
-  serving_input_fn = run.source.serving_input_fn
-  inputs_ = serving.inputs(legacy.receiver_spec(serving_input_fn), run.data,
-                           run.options.seed)
+  inputs_ = serving.inputs(legacy.receiver_spec(), run.data, run.options.seed)
   runner.set_state(legacy.state())
   # The port first: the legacy export leaves the port's Keras model unusable.
-  ours = runner.export(os.path.join(run.workdir, 'port'))
-  theirs = legacy.serve(serving_input_fn, run.workdir, inputs_)
-  return checks.served_predictions(theirs, serving.serve(ours, inputs_),
-                                   run.port.output_map, inputs_)
+  ours = runner.serve(os.path.join(run.workdir, 'port'), inputs_)
+  theirs = legacy.serve(run.workdir, inputs_)
+  return checks.served_predictions(theirs, ours, run.port.output_map,
+                                   inputs_)
 
 
 register(Check(
@@ -285,7 +285,7 @@ register(Check(
     'Estimator\'s own export, the port\'s), loaded back, fed the receiver\'s '
     'inputs', ONCE, served_predictions,
     needs=('legacy.receiver_spec', 'legacy.state', 'legacy.serve',
-           'port.set_state', 'port.export'),
+           'port.set_state', 'port.serve'),
     bar='1e-6; integers exact', planned=lambda plan: plan.serving))
 
 
@@ -314,15 +314,16 @@ def resynced_steps(run: Run, legacy, runner, label: str,
     runner.set_state(before)
     runner.set_global_step(legacy.global_step())
     if both and rate:
-      runner.set_slots(legacy.slots(), rate)
+      runner.set_slots(legacy.slots(rate), rate)
     theirs = legacy.step(features, labels)
-    ours = runner.train_loss() if dropout else runner.step()['loss']
+    ours = (runner.step_as_trained(features, labels) if dropout else
+            runner.step(features, labels)['loss'])
     rate = runner.learning_rate()
     after = legacy.state()
     diffs = [outputs.output_diff(np.float64(theirs['loss']),
                                  np.float64(ours)),
              checks.max_diff(after, runner.state())[0]]
-    legacy_slots = legacy.slots() if both else {}
+    legacy_slots = legacy.slots(rate) if both else {}
     port_slots = runner.slots(rate) if legacy_slots else {}
     if legacy_slots:
       diffs.append(checks.max_diff(legacy_slots, port_slots)[0])
@@ -415,7 +416,7 @@ register(Check(
     'dropout (1 replica)', 'every step with dropout **on**, at identical '
     'state, the random numbers aligned', AFTER, dropout,
     needs=('legacy.step', 'legacy.state', 'port.set_state',
-           'port.train_loss'),
+           'port.step_as_trained'),
     bar='1e-6'))
 
 

@@ -177,7 +177,7 @@ def test_empty_data_dir(tmp_path):
 
 def test_migrate_imports_no_estimator_code():
   """Statically: no module of migrate (nor of the tools) imports the legacy
-  stack or the tools; migration_tools/legacy.py alone touches
+  stack or the tools; migration_tools/pair/legacy.py alone touches
   tf.compat.v1.estimator, to run a model_fn loaded by name."""
   for path in pathlib.Path(REPO, 'migrate').rglob('*.py'):
     assert 'migration_tools' not in path.read_text(), path

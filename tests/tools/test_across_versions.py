@@ -15,8 +15,8 @@ import tensorflow as tf
 
 from conftest import TESTS, TOOLS_PYTHONPATH, last_line, run_compare, run_module
 from kit_core import keras_compat
-from migration_tools import optimizers
-from migration_tools import port as port_lib
+from migration_tools.pair import optimizers
+from migration_tools.pair import port as port_lib
 
 sys.path.insert(0, os.path.join(TESTS, 'user_code'))
 import bert_port  # pylint: disable=g-import-not-at-top,wrong-import-position

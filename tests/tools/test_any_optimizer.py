@@ -6,10 +6,10 @@ import tensorflow as tf
 
 from kit_core import keras_compat
 from kit_core.errors import one_line
-from migration_tools import legacy_optimizer
-from migration_tools import optimizers
 from migration_tools.compare import checks
 from migration_tools.compare import layers
+from migration_tools.pair import legacy_optimizer
+from migration_tools.pair import optimizers
 
 v1 = tf.compat.v1
 

@@ -108,7 +108,7 @@ def test_bad_flags_fail_in_one_line(tmp_path, fake_data_dir):
       (('--replicas=2',), '--replicas must start with 1'),
       (('--port=no_such_module:Port',), '--port: cannot import no_such_module'),
       (('--port=broken_ports:not_a_port',), 'returned a dict, not a '
-       'migration_tools.port.Port'),
+       'migration_tools.pair.port.Port'),
       (('--batch_size=63', '--replicas=1,2'), 'divisible'),
   ]:
     result, _ = _compare(tmp_path, fake_data_dir, *args)

@@ -15,10 +15,10 @@ from estimator_mnist import model as estimator_model
 from kit_core.errors import KitError
 from kit_pair import mnist as kit_pair
 from migrate import model as model_lib
-from migration_tools import pair
 from migration_tools.checkpoint import estimator
 from migration_tools.checkpoint import keras2
 from migration_tools.checkpoint import verify
+from migration_tools.pair import flags as pair
 
 # Commands in subprocesses and training jobs: apart from the fast tier.
 pytestmark = pytest.mark.e2e

@@ -6,9 +6,9 @@ import pytest
 import tensorflow as tf
 
 from kit_core.errors import KitError
-from migration_tools import port as port_lib
 from migration_tools.checkpoint import estimator
 from migration_tools.checkpoint import files
+from migration_tools.pair import port as port_lib
 
 RATE = 0.1
 KERNEL = np.arange(6, dtype=np.float32).reshape(3, 2) / 10

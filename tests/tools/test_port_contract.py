@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 
 from kit_core.errors import KitError
-from migrate import custom_loop
 from kit_pair import mnist as kit_pair
+from migrate import custom_loop
 from migration_tools import cli
-from migration_tools import optimizers
-from migration_tools import pair
-from migration_tools import port as port_lib
-from migration_tools import variable_map
 from migration_tools.compare import checks
 from migration_tools.compare import harness
+from migration_tools.pair import flags as pair
+from migration_tools.pair import optimizers
+from migration_tools.pair import port as port_lib
+from migration_tools.pair import variable_map
 
 
 def test_the_kit_pair_follows_the_contract():
@@ -30,7 +30,7 @@ class _NoEval(custom_loop.Trainer):
 @pytest.mark.parametrize('spec, message', [
     ('broken_ports:not_a_port',
      "--port broken_ports:not_a_port returned a dict, not a "
-     "migration_tools.port.Port"),
+     "migration_tools.pair.port.Port"),
     ('no_such_module:make_port', '--port: cannot import no_such_module'),
     ('broken_ports:nothing_here', '--port: broken_ports has no nothing_here'),
     ('broken_ports', "--port 'broken_ports': expected package.module:name"),

@@ -1,62 +1,75 @@
-"""Every runner answers every question its side's Protocol declares
-(migration_tools/runners.py), and golden records and replays exactly those."""
+"""Both sides behind one interface (migration_tools/pair/side.py): every
+runner answers every question of its side, a question left unanswered stops
+the runner from being made, and a tape records and replays exactly the
+legacy side's questions."""
+import inspect
+
 import numpy as np
 import pytest
 
-from migration_tools import legacy
-from migration_tools import runners
-from migration_tools.compare import golden
-from migration_tools.compare import port_runner
+from migration_tools.pair import legacy
+from migration_tools.pair import port_runner
+from migration_tools.pair import recorded
+from migration_tools.pair import side
 
-LEGACY_RUNNERS = (legacy.LegacyRunner, golden.RecordingRunner,
-                  golden.ReplayedRunner)
+LEGACY_RUNNERS = (legacy.LegacyRunner, recorded.RecordingRunner,
+                  recorded.ReplayedRunner)
 
 
 @pytest.mark.parametrize('runner_class', LEGACY_RUNNERS,
                          ids=lambda c: c.__name__)
 def test_each_legacy_runner_answers_every_question(runner_class):
-  assert runners.missing(runner_class, runners.LegacySide) == []
+  assert issubclass(runner_class, side.LegacySide)
+  assert not runner_class.__abstractmethods__
 
 
 def test_the_port_runner_answers_every_question():
-  assert runners.missing(port_runner.PortRunner, runners.PortSide) == []
+  assert issubclass(port_runner.PortRunner, side.PortSide)
+  assert not port_runner.PortRunner.__abstractmethods__
 
 
-def test_missing_names_a_method_a_runner_leaves_to_the_protocol():
+@pytest.mark.parametrize('runner_class', [*LEGACY_RUNNERS,
+                                          port_runner.PortRunner],
+                         ids=lambda c: c.__name__)
+def test_a_shared_question_has_one_signature_on_every_side(runner_class):
+  for name in side.members(side.Side):
+    theirs = getattr(runner_class, name)
+    if isinstance(theirs, property):
+      continue
+    declared = inspect.signature(getattr(side.Side, name))
+    assert list(inspect.signature(theirs).parameters) == list(
+        declared.parameters), (runner_class.__name__, name)
 
-  class Side(runners.LegacySide):
+
+def test_a_side_that_leaves_a_question_cannot_be_made():
+
+  class Half(side.LegacySide):
 
     def state(self):
       return {}
 
-  left = runners.missing(Side, runners.LegacySide)
-  assert 'state' not in left
-  assert {'step', 'set_state', 'serve'} <= set(left)
+  with pytest.raises(TypeError, match='abstract') as raised:
+    Half()  # pylint: disable=abstract-class-instantiated
+  assert 'step' in str(raised.value) and 'state' not in str(
+      raised.value).split('methods')[-1].split(', ')
 
 
-def test_a_question_added_to_the_protocol_fails_until_answered(monkeypatch):
-  # What a new question does: every legacy runner but the recorded ones
-  # (which make theirs from the Protocol) is named until it answers.
-  def new_question(self) -> int:
-    """A question no runner answers yet."""
-  monkeypatch.setattr(runners.LegacySide, 'new_question', new_question,
-                      raising=False)
-  assert runners.missing(legacy.LegacyRunner,
-                         runners.LegacySide) == ['new_question']
-
-
-def test_golden_records_and_replays_the_protocol_questions():
-  assert set(runners.QUESTIONS) == set(runners.members(
-      runners.LegacySide)) - {'set_state'}
+def test_a_tape_records_and_replays_the_legacy_sides_questions():
+  assert set(side.QUESTIONS) == set(side.members(side.LegacySide)) - {
+      'set_state', 'replicas'}
 
   class Fake:
-    shards = 1
+    replicas = 1
 
     def __getattr__(self, name):
       return lambda *args: {'asked': name, 'args': len(args)}
 
-  tape = golden.Tape()
-  recording = golden.RecordingRunner(Fake(), tape, '1 replica')
-  answers = {q: getattr(recording, q)(np.zeros(1)) for q in runners.QUESTIONS}
-  replayed = golden.ReplayedRunner(tape, '1 replica')
-  assert {q: getattr(replayed, q)(None) for q in runners.QUESTIONS} == answers
+  tape = recorded.Tape()
+  recording = recorded.RecordingRunner(Fake(), tape, '1 replica')
+  arguments = {q: [np.zeros(1)] * (len(inspect.signature(
+      getattr(side.LegacySide, q)).parameters) - 1) for q in side.QUESTIONS}
+  answers = {q: getattr(recording, q)(*arguments[q]) for q in side.QUESTIONS}
+  replayed = recorded.ReplayedRunner(tape, '1 replica')
+  assert replayed.replicas == 1
+  assert {q: getattr(replayed, q)(*arguments[q])
+          for q in side.QUESTIONS} == answers

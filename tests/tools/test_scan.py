@@ -475,7 +475,7 @@ def test_exit_codes(tmp_path):
                      'mnist_common', os.path.join(SOURCES, 'tf2_clean.py'))
   assert clean.returncode == 0, clean.stdout
   assert last_line(clean.stdout).startswith('0 legacy construct(s)')
-  assert ('migration_tools/legacy.py: skipped: # migration-scan: skip-file'
+  assert ('migration_tools/pair/legacy.py: skipped: # migration-scan: skip-file'
           in clean.stdout)
 
   (tmp_path / 'gfile_only.py').write_text(

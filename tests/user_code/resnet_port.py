@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import resnet_legacy as legacy
 import team_trainer
-from migration_tools import port as port_lib
+from migration_tools.pair import port as port_lib
 
 layers = tf.keras.layers
 

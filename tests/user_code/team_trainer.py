@@ -1,7 +1,7 @@
 """A team's own custom-loop trainer, input pipeline and export, as the test
 ports share them.
 
-It follows migration_tools.port.Trainer; each port subclasses it with its
+It follows migration_tools.pair.port.Trainer; each port subclasses it with its
 loss and metrics. Written for the tests, as a team would for its models.
 """
 import os

@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from migrate import custom_loop
-from migration_tools import port as port_lib
+from migration_tools.pair import port as port_lib
 
 NUMBERS = 6
 VOCABULARY = 20

@@ -5,9 +5,9 @@ import dataclasses
 from absl import flags
 
 from migration_tools import cli
-from migration_tools import loading
-from migration_tools import port as port_lib
-from migration_tools import variable_map
+from migration_tools.pair import loading
+from migration_tools.pair import port as port_lib
+from migration_tools.pair import variable_map
 
 # The commands' defaults: the kit's own pair (kit_pair/mnist.py), named as
 # a team names its own, so that the tools import nothing of the example.
@@ -42,7 +42,7 @@ def define_pair_flags(tool_flags: flags.FlagValues, serving: bool) -> None:
                         'exported with; empty: skip the served-predictions '
                         'check.', **define)
   flags.DEFINE_string('port', KIT_PAIR['port'],
-                      'A function returning the migration_tools.port.Port, '
+                      'A function returning the migration_tools.pair.port.Port, '
                       'as package.module:name.', **define)
   cli.define_legacy_flags(tool_flags)
   flags.DEFINE_string('params', KIT_PAIR['params'],

@@ -20,11 +20,11 @@ import tensorflow as tf
 from kit_core import process
 from kit_core.errors import KitError
 from kit_core.errors import one_line
-from migration_tools import legacy_optimizer
-from migration_tools import optimizers
 from migration_tools import outputs
-from migration_tools import runners
-from migration_tools import serving
+from migration_tools.pair import legacy_optimizer
+from migration_tools.pair import optimizers
+from migration_tools.pair import serving
+from migration_tools.pair import side
 
 # Keys TPUEstimator reserves in params; a user's params must not hold them.
 RESERVED = ('batch_size', 'context', 'use_tpu')
@@ -60,7 +60,7 @@ def _numpy(structure):
 
 
 def read_input_fn(input_fn, params: dict, global_batch: int,
-                  count: int) -> runners.Data:
+                  count: int) -> side.Data:
   """Up to `count` whole batches from the legacy input_fn, in its order.
 
   A last batch smaller than global_batch (no drop_remainder) is left out.
@@ -77,11 +77,11 @@ def read_input_fn(input_fn, params: dict, global_batch: int,
     raise KitError(f'the legacy input_fn returned a {type(dataset).__name__}, '
                    'not a tf.data.Dataset; give an input_fn that returns one '
                    '(as TPUEstimator requires)')
-  spec = runners.split_element(dataset.element_spec)
+  spec = side.split_element(dataset.element_spec)
   batches = []
   try:
     for element in process.without_autotune_thread(dataset.take(count + 1)):
-      features, labels = runners.split_element(element)
+      features, labels = side.split_element(element)
       batch = (_numpy(features), None if labels is None else _numpy(labels))
       if len(tf.nest.flatten(batch[0])[0]) == global_batch:
         batches.append(batch)
@@ -92,10 +92,10 @@ def read_input_fn(input_fn, params: dict, global_batch: int,
   if not batches:
     raise KitError(f'the legacy input_fn gave no batch of {global_batch} '
                    'examples; check its data (see --params, --legacy_flags)')
-  return runners.Data(spec, batches)
+  return side.Data(spec, batches)
 
 
-def cycled(data: runners.Data, steps: int) -> list:
+def cycled(data: side.Data, steps: int) -> list:
   """`steps` batches: the input_fn's, again from the first if it ran out."""
   return [data.batches[i % len(data.batches)] for i in range(steps)]
 
@@ -131,7 +131,7 @@ def creation_order(model_fn, input_fn, params: dict) -> list[str]:
     dataset = input_fn(input_params(params, 1))
   except Exception as e:  # pylint: disable=broad-except
     raise KitError(f'the legacy input_fn raised {one_line(e)}') from e
-  spec = runners.split_element(dataset.element_spec)
+  spec = side.split_element(dataset.element_spec)
   with tf.Graph().as_default():
     tf.compat.v1.train.create_global_step()
     model_fn(_placeholders(spec[0], 1), None,
@@ -210,7 +210,7 @@ def _warm_started(graph: tf.Graph) -> dict[str, int]:
   return found
 
 
-class LegacyRunner(runners.LegacySide):
+class LegacyRunner(side.LegacySide):
   """A model_fn as TPUEstimator runs it on CPU: a graph per mode, and one
   ``session.run(train_op)`` per training step; warm-started as TPUEstimator
   warm-started it (scaffold_fn, init_from_checkpoint, warm_start_from).
@@ -221,7 +221,8 @@ class LegacyRunner(runners.LegacySide):
   """
 
   def __init__(self, model_fn, params: dict, spec: tuple, batch_size: int,
-               shards: int = 1, warm_start_from: str = ''):
+               shards: int = 1, warm_start_from: str = '',
+               serving_input_fn=None):
     """Builds the TRAIN, PREDICT and EVAL graphs.
 
     Args:
@@ -232,12 +233,15 @@ class LegacyRunner(runners.LegacySide):
       shards: take each training step as TPUEstimator did on this many TPU
         cores (see step): the model_fn sees batch_size // shards examples.
       warm_start_from: the Estimator's warm_start_from checkpoint, if any.
+      serving_input_fn: the serving_input_receiver_fn the Estimator exported
+        with (receiver_spec, serve); None if it was not given.
 
     Raises:
       KitError: the model_fn has no trainable variable or no train_op.
     """
     modes = tf.compat.v1.estimator.ModeKeys
     self.model_fn, self.params, self.shards = model_fn, params, shards
+    self.serving_input_fn = serving_input_fn
     self.spec, self.batch_size = spec, batch_size
     self.warm_start_from = warm_start_from
     # How the steps are taken, for the report.
@@ -312,11 +316,18 @@ class LegacyRunner(runners.LegacySide):
     """The model's variables, trainable or not, by name."""
     return self.train.read(self.model_names)
 
+  @property
+  def replicas(self) -> int:
+    """The TPU cores its steps are taken as on (1: the whole batch)."""
+    return self.shards
+
   def set_state(self, values: dict[str, np.ndarray]) -> None:
     self.train.write({n: values[n] for n in self.model_names})
 
-  def slots(self) -> dict[tuple, np.ndarray]:
-    """{(variable name, canonical slot name): value} of the optimizer."""
+  def slots(self, rate: float = 0.0) -> dict[tuple, np.ndarray]:
+    """{(variable name, canonical slot name): value} of the optimizer (TF 1's
+    own convention: rate is not needed)."""
+    del rate
     values = self.train.read(set(self.optimizer.slots.values()))
     return {key: values[name] for key, name in self.optimizer.slots.items()}
 
@@ -448,11 +459,18 @@ class LegacyRunner(runners.LegacySide):
     results['loss'] = float(np.mean(losses))
     return {name: float(value) for name, value in results.items()}
 
-  def receiver_spec(self, serving_input_fn) -> dict[str, tf.TensorSpec]:
+  def _serving_input_fn(self):
+    if self.serving_input_fn is None:
+      raise KitError('no legacy serving_input_receiver_fn was given: name '
+                     'it (--legacy_serving_input_fn) to compare the served '
+                     'predictions')
+    return self.serving_input_fn
+
+  def receiver_spec(self) -> dict[str, tf.TensorSpec]:
     """{name: spec} of the serving receiver's tensors (the signature's
     inputs the Estimator exports)."""
     with tf.Graph().as_default():
-      receiver = serving_input_fn()
+      receiver = self._serving_input_fn()()
       tensors = getattr(receiver, 'receiver_tensors', None)
       if tensors is None:
         raise KitError('the legacy serving_input_receiver_fn returned a '
@@ -465,7 +483,7 @@ class LegacyRunner(runners.LegacySide):
       return {name: tf.TensorSpec(t.shape, t.dtype)
               for name, t in tensors.items()}
 
-  def export(self, serving_input_fn, base_dir: str) -> str:
+  def export(self, base_dir: str) -> str:
     """Exports the current state through the Estimator's own export path
     (the model_fn in PREDICT mode, the serving_input_fn's receiver).
 
@@ -483,13 +501,12 @@ class LegacyRunner(runners.LegacySide):
         config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=model_dir),
         export_to_tpu=False)
     return estimator.export_saved_model(os.path.join(base_dir, 'legacy_export'),
-                                        serving_input_fn).decode()
+                                        self._serving_input_fn()).decode()
 
-
-  def serve(self, serving_input_fn, base_dir: str, inputs: dict) -> dict:
+  def serve(self, base_dir: str, inputs: dict) -> dict:
     """The served outputs on inputs of the current state's export (export,
     loaded back)."""
-    return serving.serve(self.export(serving_input_fn, base_dir), inputs)
+    return serving.serve(self.export(base_dir), inputs)
 
 
 # Ops whose output is no layer's: variables, their reads, constants.

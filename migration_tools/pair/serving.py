@@ -4,13 +4,13 @@ import numpy as np
 import tensorflow as tf
 
 from kit_core.errors import KitError
-from migration_tools import runners
+from migration_tools.pair import side
 
 # Served inputs: at most this many examples.
 SERVED_EXAMPLES = 512
 
 
-def inputs(receiver: dict[str, tf.TensorSpec], data: runners.Data,
+def inputs(receiver: dict[str, tf.TensorSpec], data: side.Data,
            seed: int = 0) -> dict[str, np.ndarray]:
   """Inputs for the serving signatures: a receiver tensor named like a
   feature (or the one tensor of single-tensor features) takes the data's

@@ -54,7 +54,7 @@ import tensorflow as tf
 from kit_core import keras_compat
 from kit_core.errors import KitError
 from kit_core.errors import one_line
-from migration_tools import loading
+from migration_tools.pair import loading
 
 GUIDE = 'docs/MIGRATION.md, "Plug your own pair in"'
 
@@ -168,7 +168,7 @@ def check_port(port: Any, where: str) -> Port:
   """
   if not isinstance(port, Port):
     raise KitError(f'--port {where} returned a {type(port).__name__}, not a '
-                   'migration_tools.port.Port; return Port(build_model=..., '
+                   'migration_tools.pair.port.Port; return Port(build_model=..., '
                    f'...) (see {GUIDE})')
   for field in ('build_model', 'make_optimizer', 'input_pipeline', 'export',
                 'predict'):
@@ -185,7 +185,7 @@ def check_port(port: Any, where: str) -> Port:
   if missing:
     raise KitError(f'the port\'s trainer_class {port.trainer_class.__name__} '
                    f'lacks {", ".join(missing)}: implement the Trainer '
-                   'protocol of migration_tools/port.py (see '
+                   'protocol of migration_tools/pair/port.py (see '
                    f'{GUIDE})')
   for field in ('variable_map', 'output_map', 'metric_map', 'slot_map'):
     value = getattr(port, field)

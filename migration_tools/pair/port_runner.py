@@ -16,10 +16,12 @@ import tensorflow as tf
 
 from kit_core import keras_compat
 from kit_core import process
-from migration_tools import optimizers
+from kit_core.errors import KitError
 from migration_tools import outputs as outputs_lib
-from migration_tools import port as port_lib
-from migration_tools import runners
+from migration_tools.pair import optimizers
+from migration_tools.pair import port as port_lib
+from migration_tools.pair import serving
+from migration_tools.pair import side
 
 
 @contextlib.contextmanager
@@ -85,7 +87,7 @@ def _owning_layers(model) -> dict[str, Any]:
   return found
 
 
-class PortRunner(runners.PortSide):
+class PortRunner(side.PortSide):
   """The port's model, optimizer and trainer under one strategy, fed the
   legacy batches; state is read and written under the legacy names."""
 
@@ -101,6 +103,7 @@ class PortRunner(runners.PortSide):
     """
     self.port, self.strategy, self.params = port, strategy, params
     self._batches = batches
+    self._next = 0  # The batch the next step takes.
     self._endless = None  # train_window's iterator, made when first timed.
     self.global_batch = len(tf.nest.flatten(batches[0][0])[0])
     with strategy.scope():
@@ -122,6 +125,16 @@ class PortRunner(runners.PortSide):
     self._iterator = process.keep_alive(iter(dataset))
     self._probe = process.keep_alive(iter(dataset))
 
+  @property
+  def replicas(self) -> int:
+    return self.strategy.num_replicas_in_sync
+
+  def describe_run(self) -> dict[str, Any]:
+    return {'reference': f'on {self.replicas} replica'
+                         f'{"s" if self.replicas > 1 else ""}',
+            'warm_start': {}, 'optimizer': type(self.optimizer).__name__,
+            'rate_source': 'the optimizer\'s learning rate'}
+
   def shapes(self) -> dict[str, tuple]:
     """{name: shape} of the model's variables, in creation order."""
     return {n: tuple(v.shape) for n, v in self._variables.items()}
@@ -137,9 +150,9 @@ class PortRunner(runners.PortSide):
     return {self._legacy_name.get(name, name): v.numpy()
             for name, v in self._variables.items()}
 
-  def set_state(self, legacy_values: dict[str, np.ndarray]) -> None:
+  def set_state(self, values: dict[str, np.ndarray]) -> None:
     for theirs, ours in self.pairs.items():
-      self._variables[ours].assign(legacy_values[theirs])
+      self._variables[ours].assign(values[theirs])
 
   def describe_optimizer(self) -> optimizers.Description:
     return optimizers.describe_port(self.optimizer)
@@ -172,13 +185,11 @@ class PortRunner(runners.PortSide):
     return {key: optimizers.to_legacy(kind, key[1], v.numpy(), rate)
             for key, v in self._slot_variables().items()}
 
-  def set_slots(self, legacy_values: dict[tuple, np.ndarray],
-                rate: float) -> None:
+  def set_slots(self, values: dict[tuple, np.ndarray], rate: float) -> None:
     kind = self._kind()
     for key, variable in self._slot_variables().items():
-      if key in legacy_values:
-        variable.assign(optimizers.to_port(kind, key[1], legacy_values[key],
-                                           rate))
+      if key in values:
+        variable.assign(optimizers.to_port(kind, key[1], values[key], rate))
 
   def global_step(self) -> int:
     return int(self.optimizer.iterations.numpy())
@@ -232,12 +243,24 @@ class PortRunner(runners.PortSide):
                                     for g in gradients]
     return self.strategy.run(dense, args=next(self._probe))
 
-  def step(self) -> dict:
-    """The loss, gradients and learning rate of the next step; then takes it.
+  def _take(self, features, labels) -> None:
+    """The batch the next step takes must be this one: the runner feeds
+    the legacy batches in order through a distributed dataset made once."""
+    expected = self._batches[self._next % len(self._batches)]
+    if features is not expected[0] or labels is not expected[1]:
+      raise KitError('the port runner takes the legacy batches in the order '
+                     f'it was given; step {self._next + 1} was asked another '
+                     'batch')
+    self._next += 1
+
+  def step(self, features, labels) -> dict:
+    """The loss, gradients and learning rate of the step on this batch (the
+    next one); then takes it.
 
     Gradients are what the port's replicas compute, summed over replicas as
     the strategy's all-reduce sums them before the update.
     """
+    self._take(features, labels)
     # A layer may update state when called in training (Keras batch norm
     # moves its statistics): the probe's updates are undone, the step's kept.
     kept = [(v, v.numpy()) for v in self.model.non_trainable_variables]
@@ -265,10 +288,11 @@ class PortRunner(runners.PortSide):
     """The rate of the optimizer's last step."""
     return keras_compat.applied_learning_rate(self.optimizer)
 
-  def train_loss(self) -> float:
-    """Takes the next step, all of it inside the port's step function, and
-    returns the loss that step's metric recorded (the same forward pass, so
-    the same dropout mask, as the update)."""
+  def step_as_trained(self, features, labels) -> float:
+    """Takes the step on this batch (the next one), all of it inside the
+    port's step function, and returns the loss that step's metric recorded
+    (the same forward pass, so the same dropout mask, as the update)."""
+    self._take(features, labels)
     self.trainer.train_steps(self._iterator, tf.constant(1))
     return self.trainer.reset()['loss']
 
@@ -287,7 +311,7 @@ class PortRunner(runners.PortSide):
       return None
     dataset = self.port.input_pipeline(self.strategy, dict(self.params))
     element = next(process.keep_alive(iter(dataset)))
-    features, labels = runners.split_element(element)
+    features, labels = side.split_element(element)
     return (local_concat(self.strategy, features),
             None if labels is None else local_concat(self.strategy, labels))
 
@@ -302,3 +326,7 @@ class PortRunner(runners.PortSide):
 
   def export(self, base_dir: str) -> str:
     return self.port.export(self.model, base_dir, self.strategy)
+
+  def serve(self, base_dir: str, inputs: dict) -> dict[str, np.ndarray]:
+    """The port's own export of the current state, loaded back, on inputs."""
+    return serving.serve(self.export(base_dir), inputs)

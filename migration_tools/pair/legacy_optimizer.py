@@ -28,7 +28,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from migration_tools import optimizers
+from migration_tools.pair import optimizers
 
 # Where TF 1 optimizers and their subclasses keep the rate, in the order
 # read: TF 1's own after _prepare, then the names subclasses use.

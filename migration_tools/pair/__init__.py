@@ -1,0 +1,7 @@
+"""Both sides of a pair, behind one interface (side.py): the legacy
+model_fn run as TPUEstimator ran it (legacy.py), the port run under a
+strategy (port_runner.py), and either side recorded or replayed
+(recorded.py); the port contract a team writes to (port.py); the variable
+and slot maps between the two (variable_map.py, optimizers.py); and the
+flags and loading of a pair named on the command line (flags.py,
+loading.py). compare/ and checkpoint/ are tools on top of it."""

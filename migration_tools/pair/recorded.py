@@ -1,0 +1,133 @@
+"""The legacy side recorded and replayed: the answers of a live run on a
+tape, and a run that answers from the tape on any TensorFlow.
+
+Each answer is kept under a key that says what was asked of which run at
+which of its steps ('1 replica|3|state|0': the state of the single-replica
+run after 3 steps). The legacy side is deterministic and never reads the
+port, so its answers do not depend on what the port does; a question the
+recording never saw (other options, another version of the kit) is an error
+that says so. compare/golden.py writes a tape into a bundle and reads it
+back.
+"""
+import dataclasses
+from typing import Any
+
+from kit_core.errors import KitError
+from migration_tools.pair import side
+
+
+@dataclasses.dataclass
+class Tape:
+  """The legacy side's answers, by key (see the module docstring), and the
+  replicas each recorded run took its steps as on."""
+  answers: dict[str, Any] = dataclasses.field(default_factory=dict)
+  shards: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+class _Keys:
+  """Counts the steps taken and the questions asked at each."""
+
+  def __init__(self, purpose: str):
+    self.purpose, self.steps, self._asked = purpose, 0, {}
+
+  def next(self, method: str) -> str:
+    base = f'{self.purpose}|{self.steps}|{method}'
+    count = self._asked.get(base, 0)
+    self._asked[base] = count + 1
+    if method == 'step':
+      self.steps += 1
+    return f'{base}|{count}'
+
+
+class _Taped(side.LegacySide):
+  """A legacy side whose every question (side.QUESTIONS) goes through
+  _answer; a question added to LegacySide stays abstract here, and no
+  recording can be made, until it is written out below."""
+  shards: int
+
+  @property
+  def replicas(self) -> int:
+    return self.shards
+
+  def _answer(self, question: str, *args) -> Any:
+    raise NotImplementedError
+
+  def state(self):
+    return self._answer('state')
+
+  def slots(self, rate):
+    return self._answer('slots', rate)
+
+  def global_step(self):
+    return self._answer('global_step')
+
+  def describe_optimizer(self):
+    return self._answer('describe_optimizer')
+
+  def describe_run(self):
+    return self._answer('describe_run')
+
+  def step(self, features, labels):
+    return self._answer('step', features, labels)
+
+  def predict(self, features):
+    return self._answer('predict', features)
+
+  def layer_outputs(self, features):
+    return self._answer('layer_outputs', features)
+
+  def evaluate(self, batches):
+    return self._answer('evaluate', batches)
+
+  def serve(self, base_dir, inputs):
+    return self._answer('serve', base_dir, inputs)
+
+  def receiver_spec(self):
+    return self._answer('receiver_spec')
+
+
+class RecordingRunner(_Taped):
+  """A legacy side whose answers are written to a tape as they are given."""
+
+  def __init__(self, runner: side.LegacySide, tape: Tape, purpose: str):
+    self._runner, self._tape, self._keys = runner, tape, _Keys(purpose)
+    self.shards = runner.replicas
+    tape.shards[purpose] = runner.replicas
+
+  def set_state(self, values) -> None:
+    self._runner.set_state(values)
+
+  def _answer(self, question: str, *args) -> Any:
+    first_step = self._keys.steps == 0
+    key = self._keys.next(question)
+    answer = getattr(self._runner, question)(*args)
+    kept = answer
+    if question == 'step' and not first_step:
+      # Only a run's first gradients are compared (one_step): the others
+      # would double the bundle.
+      kept = {k: v for k, v in answer.items() if k != 'gradients'}
+    self._tape.answers[key] = kept
+    return answer
+
+
+class ReplayedRunner(_Taped):
+  """Answers as the recorded legacy run did, without running it."""
+
+  def __init__(self, tape: Tape, purpose: str):
+    if purpose not in tape.shards:
+      raise KitError(f'the bundle holds no legacy run "{purpose}": record it '
+                     'with the replica counts you check')
+    self._tape, self._keys = tape, _Keys(purpose)
+    self.shards = tape.shards[purpose]
+
+  def set_state(self, values) -> None:
+    del values  # The recorded run started from the same state.
+
+  def _answer(self, question: str, *args) -> Any:
+    del args  # The harness asks the same questions in each run.
+    key = self._keys.next(question)
+    if key not in self._tape.answers:
+      raise KitError(f'the bundle holds no answer to {key!r}: it was '
+                     'recorded with other options or another version of '
+                     'the kit; record it again')
+    return self._tape.answers[key]

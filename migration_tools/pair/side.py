@@ -1,0 +1,203 @@
+"""One interface for both sides of a pair: what the checks ask of each.
+
+``Side`` asks every question both sides answer, with one signature: the
+state and slots by legacy name, the step on a batch, predictions, layers,
+metrics, served outputs. ``LegacySide`` adds what only the model_fn has (its
+serving receiver); ``PortSide`` what only the port has (pairing its names,
+setting its slots and step, its own input pipeline, its step timed).
+
+  legacy.LegacyRunner      LegacySide: the model_fn, as TPUEstimator ran it
+  recorded.RecordingRunner LegacySide: a LegacySide, each answer taped
+  recorded.ReplayedRunner  LegacySide: the answers of a tape
+  port_runner.PortRunner   PortSide: the port's pieces under a strategy
+
+They are abstract base classes: a runner that leaves a question unanswered
+cannot be made (TypeError names it), and ``QUESTIONS`` (what a tape records
+and replays) is read from ``LegacySide`` itself.
+"""
+import dataclasses
+import abc
+from typing import Any, Protocol
+
+import numpy as np
+import tensorflow as tf
+
+from migration_tools.pair import optimizers
+
+
+@dataclasses.dataclass
+class Data:
+  """Batches of a legacy input_fn: numpy (features, labels) in order.
+
+  spec: the input_fn's (features spec, labels spec or None); None when the
+  batches were replayed from a bundle.
+  """
+  spec: tuple | None
+  batches: list
+
+  @property
+  def global_batch(self) -> int:
+    return len(tf.nest.flatten(self.batches[0][0])[0])
+
+
+def split_element(element):
+  """(features, labels) of a dataset element; labels None if absent."""
+  if isinstance(element, tuple) and len(element) == 2:
+    return element
+  return element, None
+
+
+class Side(abc.ABC):
+  """One side of a pair in one run, trained step by step on the batches of
+  the legacy input_fn, in order. State is named by the legacy names."""
+
+  @property
+  @abc.abstractmethod
+  def replicas(self) -> int:
+    """The replicas (TPU cores) its steps are taken as on."""
+
+  @abc.abstractmethod
+  def state(self) -> dict[str, np.ndarray]:
+    """The model's variables, trainable or not, by legacy name."""
+
+  @abc.abstractmethod
+  def set_state(self, values: dict[str, np.ndarray]) -> None:
+    """Sets the model's variables from legacy-named values."""
+
+  @abc.abstractmethod
+  def slots(self, rate: float) -> dict[tuple, np.ndarray]:
+    """{(variable name, canonical slot name): value} of the optimizer, in the
+    TF 1 convention; rate: the learning rate a port's slots are converted
+    with (the legacy side's are in that convention already)."""
+
+  @abc.abstractmethod
+  def global_step(self) -> int:
+    """The steps taken."""
+
+  @abc.abstractmethod
+  def describe_optimizer(self) -> optimizers.Description | None:
+    """The optimizer, as the checks compare it; None if the kit does not
+    read it by its ops."""
+
+  @abc.abstractmethod
+  def describe_run(self) -> dict[str, Any]:
+    """How this run takes its steps and where it started: 'reference'
+    (e.g. 'as on 2 TPU cores', or why on the whole batch), 'warm_start'
+    ({checkpoint: variables initialised from it}), 'optimizer' (its class)
+    and 'rate_source' (where its rate is read, or why it cannot be)."""
+
+  @abc.abstractmethod
+  def step(self, features, labels) -> dict[str, Any]:
+    """Takes one training step on this batch (the next one): its 'loss',
+    'gradients' (by legacy name, summed over replicas), 'learning_rate' and
+    'examples'."""
+
+  @abc.abstractmethod
+  def predict(self, features) -> dict[str, np.ndarray]:
+    """The PREDICT outputs at the current state, by name."""
+
+  @abc.abstractmethod
+  def layer_outputs(self, features) -> dict[str, np.ndarray]:
+    """Each layer's output on the first example, by name scope, in the
+    model's order (compare/layers.py)."""
+
+  @abc.abstractmethod
+  def evaluate(self, batches: list) -> dict[str, float]:
+    """The eval metrics and mean loss over batches."""
+
+  @abc.abstractmethod
+  def serve(self, base_dir: str, inputs: dict) -> dict[str, np.ndarray]:
+    """Exports the current state under base_dir, loads the SavedModel back
+    and returns its serving outputs on inputs."""
+
+
+class LegacySide(Side):
+  """The model_fn's side. Every question but set_state has an answer that
+  depends only on the legacy code, its data and the questions asked before
+  it, so a recording of the answers replays them (recorded.py)."""
+
+  @abc.abstractmethod
+  def receiver_spec(self) -> dict[str, tf.TensorSpec]:
+    """The serving receiver's tensors, by name."""
+
+
+class LegacySource(Protocol):
+  """Where the legacy side comes from: run live, or replayed."""
+
+  # Whether the legacy side serves (a serving_input_receiver_fn was given,
+  # or recorded): the served-predictions check runs.
+  serving: bool
+
+  def data(self) -> Data:
+    """The legacy input_fn's batches."""
+
+  def runner(self, shards: int, purpose: str) -> LegacySide:
+    """A fresh legacy run on `shards` cores, named by purpose."""
+
+  def timing_runner(self) -> Any:
+    """A fresh legacy run to time (train_only), or None when the legacy
+    side is not run here (replayed from a bundle)."""
+
+
+class PortSide(Side):
+  """The port's side: its pieces under a strategy, fed the legacy batches.
+  What only it answers: how its names pair with the legacy ones, its
+  optimizer's slots and step set, and its own pipeline and training."""
+
+  strategy: tf.distribute.Strategy
+  # {legacy slot suffix: port token} once use_slot_map gave one, else None.
+  slot_map: dict[str, str] | None
+
+  @abc.abstractmethod
+  def shapes(self) -> dict[str, tuple]:
+    """The model's variables' shapes, by port name."""
+
+  @abc.abstractmethod
+  def use_map(self, pairs: dict[str, str]) -> None:
+    """Pairs legacy names with port names for state and slots."""
+
+  @abc.abstractmethod
+  def slot_tokens(self) -> list[str]:
+    """The names its optimizer gives its slots (e.g. 'adam_m'), in order."""
+
+  @abc.abstractmethod
+  def use_slot_map(self, slot_map: dict[str, str]) -> None:
+    """Pairs slots by {legacy slot suffix: port token} from now on."""
+
+  @abc.abstractmethod
+  def set_slots(self, values: dict[tuple, np.ndarray], rate: float) -> None:
+    """Sets the optimizer's slots from TF 1-convention values."""
+
+  @abc.abstractmethod
+  def set_global_step(self, step: int) -> None:
+    """Sets the optimizer's step."""
+
+  @abc.abstractmethod
+  def learning_rate(self) -> float:
+    """The learning rate of the last step."""
+
+  @abc.abstractmethod
+  def step_as_trained(self, features, labels) -> float:
+    """Takes the step on this batch all inside the port's own step function
+    and returns the loss its metric recorded (one dropout mask)."""
+
+  @abc.abstractmethod
+  def first_pipeline_batch(self):
+    """The first (features, labels) the port's own input pipeline gives."""
+
+  @abc.abstractmethod
+  def train_window(self, steps: int) -> None:
+    """steps training steps in one call of the port's train_steps."""
+
+
+def members(side: type) -> list[str]:
+  """The questions an interface declares, in order."""
+  return [name for name in dir(side) if not name.startswith('_') and
+          getattr(getattr(side, name), '__isabstractmethod__', False)]
+
+
+# What a tape records and replays: every question of LegacySide but
+# set_state, which only restores a run's start.
+QUESTIONS = tuple(sorted(
+    name for name in LegacySide.__abstractmethods__
+    if name not in ('set_state', 'replicas')))
