@@ -5,8 +5,8 @@ r"""migration-compare: the equivalence harness as a command.
   python -m migration_tools.compare ...
 
 Checks a port against its legacy model_fn (``harness``) on the legacy
-input_fn's batches, on 1, 2 and 4 replicas, prints a line per check and the
-first to fix, writes the JSON report (--report) and the loss-curve PNG beside
+input_fn's batches, on 1, 2 and 4 replicas, prints a line as each check
+ends and the first to fix, writes the JSON report (--report) and the loss-curve PNG beside
 it, always listing every check. --record_bundle=PATH also records the legacy
 side into a golden bundle; --bundle=PATH later checks the port against it
 with the same checks, without the legacy code (``golden``):
@@ -64,13 +64,17 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
   """The command's flags, on the tool's own FlagValues (see cli)."""
   define = dict(flag_values=tool_flags)
   pair_lib.define_pair_flags(tool_flags, serving=True)
-  flags.DEFINE_integer('steps', 100, 'Training steps compared.', lower_bound=1,
-                       **define)
-  flags.DEFINE_integer('batch_size', 64, 'Global batch (params["batch_size"]).',
+  # The defaults are harness.Options's, written once there.
+  default = harness.Options()
+  flags.DEFINE_integer('steps', default.steps, 'Training steps compared.',
                        lower_bound=1, **define)
-  flags.DEFINE_integer('eval_batches', 20, 'Batches the evaluation check '
-                       'reads, at most.', lower_bound=1, **define)
-  flags.DEFINE_string('warm_start_from', '',
+  flags.DEFINE_integer('batch_size', default.global_batch,
+                       'Global batch (params["batch_size"]).', lower_bound=1,
+                       **define)
+  flags.DEFINE_integer('eval_batches', default.eval_batches, 'Batches the '
+                       'evaluation check reads, at most.', lower_bound=1,
+                       **define)
+  flags.DEFINE_string('warm_start_from', default.warm_start_from,
                       'The checkpoint TPUEstimator(warm_start_from=...) '
                       'got: the legacy training starts from it (its '
                       'trainable variables), the port from the same weights. '
