@@ -8,11 +8,12 @@ One folder per tool, each with its command:
   checkpoint/  migration-convert-checkpoint: an Estimator checkpoint for the
                port, or the port's Keras 2 one for Keras 3
 
-Beside them, what they share: ``port`` (the Port contract), ``runners`` (the
-interface both sides of a comparison answer), ``legacy`` (a model_fn run as
-TPUEstimator runs it on CPU), ``serving``, ``outputs``, ``variable_map``,
-``optimizers``, ``tolerances``; ``cli`` and ``pair`` are the commands' front
-end, ``loading`` finds the user's code by name. The tools import nothing of
-the worked example (estimator_mnist, migrate, mnist_common): the kit's own
-pair is named by string, as a team names its own.
+compare/ and checkpoint/ stand on ``pair/``: both sides of a pair behind one
+interface (the model_fn as TPUEstimator ran it, the port under a strategy,
+either recorded or replayed), the Port contract, the variable and slot maps,
+and the flags and loading of a pair named on the command line. Beside them:
+``outputs`` (how two outputs differ), ``tolerances`` (the bars) and ``cli``
+(every command's front end). The tools import nothing of the worked example
+(estimator_mnist, migrate, mnist_common): the kit's own pair (kit_pair/) is
+named by string, as a team names its own.
 """
