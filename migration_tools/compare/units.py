@@ -4,13 +4,13 @@ Each unit drives both sides for its check and hands what they computed to
 its judge (checks.py and the modules beside it), which holds the bar
 (tolerances.py) and writes the hint. Several checks judge one pass over
 the legacy trajectory: one_step takes the first step, learning_rate and
-trajectory the rest of that run; stepwise takes every step at identical
-state on a fresh run, and updates judges the same steps. A pass that raised
+trajectory the rest of that run; updates takes every step at identical
+state on a fresh run, and stepwise judges the same steps. A pass that raised
 makes the checks after it ERRORs that name the check which has the cause.
 
 Order matters beyond the report: a legacy graph built in this process makes
 the Keras models made before it unusable, so the checks of a run come
-before the next run's legacy graph (evaluation and serving before stepwise).
+before the next run's legacy graph (evaluation and serving before updates).
 """
 import itertools
 import os
@@ -249,7 +249,7 @@ register(Check(
 
 
 # evaluation and served_predictions: on the single-replica run, before the
-# stepwise pass builds another legacy graph.
+# updates pass builds another legacy graph.
 
 def evaluation(run: Run, replicas: Replicas) -> CheckResult:
   legacy, runner = replicas.legacy, replicas.port
@@ -342,13 +342,36 @@ def resynced_steps(run: Run, legacy, runner, label: str,
 
 
 def _resynced(run: Run, replicas: Replicas):
-  name = f'stepwise ({replicas.label})'
+  name = f'stepwise ({replicas.label})'  # The legacy run's name, as taped.
 
   def compute():
     return resynced_steps(run, run.legacy(name, replicas.count),
-                          run.port_runner(replicas.strategy), name)
-  return replicas.memo.once('stepwise', compute,
-                            'the stepwise pass raised (see stepwise)')
+                          run.port_runner(replicas.strategy),
+                          f'updates and stepwise ({replicas.label})')
+  return replicas.memo.once('resynced', compute,
+                            'the pass at identical state raised (see '
+                            'updates)')
+
+
+def updates_check(run: Run, replicas: Replicas) -> CheckResult:
+  _, _, steps = _resynced(run, replicas)
+  return updates.check(f'updates ({replicas.label})', steps, run.parting)
+
+
+# Reported before stepwise, which judges the same steps: its hint names the
+# variable and the term that differ, where stepwise gives a step's size.
+register(Check(
+    'updates', 'at every step of the legacy trajectory from identical '
+    'state: each trainable variable\'s update (after minus before) and each '
+    'optimizer slot, relative to the legacy one\'s size; differences within '
+    '2 units in the last place of the value are rounding; a part whose size '
+    'is under 1% of its group\'s typical size is held to that 1%', EACH,
+    updates_check,
+    needs=('legacy.state', 'legacy.global_step', 'legacy.slots',
+           'legacy.step', 'port.set_state', 'port.set_global_step',
+           'port.set_slots', 'port.step', 'port.learning_rate', 'port.state',
+           'port.slots'),
+    bar='relative 5e-5'))
 
 
 def stepwise(run: Run, replicas: Replicas) -> CheckResult:
@@ -361,27 +384,9 @@ register(Check(
     'stepwise', 'every step of the legacy trajectory as a one-step check, '
     'the port given the legacy state (weights, slots, step) before each '
     'step', EACH, stepwise,
-    needs=('legacy.state', 'legacy.global_step', 'legacy.slots',
-           'legacy.step', 'port.set_state', 'port.set_global_step',
-           'port.set_slots', 'port.step', 'port.learning_rate', 'port.state',
-           'port.slots'),
+    needs=('legacy.step', 'legacy.state', 'legacy.slots', 'port.step',
+           'port.state', 'port.slots'),
     bar='1e-6'))
-
-
-def updates_check(run: Run, replicas: Replicas) -> CheckResult:
-  _, _, steps = _resynced(run, replicas)
-  return updates.check(f'updates ({replicas.label})', steps, run.parting)
-
-
-register(Check(
-    'updates', 'at every step of the legacy trajectory from identical '
-    'state: each trainable variable\'s update (after minus before) and each '
-    'optimizer slot, relative to the legacy one\'s size; differences within '
-    '2 units in the last place of the value are rounding; a part whose size '
-    'is under 1% of its group\'s typical size is held to that 1%', EACH,
-    updates_check, needs=('legacy.step', 'legacy.slots', 'port.step',
-                          'port.slots'),
-    bar='relative 5e-5'))
 
 
 # After the replica runs, with dropout on ------------------------------------
