@@ -199,7 +199,9 @@ def test_the_command_runs_reports_and_lists_a_check_added_in_one_file(
                         f'Report: {report}, plot: {tmp_path}/report.png']
 
 
+# A variant of the progress lines the test above covers: the catalogue.
 @pytest.mark.e2e
+@pytest.mark.catalogue
 @pytest.mark.estimator
 def test_quiet_prints_the_results_at_the_end_only(tmp_path, fake_data_dir):
   params = json.dumps({'learning_rate': 0.05,
