@@ -30,6 +30,7 @@ from typing import Any, Iterator
 import tensorflow as tf
 
 from kit_core import process
+from kit_core.errors import Interrupted
 from kit_core.errors import one_line
 from migration_tools import outputs as outputs_lib
 from migration_tools.compare import checks
@@ -308,6 +309,8 @@ def _step_problems(trainer, dataset, strategy) -> list[Problem]:
   with _compiled_run(strategy, graphs):
     try:
       trainer.train_steps(process.keep_alive(iter(dataset)), tf.constant(1))
+    except Interrupted:  # A signal stops the command; never a finding.
+      raise
     except Exception as e:  # pylint: disable=broad-except
       error = e
   if not graphs and error is None:
@@ -330,6 +333,8 @@ def _predict_problems(port: port_lib.Port, model, features) -> list[Problem]:
   try:
     tf.function(predict, jit_compile=True)(
         tf.nest.map_structure(tf.constant, features))
+  except Interrupted:  # A signal stops the command; never a finding.
+    raise
   except Exception as e:  # pylint: disable=broad-except
     error = e
   return _compile_problems(graphs, error, part, model_code=True)

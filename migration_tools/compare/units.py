@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from kit_core import keras_compat
+from kit_core.errors import Interrupted
 from kit_core.errors import one_line
 from migration_tools import outputs
 from migration_tools.compare import checks
@@ -163,6 +164,8 @@ def _trajectory(run: Run, replicas: Replicas) -> tuple[list, list]:
                        f'{len(run.batches)}')
       theirs.append(replicas.legacy.step(features, labels))
       ours.append(replicas.port.step(features, labels))
+  except Interrupted:  # A signal stops the command; never a finding.
+    raise
   except Exception as e:  # pylint: disable=broad-except
     raise Upstream(f'step {len(ours) + 1} raised: {one_line(e)}') from e
   return theirs, ours

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from kit_core import process
+from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from kit_core.errors import one_line
 from migration_tools import outputs
@@ -71,6 +72,8 @@ def read_input_fn(input_fn, params: dict, global_batch: int,
   """
   try:
     dataset = input_fn(input_params(params, global_batch))
+  except Interrupted:  # A signal stops the command; never a finding.
+    raise
   except Exception as e:  # pylint: disable=broad-except
     raise KitError(f'the legacy input_fn raised {one_line(e)}') from e
   if not isinstance(dataset, tf.data.Dataset):
@@ -87,6 +90,8 @@ def read_input_fn(input_fn, params: dict, global_batch: int,
         batches.append(batch)
       if len(batches) == count:
         break
+  except Interrupted:  # A signal stops the command; never a finding.
+    raise
   except Exception as e:  # pylint: disable=broad-except
     raise KitError(f'reading the legacy input_fn raised {one_line(e)}') from e
   if not batches:
@@ -129,6 +134,8 @@ def creation_order(model_fn, input_fn, params: dict) -> list[str]:
   """
   try:
     dataset = input_fn(input_params(params, 1))
+  except Interrupted:  # A signal stops the command; never a finding.
+    raise
   except Exception as e:  # pylint: disable=broad-except
     raise KitError(f'the legacy input_fn raised {one_line(e)}') from e
   spec = side.split_element(dataset.element_spec)

@@ -1,6 +1,7 @@
 """A callable the user names on the command line, as package.module:name."""
 import importlib
 
+from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from kit_core.errors import one_line
 
@@ -31,6 +32,8 @@ def load_callable(spec: str, what: str = 'it'):
                    f'({e.code!r}); a module the kit imports must not run a '
                    'program at import (put it under if __name__ == '
                    "'__main__':)") from e
+  except Interrupted:  # A signal stops the command; never a finding.
+    raise
   except Exception as e:  # pylint: disable=broad-except
     # The user's module ran code at import and it failed: say so in a line.
     raise KitError(f'{what}: importing {module_name} raised '

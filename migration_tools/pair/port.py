@@ -52,6 +52,7 @@ from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 import tensorflow as tf
 
 from kit_core import keras_compat
+from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from kit_core.errors import one_line
 from migration_tools.pair import loading
@@ -151,6 +152,8 @@ def load_port(spec: str) -> Port:
   factory = loading.load_callable(spec, '--port')
   try:
     port = factory()
+  except Interrupted:  # A signal stops the command; never a finding.
+    raise
   except Exception as e:  # pylint: disable=broad-except
     raise KitError(f'--port {spec} raised {one_line(e)}') from e
   return check_port(port, spec)

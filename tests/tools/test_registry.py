@@ -220,3 +220,37 @@ def test_quiet_prints_the_results_at_the_end_only(tmp_path, fake_data_dir):
   # The results without their times, then the report.
   assert lines[0] == 'PASS inventory' and not lines[0].endswith(' s)')
   assert lines[-1].startswith('Report: ')
+
+
+def test_a_signal_inside_a_shared_pass_stops_the_comparison():
+  # The pass over the trajectory turns a step's error into the reason the
+  # checks after it cannot run; a signal it must let through.
+  from types import SimpleNamespace  # pylint: disable=import-outside-toplevel
+  from migration_tools.compare import context  # pylint: disable=import-outside-toplevel
+  from migration_tools.compare import units  # pylint: disable=import-outside-toplevel
+  steps = []
+
+  def step(features, labels):
+    del features, labels
+    steps.append(1)
+    if len(steps) == 3:
+      raise errors.Interrupted('SIGTERM', 'no report was written')
+    return {'loss': 0.0}
+  batches = [(None, None)] * 4
+  run = SimpleNamespace(batches=batches,
+                        progress=progress_lib.Progress(None))
+  side = SimpleNamespace(step=step)
+  replicas = context.Replicas('1 replica', None, side, side)
+  with pytest.raises(errors.Interrupted):
+    units._trajectory(run, replicas)  # pylint: disable=protected-access
+  broken = lambda f, l: 1 / 0
+  replicas = context.Replicas('1 replica', None, side,
+                              SimpleNamespace(step=broken))
+  steps.clear()
+  steps.append(-10)  # No signal this time.
+  # The check that takes the first step gets its error; those after it, why
+  # they cannot run.
+  with pytest.raises(ZeroDivisionError):
+    units._trajectory(run, replicas)  # pylint: disable=protected-access
+  with pytest.raises(context.Upstream, match='the first step raised'):
+    units._trajectory(run, replicas)  # pylint: disable=protected-access
