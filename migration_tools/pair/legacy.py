@@ -313,7 +313,7 @@ class LegacyRunner(side.LegacySide):
     return sorted(set(self.gradients) - set(self.optimizer.applied))
 
   def describe_run(self) -> dict[str, Any]:
-    """How the steps are taken and where the run started (runners)."""
+    """How the steps are taken and where the run started (side.py)."""
     return {'reference': self.reference,
             'warm_start': dict(self.train.warm_started),
             'optimizer': self.optimizer.name,
