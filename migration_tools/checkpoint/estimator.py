@@ -56,7 +56,7 @@ def read_checkpoint(estimator_dir: str) -> LegacyCheckpoint:
     if (name == STEP_NAME or
         name.rpartition('/')[2] in optimizers.LEGACY_DERIVED):
       continue
-    found = optimizers.legacy_slot(name, names)
+    found = optimizers.legacy_slot(name, names, names)
     if found:
       kinds.add(found[1])
       slots[(found[0], found[2])] = reader.get_tensor(name)

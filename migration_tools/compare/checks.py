@@ -242,24 +242,36 @@ def inference(theirs: dict, ours: dict, output_map: dict[str, str],
       'inside the model ') + parting)
 
 
-def optimizer(theirs, ours) -> CheckResult:
-  """The same optimizer kind and hyper-parameters.
+def optimizer(theirs, ours, starts: list[str] | None = None) -> CheckResult:
+  """The same optimizer kind and hyper-parameters, and slots that start at
+  the same values.
 
   Args:
     theirs: optimizers.Description of the legacy optimizer, or None if the
       legacy graph's is not one the kit reads.
     ours: optimizers.Description of the port's.
+    starts: the slots that start at other values
+      (optimizers.initial_slot_differences), as phrases.
   """
   if theirs is None:
     return CheckResult('optimizer', NOT_RUN, 'the legacy optimizer is not one '
-                       'the kit reads (TF 1 GradientDescent, Momentum, Adam); '
-                       'its slots are not compared')
+                       'the kit reads by its ops (docs/MIGRATION.md, "TF 1 '
+                       'optimizers"); its slots are not compared')
   said = optimizers.differences(theirs, ours)
-  figures = {'legacy': str(theirs), 'port': str(ours)}
+  figures = {'legacy': str(theirs), 'port': str(ours),
+             'slot_starts': list(starts or [])}
   if said:
     return CheckResult('optimizer', FAILED, '; '.join(said) + ': set the '
                        'port\'s to the legacy values (Keras defaults differ '
-                       'from TF 1\'s, e.g. Adam\'s epsilon 1e-7 vs 1e-8)',
+                       'from TF 1\'s, e.g. Adam\'s epsilon 1e-7 vs 1e-8; '
+                       'docs/MIGRATION.md, "TF 1 optimizers")',
+                       figures=figures)
+  if starts:
+    return CheckResult('optimizer', FAILED, '; '.join(starts) + ': start '
+                       'the port\'s slots where the legacy optimizer starts '
+                       'them (TF 1\'s RMSPropOptimizer starts its rms at 1, '
+                       'Keras\'s RMSprop at 0: tf1_optimizers.RMSpropFromOnes;'
+                       ' docs/MIGRATION.md, "TF 1 optimizers")',
                        figures=figures)
   return CheckResult('optimizer', PASSED, figures=figures)
 

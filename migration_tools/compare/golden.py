@@ -25,7 +25,8 @@ from migration_tools.pair import optimizers
 from migration_tools.pair.recorded import Tape
 
 # 2: describe_run, and the slots of optimizers read by what they do.
-FORMAT = 2
+# 3: the slots before any step, of every optimizer (their starting values).
+FORMAT = 3
 _MANIFEST = '__manifest__'
 
 

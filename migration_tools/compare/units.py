@@ -84,7 +84,12 @@ def optimizer(run: Run, replicas: Replicas) -> CheckResult:
   legacy, runner = replicas.legacy, replicas.port
   theirs = legacy.describe_optimizer()
   if theirs is not None:
-    return checks.optimizer(theirs, runner.describe_optimizer())
+    ours = runner.describe_optimizer()
+    # Before any step; a slot a rate scales (momentum's) starts at 0 on both
+    # sides, whatever the rate it is read at.
+    starts = optimizers.initial_slot_differences(
+        legacy.slots(0.0), runner.slots(1.0)) if theirs.kind == ours.kind else []
+    return checks.optimizer(theirs, ours, starts)
   slot_map = optimizers.resolve_slot_map(
       optimizers.slot_tokens(legacy.slots(0.0)), runner.slot_tokens(),
       run.port.slot_map)
@@ -96,9 +101,10 @@ def optimizer(run: Run, replicas: Replicas) -> CheckResult:
 
 register(Check(
     'optimizer', 'kind and hyper-parameters, read from the legacy graph\'s '
-    'apply ops, against the Keras optimizer\'s config', ONCE, optimizer,
+    'apply ops, against the Keras optimizer\'s config; the value each slot '
+    'starts at', ONCE, optimizer,
     needs=('legacy.describe_optimizer', 'legacy.slots', 'legacy.describe_run',
-           'port.describe_optimizer', 'port.slot_tokens',
+           'port.describe_optimizer', 'port.slots', 'port.slot_tokens',
            'port.use_slot_map'),
     bar='equal (relative 1e-6)'))
 

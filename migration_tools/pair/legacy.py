@@ -11,6 +11,7 @@ The tools that compare against legacy code (``convert_checkpoint --verify``,
 ``tf.compat.v1.estimator``.
 """
 # migration-scan: skip-file (it runs legacy code on purpose, to compare with it)
+import functools
 import os
 from typing import Any
 
@@ -217,6 +218,45 @@ def _warm_started(graph: tf.Graph) -> dict[str, int]:
   return found
 
 
+# Ops a hyper-parameter computed from constants may pass through.
+_FOLDABLE = ('Const', 'Identity', 'Add', 'AddV2', 'Sub', 'Mul', 'RealDiv',
+             'Maximum', 'Minimum', 'Cast', 'Neg', 'Sqrt', 'Pow')
+
+
+def constant_value(tensor) -> float | None:
+  """The value of a tensor computed from constants alone (e.g. TF 1 Ftrl's
+  l2 + beta / (2 * max(rate, 1e-36))), else None.
+
+  Read apart from the session: ops made under the model_fn's
+  control_dependencies(UPDATE_OPS) cannot run without a batch fed, so the
+  constant ops behind the tensor are copied into a graph of their own,
+  without their control inputs.
+  """
+  value = tf.get_static_value(tensor)
+  if value is not None:
+    return float(value)
+  ops, todo = {}, [tensor.op]
+  while todo:
+    op = todo.pop()
+    if op.name in ops:
+      continue
+    if op.type not in _FOLDABLE:
+      return None
+    ops[op.name] = op
+    todo.extend(t.op for t in op.inputs)
+  graph_def = tf.compat.v1.GraphDef()
+  for node in tensor.graph.as_graph_def().node:
+    if node.name in ops:
+      copied = graph_def.node.add()
+      copied.CopyFrom(node)
+      del copied.input[:]
+      copied.input.extend(i for i in node.input if not i.startswith('^'))
+  with tf.Graph().as_default() as graph:
+    tf.graph_util.import_graph_def(graph_def, name='')
+    with tf.compat.v1.Session(graph=graph) as session:
+      return float(session.run(graph.get_tensor_by_name(tensor.name)))
+
+
 class LegacyRunner(side.LegacySide):
   """A model_fn as TPUEstimator runs it on CPU: a graph per mode, and one
   ``session.run(train_op)`` per training step; warm-started as TPUEstimator
@@ -331,12 +371,22 @@ class LegacyRunner(side.LegacySide):
   def set_state(self, values: dict[str, np.ndarray]) -> None:
     self.train.write({n: values[n] for n in self.model_names})
 
+  def _slot_names(self) -> dict[tuple, str]:
+    """{(variable, slot): slot variable} of the slots that carry state
+    (optimizers.legacy_unused_slots)."""
+    description = self.describe_optimizer()
+    unused = (set() if description is None else
+              optimizers.legacy_unused_slots(description))
+    return {key: name for key, name in self.optimizer.slots.items()
+            if key[1] not in unused}
+
   def slots(self, rate: float = 0.0) -> dict[tuple, np.ndarray]:
     """{(variable name, canonical slot name): value} of the optimizer (TF 1's
     own convention: rate is not needed)."""
     del rate
-    values = self.train.read(set(self.optimizer.slots.values()))
-    return {key: values[name] for key, name in self.optimizer.slots.items()}
+    names = self._slot_names()
+    values = self.train.read(set(names.values()))
+    return {key: values[name] for key, name in names.items()}
 
   def set_slots(self, values: dict[tuple, np.ndarray]) -> None:
     self.train.write({self.optimizer.slots[k]: v for k, v in values.items()})
@@ -434,18 +484,16 @@ class LegacyRunner(side.LegacySide):
       values['learning_rate'] = rate['learning_rate']
     return values
 
+  @functools.cache  # pylint: disable=method-cache-max-size-none
   def describe_optimizer(self) -> optimizers.Description | None:
     """The optimizer's kind and hyper-parameters; None if it is not read by
-    its ops (legacy_optimizer)."""
+    its ops (legacy_optimizer). Read once: the graph does not change."""
     if self.optimizer.kind is None:
       return None
-    # Read statically: ops made under the model_fn's
-    # control_dependencies(UPDATE_OPS) cannot run without a batch fed.
     hyper = {}
     for key, value in self.optimizer.hyper.items():
-      if not isinstance(value, bool):
-        value = tf.get_static_value(value)
-        value = None if value is None else float(value)
+      if isinstance(value, (tf.Tensor, tf.Variable)):
+        value = constant_value(value)
       if value is not None:
         hyper[key] = value
     return optimizers.Description(self.optimizer.kind, hyper)

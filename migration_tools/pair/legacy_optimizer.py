@@ -2,12 +2,16 @@
 
 Two readings, the first that applies:
 
-- **By its ops**: a TF 1 GradientDescent, Momentum or Adam leaves one apply
-  op per variable (``optimizers.LEGACY_APPLY_OPS``); their inputs hold the
-  rate, the hyper-parameters and the slots, compared one by one.
+- **By its ops**: a TF 1 GradientDescent, Momentum (Nesterov too), Adam,
+  RMSProp (centered too), Adagrad, Adadelta or Ftrl leaves one apply op per
+  variable (``optimizers.LEGACY_APPLY_OPS``); their inputs hold the rate, the
+  hyper-parameters and the slots, compared one by one with the Keras
+  optimizer of the same kind.
 - **By what it does**: any other ``tf.compat.v1.train.Optimizer`` subclass
-  (BERT's AdamWeightDecayOptimizer, and those of ALBERT, ELECTRA, XLNet), or
-  a model_fn that applies its own gradients. ``watch()`` wraps each
+  (BERT's AdamWeightDecayOptimizer, and those of ALBERT, ELECTRA, XLNet), a
+  TF 1 optimizer no Keras optimizer reproduces (ProximalAdagrad,
+  ProximalGradientDescent, AdagradDA), or a model_fn that applies its own
+  gradients. ``watch()`` wraps each
   optimizer made while the model_fn builds its graph and records the
   gradients its ``apply_gradients`` takes (after any clipping in the
   model_fn) and its learning-rate attribute. Its slots are the variables
@@ -100,7 +104,7 @@ def watch(shards: int = 1):
 class Reading:
   """What the training graph says of the optimizer.
 
-  kind: optimizers.SGD/MOMENTUM/ADAM if read by its ops, else None.
+  kind: one of optimizers.KERAS_KINDS if read by its ops, else None.
   name: the optimizer's class (e.g. 'AdamWeightDecayOptimizer'), or a
     description when none was made.
   rate: the learning-rate tensor applied, or None if it cannot be read.
@@ -152,25 +156,40 @@ def read(graph: tf.Graph, variables: dict, watched: Watched) -> Reading:
                  dict(watched.applied))
 
 
+# The TF 1 training ops, dense and sparse (an embedding's), each a variable.
+_APPLY_PREFIXES = ('Apply', 'ResourceApply', 'SparseApply',
+                   'ResourceSparseApply')
+
+
 def _read_apply_ops(graph, variables, trainable) -> Reading | None:
+  """The optimizer by its apply ops, if they are all of one kind a Keras
+  optimizer reproduces (optimizers.KERAS_KINDS); else None."""
   ops = [op for op in graph.get_operations()
-         if op.type.startswith(('Apply', 'ResourceApply'))]
+         if op.type.startswith(_APPLY_PREFIXES)]
   rules = [(op, optimizers.LEGACY_APPLY_OPS.get(op.type)) for op in ops]
   kinds = {rule.kind for _, rule in rules if rule}
   if not rules or any(rule is None for _, rule in rules) or len(kinds) != 1:
     return None
   kind = kinds.pop()
+  if kind not in optimizers.KERAS_KINDS:
+    return None
   rates = {op.inputs[rule.rate].ref() for op, rule in rules}
   first_op, rule = rules[0]
   hyper = {k: first_op.inputs[i] for k, i in rule.hyper.items()}
-  for key, attr in optimizers.LEGACY_APPLY_ATTRS.get(kind, {}).items():
+  hyper.update(rule.fixed)
+  for key, attr in rule.attrs.items():
     hyper[key] = bool(first_op.get_attr(attr))
-  # By name, not by apply op: a sparse update (an embedding's) has none.
+  # The apply ops' own inputs first (a centered RMSProp's 'mg' is second);
+  # then by name: a sparse Adam update (an embedding's) has no apply op.
   slots = {}
+  for op, op_rule in rules:
+    owner = _variable_name(op.inputs[0])
+    for index, slot in op_rule.slots.items():
+      slots[(owner, slot)] = _variable_name(op.inputs[index])
   for name in variables:
-    found = optimizers.legacy_slot(name, trainable)
+    found = optimizers.legacy_slot(name, trainable, variables)
     if found and found[1] == kind:
-      slots[(found[0], found[2])] = name
+      slots.setdefault((found[0], found[2]), name)
   applied = {_variable_name(op.inputs[0]): op.inputs[rule.grad]
              for op, rule in rules}
   rate = rates.pop().deref() if len(rates) == 1 else None
