@@ -605,6 +605,42 @@ def test_a_signal_during_verify_removes_the_unverified_output(tmp_path):
   assert not [n for n in os.listdir(tmp_path) if n.startswith('.tmp-')]
 
 
+@pytest.mark.estimator
+def test_a_signal_in_the_middle_of_a_check_stops_the_comparison(
+    tmp_path, fake_data_dir):
+  # Never a check's ERROR, with the comparison running on: the command ends
+  # within seconds, in one line, and writes no report.
+  report = tmp_path / 'report.json'
+  params = json.dumps({'learning_rate': 0.05,
+                       'data_dir': fake_data_dir.data_dir})
+  log = tmp_path / 'compare.log'
+  with open(log, 'w') as f:
+    process = subprocess.Popen(
+        [sys.executable, '-m', 'migration_tools.compare', '--steps=500',
+         '--replicas=1', '--eval_batches=1', '--notpu_ready',
+         f'--params={params}', f'--report={report}'], cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=TOOLS_PYTHONPATH,
+                 KIT_PROGRESS_SECONDS='0.5'),
+        stdout=f, stderr=subprocess.STDOUT)
+  try:
+    # The trajectory check is under way, a step in.
+    _wait_for(process, log, r'(?m)^\.\.\. trajectory \(1 replica\): step \d+')
+    sent = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 143, log.read_text()[-3000:]
+    took = time.monotonic() - sent
+  finally:
+    process.kill()
+  text = log.read_text()
+  assert took < 10, f'{took:.1f} s'
+  assert last_line(text) == (
+      'stopped: SIGTERM received: the comparison was stopped, no report was '
+      'written; run the same command again'), text[-3000:]
+  assert not report.exists()
+  assert not re.search(r'(?m)^(ERROR|NOT RUN) ', text), text[-3000:]
+  assert 'Report:' not in text and 'First to fix' not in text
+
+
 def _fingerprint(text):
   found = re.findall(r'Weights fingerprint at step (\d+): (\w+)', text)
   assert found, text[-3000:]
