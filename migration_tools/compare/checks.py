@@ -12,6 +12,7 @@ import numpy as np
 
 from migration_tools import outputs
 from migration_tools import tolerances
+from migration_tools.pair import legacy_state
 from migration_tools.pair import optimizers
 
 PASSED, FAILED, ERROR, NOT_RUN = 'passed', 'failed', 'error', 'not run'
@@ -102,13 +103,18 @@ def non_finite_in(a: dict, b: dict) -> str:
 
 
 def inventory(theirs: dict, ours: dict, paired_by_order: list | None = None,
-              warm_start: dict | None = None) -> CheckResult:
-  """Every legacy variable maps onto one port variable of the same shape.
+              warm_start: dict | None = None, train_variables=None,
+              not_compared: dict | None = None) -> CheckResult:
+  """Every legacy variable maps onto one port variable of the same shape,
+  and every other variable the legacy step moves is compared by a check or
+  declared left out.
 
   Args:
     theirs, ours: {legacy name: array}, the port's through its variable map.
     paired_by_order: the pairs inferred by order (variable_map), reported.
     warm_start: {checkpoint: variables} the legacy run started from.
+    train_variables: LegacySide.train_variables(); None: not accounted.
+    not_compared: Port.not_compared.
   """
   theirs = {k: list(v.shape) for k, v in theirs.items()}
   ours = {k: list(v.shape) for k, v in ours.items()}
@@ -116,16 +122,24 @@ def inventory(theirs: dict, ours: dict, paired_by_order: list | None = None,
   extra = sorted(set(ours) - set(theirs))
   shapes = sorted(k for k in set(theirs) & set(ours) if theirs[k] != ours[k])
   passed = not (missing or extra or shapes)
+  account = legacy_state.account(train_variables or {}, not_compared or {})
   figures = {'variables': theirs, 'missing_in_port': missing,
              'extra_in_port': extra, 'wrong_shape': shapes,
              'paired_by_order': paired_by_order or [],
-             'warm_start': warm_start or {}}
+             'warm_start': warm_start or {}, 'train_state': account.table,
+             'unaccounted': account.unaccounted}
+  if passed and account.unaccounted:
+    return CheckResult('inventory', FAILED, legacy_state.unaccounted_text(
+        account, train_variables), figures=figures)
   if passed:
-    return CheckResult('inventory', PASSED, 'both sides start from the legacy '
-                       'warm start: ' + ', '.join(
-                           f'{path} ({count} variables)'
-                           for path, count in warm_start.items())
-                       if warm_start else '', figures=figures)
+    said = []
+    if warm_start:
+      said.append('both sides start from the legacy warm start: ' + ', '.join(
+          f'{path} ({count} variables)' for path, count in warm_start.items()))
+    said += [f'not compared: {", ".join(names[:3])}'
+             f'{" ..." if len(names) > 3 else ""} ({reason})'
+             for reason, names in account.not_compared().items()]
+    return CheckResult('inventory', PASSED, '; '.join(said), figures=figures)
   shown = [f'{label} {", ".join(items[:3])}{" ..." if len(items) > 3 else ""}'
            for label, items in (('not mapped from the legacy model:', missing),
                                 ('not mapped in the port:', extra),

@@ -61,7 +61,8 @@ def inventory(run: Run, replicas: Replicas) -> CheckResult:
       run.port.variable_map)
   runner.use_map(resolved.pairs)
   result = checks.inventory(theirs, runner.state(), resolved.by_order(),
-                            legacy.describe_run()['warm_start'])
+                            legacy.describe_run()['warm_start'],
+                            legacy.train_variables(), run.port.not_compared)
   if result.passed:
     run.pairs, run.start = resolved.pairs, theirs
     runner.set_state(theirs)
@@ -70,8 +71,12 @@ def inventory(run: Run, replicas: Replicas) -> CheckResult:
 
 register(Check(
     'inventory', 'every legacy variable (weights, batch-norm statistics) '
-    'pairs with one port variable of the same shape', ONCE, inventory,
-    needs=('legacy.state', 'legacy.describe_run', 'port.shapes',
+    'pairs with one port variable of the same shape; every other variable '
+    'the legacy train_op writes (slots, step, moving averages, counters) is '
+    'compared by a check, or declared left out (`Port.not_compared`)', ONCE,
+    inventory,
+    needs=('legacy.state', 'legacy.describe_run', 'legacy.train_variables',
+           'port.shapes',
            'port.use_map', 'port.state', 'port.set_state'),
     bar='exact', gate='inventory failed: the state cannot be aligned'))
 

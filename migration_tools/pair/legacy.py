@@ -24,6 +24,7 @@ from kit_core.errors import KitError
 from kit_core.errors import one_line
 from migration_tools import outputs
 from migration_tools.pair import legacy_optimizer
+from migration_tools.pair import legacy_state
 from migration_tools.pair import optimizers
 from migration_tools.pair import serving
 from migration_tools.pair import side
@@ -330,7 +331,8 @@ class LegacyRunner(side.LegacySide):
   def _build_train(self) -> None:
     """The TRAIN graph at the shards' batch, its gradients and optimizer."""
     batch = self.batch_size // self.shards
-    with legacy_optimizer.watch(self.shards) as watched:
+    with legacy_optimizer.watch(self.shards) as watched, \
+        legacy_state.watch_averages() as self.averages:
       self.train = _Graph(self.model_fn,
                           tf.compat.v1.estimator.ModeKeys.TRAIN,
                           model_params(self.params, batch), self.spec, batch,
@@ -351,6 +353,29 @@ class LegacyRunner(side.LegacySide):
   def _unfed(self) -> list[str]:
     """The variables whose applied gradient the kit cannot feed."""
     return sorted(set(self.gradients) - set(self.optimizer.applied))
+
+  def train_variables(self) -> dict[str, dict]:
+    """Every global variable of the TRAIN graph (side.py)."""
+    trainable = {v.op.name for v in self.train.graph.get_collection(
+        tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)}
+    names = list(self.train.all_variables)
+    roles = legacy_state.roles(
+        names, set(self.model_names), trainable,
+        self.train.global_step.op.name, set(self.optimizer.slots.values()),
+        self.averages)
+    moved = legacy_state.written(self.train.spec.train_op)
+    found = {}
+    for name in names:
+      entry = {'role': roles[name], 'moved': name in moved,
+               'shape': list(self.train.all_variables[name].shape)}
+      if name in self.averages.shadows:
+        of, decay, num_updates = self.averages.shadows[name]
+        if isinstance(decay, (tf.Tensor, tf.Variable)):
+          decay = constant_value(decay)
+        entry.update(of=of, decay=None if decay is None else float(decay),
+                     num_updates=num_updates)
+      found[name] = entry
+    return found
 
   def describe_run(self) -> dict[str, Any]:
     """How the steps are taken and where the run started (side.py)."""

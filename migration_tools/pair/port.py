@@ -33,6 +33,12 @@ model_fn gets (the user's ``--params``, ``batch_size`` = the global batch,
   output_map      {legacy prediction/serving output: port output}, for
                   outputs named otherwise; unlisted ones keep their names.
   metric_map      {legacy eval metric: port metric (a key of reset())}.
+  not_compared    {legacy variable name or shell-style pattern: why}: state
+                  the legacy training step moves that the port leaves out
+                  on purpose (e.g. {'*/ExponentialMovingAverage': 'no EMA
+                  in the port yet'}); ``inventory`` fails on any other
+                  such variable with no counterpart, and lists these with
+                  the reason.
   slot_map        {legacy slot suffix: port slot token}, for an optimizer
                   the kit does not read by its ops (e.g. BERT's
                   AdamWeightDecayOptimizer): the legacy slot
@@ -141,6 +147,7 @@ class Port:
   output_map: dict[str, str] = dataclasses.field(default_factory=dict)
   metric_map: dict[str, str] = dataclasses.field(default_factory=dict)
   slot_map: dict[str, str] = dataclasses.field(default_factory=dict)
+  not_compared: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def load_port(spec: str) -> Port:
@@ -190,14 +197,16 @@ def check_port(port: Any, where: str) -> Port:
                    f'lacks {", ".join(missing)}: implement the Trainer '
                    'protocol of migration_tools/pair/port.py (see '
                    f'{GUIDE})')
-  for field in ('variable_map', 'output_map', 'metric_map', 'slot_map'):
+  for field in ('variable_map', 'output_map', 'metric_map', 'slot_map',
+                'not_compared'):
     value = getattr(port, field)
     if field == 'variable_map' and value is None:
       continue
     if not isinstance(value, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-      raise KitError(f'the port\'s {field} must be a dict of names '
-                     '{legacy name: port name}')
+      raise KitError(f'the port\'s {field} must be a dict of strings ' + (
+          '{legacy variable name or pattern: why it is left out}'
+          if field == 'not_compared' else '{legacy name: port name}'))
   return port
 
 

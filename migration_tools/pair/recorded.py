@@ -85,6 +85,9 @@ class _Taped(side.LegacySide):
   def receiver_spec(self):
     return self._answer('receiver_spec')
 
+  def train_variables(self):
+    return self._answer('train_variables')
+
 
 class RecordingRunner(_Taped):
   """A legacy side whose answers are written to a tape as they are given."""

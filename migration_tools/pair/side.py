@@ -117,6 +117,13 @@ class LegacySide(Side):
   it, so a recording of the answers replays them (recorded.py)."""
 
   @abc.abstractmethod
+  def train_variables(self) -> dict[str, dict]:
+    """Every global variable of the TRAIN graph: {name: {'role' (a role of
+    legacy_state), 'moved' (whether the train_op writes it), 'shape'}}; a
+    moving average's also 'of' (its variable), 'decay' and 'num_updates'
+    (whether TF 1 lowers the decay early on by the step)."""
+
+  @abc.abstractmethod
   def receiver_spec(self) -> dict[str, tf.TensorSpec]:
     """The serving receiver's tensors, by name."""
 

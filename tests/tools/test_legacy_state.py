@@ -1,0 +1,122 @@
+"""Every variable a legacy training step moves is accounted for: compared by
+a check, needless in a port (Adam's beta powers), declared left out by the
+port, or a failure of inventory that names it (an EMA's shadows, a counter)."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from migration_tools.compare import checks
+from migration_tools.pair import legacy
+from migration_tools.pair import legacy_state
+
+v1 = tf.compat.v1
+pytestmark = pytest.mark.estimator
+
+_SPEC = ({'x': tf.TensorSpec([None, 3], tf.float32)},
+         tf.TensorSpec([None], tf.int32))
+
+
+def _model_fn(optimizer='rmsprop', ema=True, counter=True):
+  """A TPUEstimator model_fn with state beyond its weights."""
+
+  def model_fn(features, labels, mode, params):
+    del params
+    logits = v1.layers.dense(features['x'], 2, name='dense')
+    spec = v1.estimator.tpu.TPUEstimatorSpec
+    if mode == v1.estimator.ModeKeys.PREDICT:
+      return spec(mode, predictions={'logits': logits})
+    loss = v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    if mode == v1.estimator.ModeKeys.EVAL:
+      return spec(mode, loss=loss)
+    step = v1.train.get_global_step()
+    made = (v1.train.RMSPropOptimizer(0.1, momentum=0.9)
+            if optimizer == 'rmsprop' else v1.train.AdamOptimizer(0.1))
+    train_op = made.minimize(loss, step)
+    # Made in TRAIN only, never written.
+    v1.get_variable('unused', [], initializer=v1.zeros_initializer(),
+                    trainable=False)
+    if ema:
+      average = v1.train.ExponentialMovingAverage(0.99, num_updates=step)
+      with tf.control_dependencies([train_op]):
+        train_op = average.apply(v1.trainable_variables())
+    if counter:
+      seen = v1.get_variable('examples_seen', [], tf.int64,
+                             initializer=v1.zeros_initializer(),
+                             trainable=False)
+      train_op = tf.group(train_op, seen.assign_add(
+          tf.cast(tf.shape(labels)[0], tf.int64)))
+    return spec(mode, loss=loss, train_op=train_op)
+
+  return model_fn
+
+
+def _runner(**kwargs):
+  return legacy.LegacyRunner(_model_fn(**kwargs), {}, _SPEC, 4)
+
+
+def test_each_variable_of_the_train_graph_has_its_role():
+  found = _runner().train_variables()
+  roles = {name: entry['role'] for name, entry in found.items()}
+  assert roles['dense/kernel'] == roles['dense/bias'] == legacy_state.WEIGHTS
+  assert roles['global_step'] == legacy_state.STEP
+  assert roles['dense/kernel/RMSProp'] == legacy_state.SLOT
+  assert roles['dense/kernel/RMSProp_1'] == legacy_state.SLOT
+  assert roles['examples_seen'] == roles['unused'] == legacy_state.OTHER
+  shadow = found['dense/kernel/ExponentialMovingAverage']
+  assert shadow['role'] == legacy_state.AVERAGE
+  assert (shadow['of'], shadow['decay'], shadow['num_updates']) == (
+      'dense/kernel', pytest.approx(0.99), True)
+  # What the train_op writes, through its control dependencies too.
+  moved = {name for name, entry in found.items() if entry['moved']}
+  assert {'dense/kernel', 'global_step', 'dense/kernel/RMSProp',
+          'dense/kernel/ExponentialMovingAverage',
+          'examples_seen'} <= moved
+  assert 'unused' not in moved
+
+
+def _inventory(found, not_compared=None):
+  state = {n: np.zeros(e['shape']) for n, e in found.items()
+           if e['role'] in (legacy_state.WEIGHTS, legacy_state.MODEL_STATE)}
+  return checks.inventory(state, dict(state), train_variables=found,
+                          not_compared=not_compared)
+
+
+def test_a_port_without_the_moving_averages_fails_inventory():
+  result = _inventory(_runner(counter=False).train_variables())
+  assert result.status == checks.FAILED
+  assert result.message.startswith(
+      'the legacy training step moves state the port has no counterpart '
+      'for: 2 moving averages (tf.train.ExponentialMovingAverage of '
+      'dense/kernel and others: dense/kernel/ExponentialMovingAverage, '
+      'decay 0.99, lowered early on by num_updates'), result.message
+  assert 'Port.not_compared' in result.message
+  assert result.figures['unaccounted'] == [
+      'dense/kernel/ExponentialMovingAverage',
+      'dense/bias/ExponentialMovingAverage']
+  # A counter of the model_fn's own is named too.
+  counted = _inventory(_runner(ema=False).train_variables())
+  assert counted.status == checks.FAILED
+  assert '1 other variable (examples_seen)' in counted.message
+
+
+def test_state_the_port_declares_left_out_is_listed_with_the_reason():
+  result = _inventory(_runner().train_variables(), {
+      '*/ExponentialMovingAverage': 'the port keeps no EMA yet',
+      'examples_seen': 'a counter for logs'})
+  assert result.status == checks.PASSED, result.message
+  table = result.figures['train_state']
+  assert table['dense/bias/ExponentialMovingAverage']['not_compared'] == (
+      'declared by the port: the port keeps no EMA yet')
+  assert table['unused']['not_compared'] == (
+      'the training step does not move it')
+  assert table['dense/kernel']['compared_by'].startswith('inventory')
+  assert 'not compared: dense/kernel/ExponentialMovingAverage, ' in (
+      result.message)
+
+
+def test_adams_beta_powers_need_no_counterpart():
+  result = _inventory(_runner(optimizer='adam', ema=False,
+                              counter=False).train_variables())
+  assert result.status == checks.PASSED, result.message
+  assert ('not compared: beta1_power, beta2_power (a Keras optimizer '
+          'derives it from its step') in result.message
