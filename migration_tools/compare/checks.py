@@ -387,6 +387,12 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
   said = [result.message] if result.message else []
   if whole_batch:
     said.append(f'the legacy step was taken {reference}')
+  if theirs.get('learning_rate') == 0 and ours['learning_rate'] == 0:
+    # A warmup from 0: the weights cannot show the update formula here.
+    said.append('the learning rate was 0 at this step on both sides (e.g. '
+                'a warmup from 0), so no weight moved: the update is judged '
+                'from the first step with a rate above 0, by updates and '
+                'stepwise')
   if parting and result.failed:
     said.append(f'inside the model, {parting} (see inference)')
   return dataclasses.replace(result, message='; '.join(said))

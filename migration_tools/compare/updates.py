@@ -198,7 +198,13 @@ def check(name: str, steps: list[Step], parting: str = '') -> CheckResult:
                        '(--steps)', figures=figures)
   if not over:
     figures['first_judged_step'] = judged[0].number
-    return CheckResult(name, PASSED, '', value, tolerances.UPDATE_RTOL,
+    said = ''
+    if judged[0].number > 1:
+      # A warmup from 0: say which steps could judge the update formula.
+      said = (f'the variables are judged from step {judged[0].number}, the '
+              'first whose learning rate is above 0 (the steps before it '
+              'moved no variable on either side; their slots are judged)')
+    return CheckResult(name, PASSED, said, value, tolerances.UPDATE_RTOL,
                        figures)
   first = over[0]
   figures['first_step_over_tolerance'] = first.number

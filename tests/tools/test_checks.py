@@ -32,6 +32,16 @@ def test_one_step_passes_equal_steps():
   assert result.figures['slots_diff'] is None
 
 
+def test_one_step_at_a_rate_of_0_says_the_update_is_judged_later():
+  result = checks.one_step('one_step (1 replica)', _step(rate=0.0),
+                           _step(rate=0.0), _state(), _state(), 1)
+  assert result.passed
+  assert result.message.startswith('the learning rate was 0 at this step on '
+                                   'both sides (e.g. a warmup from 0)')
+  assert checks.one_step('one_step (1 replica)', _step(), _step(), _state(),
+                         _state(), 1).message == ''
+
+
 def test_one_step_names_a_gradient_scale_of_the_replica_count():
   ours = _step()
   ours['gradients'] = {k: v * 2 for k, v in ours['gradients'].items()}

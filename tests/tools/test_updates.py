@@ -146,3 +146,17 @@ def test_a_nan_update_or_slot_fails_and_is_named():
   result = updates.check('updates', [_steps_of(
       before, step, step, slots=slots, port_slots=bad)])
   assert result.failed and 'layer/kernel/m holds Inf' in result.message
+
+
+def test_after_a_warmup_from_0_it_says_from_which_step_it_judged():
+  before = _weights()
+  zero = {k: np.zeros_like(v) for k, v in before.items()}
+  step = _adam_like(before)
+  result = updates.check('updates', [
+      _steps_of(before, zero, zero, number=1, rate=0.0),
+      _steps_of(before, step, step, number=2)])
+  assert result.passed and result.figures['first_judged_step'] == 2
+  assert result.message.startswith('the variables are judged from step 2, '
+                                   'the first whose learning rate is above 0')
+  # From step 1, nothing to say.
+  assert updates.check('updates', [_steps_of(before, step, step)]).message == ''

@@ -205,6 +205,9 @@ def _assert_bert_run(checks, stdout):
   assert 'both sides start from the legacy warm start' in stdout
   # Warmup: step 1's rate is 0, so updates judge from step 2 (slots from 1).
   assert checks['updates (1 replica)']['first_judged_step'] == 2
+  assert 'judged from step 2' in checks['updates (1 replica)']['message']
+  assert 'the learning rate was 0 at this step on both sides' in checks[
+      'one_step (1 replica)']['message']
   layers = checks['inference']['layers']
   assert len(layers['compared']) == 19 and layers['parting'] is None
 
