@@ -86,6 +86,24 @@ def model_state(model: tf.keras.Model) -> dict:
           if not variable_path(v).endswith(_RNG_STATE)}
 
 
+def optimizer_averages(optimizer, variables) -> list[tuple]:
+  """[(variable, its moving average)] of a Keras optimizer built with
+  use_ema=True on variables (in that order); [] without EMA.
+
+  Keras 2 starts an average at its variable's value and moves it by
+  ema_momentum from the first step; Keras 3 starts it at 0 and sets it to
+  the variable at the first step (iterations 0), then moves it likewise.
+  """
+  averages = getattr(optimizer, '_model_variables_moving_average', None)
+  if not getattr(optimizer, 'use_ema', False) or not averages:
+    return []
+  return list(zip(variables, averages))
+
+
+# The token a Keras optimizer names its moving averages by (use_ema).
+AVERAGE_TOKEN = 'average'
+
+
 def slot_name(path: str, token: str) -> str:
   """The name a Keras optimizer gives the slot `token` of the variable at
   `path`: 'm/conv1/kernel' on Keras 2, 'conv1_kernel_momentum' on Keras 3."""

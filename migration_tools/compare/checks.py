@@ -104,7 +104,8 @@ def non_finite_in(a: dict, b: dict) -> str:
 
 def inventory(theirs: dict, ours: dict, paired_by_order: list | None = None,
               warm_start: dict | None = None, train_variables=None,
-              not_compared: dict | None = None) -> CheckResult:
+              not_compared: dict | None = None,
+              port_averages: dict | None = None) -> CheckResult:
   """Every legacy variable maps onto one port variable of the same shape,
   and every other variable the legacy step moves is compared by a check or
   declared left out.
@@ -115,14 +116,22 @@ def inventory(theirs: dict, ours: dict, paired_by_order: list | None = None,
     warm_start: {checkpoint: variables} the legacy run started from.
     train_variables: LegacySide.train_variables(); None: not accounted.
     not_compared: Port.not_compared.
+    port_averages: the port's moving averages before any step, {legacy
+      name of the variable: value}: each must start at its variable (ours),
+      as TF 1 starts a shadow at its variable's initial value.
   """
+  port_averages = port_averages or {}
+  # Before any step: an average must start at its variable's value.
+  elsewhere = sorted(k for k, v in port_averages.items() if k in ours and not
+                     np.allclose(v, ours[k], rtol=1e-6, atol=0))
   theirs = {k: list(v.shape) for k, v in theirs.items()}
   ours = {k: list(v.shape) for k, v in ours.items()}
   missing = sorted(set(theirs) - set(ours))
   extra = sorted(set(ours) - set(theirs))
   shapes = sorted(k for k in set(theirs) & set(ours) if theirs[k] != ours[k])
   passed = not (missing or extra or shapes)
-  account = legacy_state.account(train_variables or {}, not_compared or {})
+  account = legacy_state.account(train_variables or {}, not_compared or {},
+                                 set(port_averages))
   figures = {'variables': theirs, 'missing_in_port': missing,
              'extra_in_port': extra, 'wrong_shape': shapes,
              'paired_by_order': paired_by_order or [],
@@ -131,6 +140,18 @@ def inventory(theirs: dict, ours: dict, paired_by_order: list | None = None,
   if passed and account.unaccounted:
     return CheckResult('inventory', FAILED, legacy_state.unaccounted_text(
         account, train_variables), figures=figures)
+  if passed and elsewhere:
+    first = port_averages[elsewhere[0]]
+    start = ('at 0' if not np.any(first) else
+             'elsewhere than its variable')
+    return CheckResult(
+        'inventory', FAILED, f'the port\'s moving averages of '
+        f'{len(elsewhere)} variables ({", ".join(elsewhere[:3])}'
+        f'{" ..." if len(elsewhere) > 3 else ""}) start {start}: TF 1 starts '
+        'a shadow at its variable\'s initial value, and the first steps\' '
+        'averages depend on it (Keras 3\'s use_ema starts at 0 and takes the '
+        'variable at its first step); start each average at its variable',
+        figures={**figures, 'averages_start_elsewhere': elsewhere})
   if passed:
     said = []
     if warm_start:
@@ -330,7 +351,9 @@ def _split_state(theirs: dict, ours: dict, trainable) -> tuple:
 def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
              port_state: dict, replicas: int, legacy_slots: dict | None = None,
              port_slots: dict | None = None, reference: str = '',
-             whole_batch: bool = False, parting: str = '') -> CheckResult:
+             whole_batch: bool = False, parting: str = '',
+             legacy_averages: dict | None = None,
+             port_averages: dict | None = None) -> CheckResult:
   """One step at identical state: loss, every gradient, the updated weights,
   the other state the step updates (e.g. batch-norm moving statistics) and
   the optimizer's slots.
@@ -347,6 +370,8 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
       port runs on several replicas: said, with reference, pass or fail.
     parting: where inside the model the two part (inference), said on a
       failure.
+    legacy_averages, port_averages: {variable: its moving average} after the
+      step (the legacy shadows the port keeps; inventory pairs them).
   """
   loss = outputs.output_diff(np.float64(theirs['loss']),
                              np.float64(ours['loss']))
@@ -360,6 +385,9 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
     missing = sorted(set(legacy_slots) - set(port_slots))
     slots, worst_slot = (float('inf'), missing[0]) if missing else max_diff(
         legacy_slots, port_slots)
+  averages, worst_average = None, None
+  if legacy_averages:
+    averages, worst_average = max_diff(legacy_averages, port_averages or {})
   ratio = float(np.median([
       np.abs(ours['gradients'][k]).sum() /
       max(np.abs(theirs['gradients'][k]).sum(), 1e-30)
@@ -368,20 +396,23 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
       non_finite_in({'loss': theirs['loss']}, {'loss': ours['loss']}),
       non_finite_in(theirs['gradients'], ours['gradients']),
       non_finite_in(legacy_state, port_state),
-      non_finite_in(legacy_slots or {}, port_slots or {})) if said), '')
+      non_finite_in(legacy_slots or {}, port_slots or {}),
+      non_finite_in(legacy_averages or {}, port_averages or {})) if said), '')
   figures = {'non_finite': non_finite,
              'loss_diff': loss, 'gradient_diff': gradient,
              'worst_gradient': worst, 'updated_weights_diff': weights,
              'other_state_diff': state, 'worst_other_state': worst_state,
              'slots_diff': slots,
              'worst_slot': '/'.join(worst_slot) if worst_slot else None,
+             'averages_diff': averages, 'worst_average': worst_average,
              'learning_rate_diff': rate, 'gradient_scale_ratio': ratio,
              'legacy_learning_rate': theirs.get('learning_rate'),
              'port_learning_rate': ours['learning_rate'],
              'legacy_examples': theirs.get('examples'),
              'port_examples': ours.get('examples'),
              'legacy_reference': reference}
-  result = judged(name, max(loss, gradient, weights, state, slots or 0.0),
+  result = judged(name, max(loss, gradient, weights, state, slots or 0.0,
+                            averages or 0.0),
                   tolerances.ONE_STEP_ATOL, figures,
                   _one_step_hint(figures, replicas))
   said = [result.message] if result.message else []
@@ -411,8 +442,9 @@ def _one_step_hint(f: dict, replicas: int) -> str:
                 '(e.g. the global batch used as the per-replica batch)')
   if f['loss_diff'] > tolerances.ONE_STEP_ATOL:
     said.append(f'the loss differs by {f["loss_diff"]:.3g} at identical '
-                'weights (e.g. the label encoding, sparse vs one-hot, or the '
-                'loss function)')
+                'weights (e.g. the label encoding, sparse vs one-hot, label '
+                'smoothing, the loss function, or an L2 term over other '
+                'variables, such as batch norm\'s gamma and beta too)')
   # Other examples or another loss explain the gradients; else look at them.
   ratio = f['gradient_scale_ratio']
   if not said and abs(ratio - 1) > 0.01:
@@ -443,12 +475,22 @@ def _one_step_hint(f: dict, replicas: int) -> str:
                 'outside the optimizer, e.g. batch-norm moving statistics: '
                 'compare the batch-norm momentum, and that the port calls the '
                 'model with training=True)')
-  if (f['slots_diff'] or 0.0) > over and f['updated_weights_diff'] <= over:
+  # The step's own inputs agree: what the optimizer keeps tells the rest.
+  inputs_agree = f['loss_diff'] <= over and f['gradient_diff'] <= over
+  if ((f['slots_diff'] or 0.0) > over and f['updated_weights_diff'] <= over
+      and inputs_agree):
     said.append(f'the optimizer slot {f["worst_slot"]} differs by '
                 f'{f["slots_diff"]:.3g} though the weights agree: the '
                 'optimizer receives other gradients than the loss\'s (e.g. '
                 'clipping by global norm missing or at another norm, a loss '
                 'scale; the updates check says by what factor)')
+  if ((f['averages_diff'] or 0.0) > over and f['updated_weights_diff'] <= over
+      and f['other_state_diff'] <= over and inputs_agree):
+    said.append(f'the moving average of {f["worst_average"]} differs by '
+                f'{f["averages_diff"]:.3g} though the weights agree: the '
+                'averages move otherwise (e.g. another decay, or TF 1\'s '
+                'num_updates, which lowers the decay to (1 + step) / (10 + '
+                'step) early on; the updates check says by what factor)')
   if not said:
     said.append('the figures differ by less than each bar alone shows')
   return 'one step differs: ' + '; '.join(said)
@@ -593,9 +635,19 @@ def dropout(name: str, per_step: np.ndarray, losses: list[float]
 
 
 def evaluation(theirs: dict, ours: dict, metric_map: dict[str, str],
-               examples: int) -> CheckResult:
+               examples: int,
+               evaluates_with: str = legacy_state.EVALUATES_WEIGHTS,
+               on_weights: dict | None = None) -> CheckResult:
   """Every legacy eval metric (and the loss) against the port's metric of
-  the same (mapped) name, at identical state over the same batches."""
+  the same (mapped) name, at identical state over the same batches.
+
+  Args:
+    evaluates_with: what the legacy evaluation restores
+      (legacy_state.EVALUATES_WEIGHTS or EVALUATES_AVERAGES).
+    on_weights: the legacy metrics on the weights themselves, when it
+      evaluates the averages; a port whose metrics are these evaluated its
+      raw weights.
+  """
   pairs, missing = {}, []
   for name, value in theirs.items():
     mapped = metric_map.get(name, name)
@@ -603,7 +655,8 @@ def evaluation(theirs: dict, ours: dict, metric_map: dict[str, str],
       pairs[name] = (value, ours[mapped])
     else:
       missing.append(name)
-  figures = {'examples': examples, 'legacy': theirs, 'port': ours}
+  figures = {'examples': examples, 'legacy': theirs, 'port': ours,
+             'legacy_evaluates_with': evaluates_with}
   if missing:
     return CheckResult('evaluation', FAILED, f'the port reports no metric for '
                        f'{", ".join(missing)} (port: {sorted(ours)}): name '
@@ -616,14 +669,31 @@ def evaluation(theirs: dict, ours: dict, metric_map: dict[str, str],
   figures['worst_metric'] = worst
   a, b = pairs[worst]
   said = outputs.non_finite(np.float64(a), np.float64(b))
+  cause = ('compare how the port computes it (e.g. on another output or '
+           'head, from logits vs probabilities, top-k with another k) and '
+           'what it averages over')
+  if on_weights is not None and _same_metrics(on_weights, ours, metric_map):
+    figures['port_matches_the_raw_weights'] = True
+    cause = ('the port\'s metrics are the model_fn\'s on the raw weights, '
+             'and the model_fn evaluates on its moving averages (its '
+             'scaffold_fn\'s Saver restores each shadow over its variable): '
+             'evaluate the port on its averages (e.g. swap them in for the '
+             'evaluation, and back)')
   return judged('evaluation', relative[worst], tolerances.EVAL_METRIC_RTOL,
                 figures,
                 f'{worst} differs ({a:.6g} vs {b:.6g}' +
                 (f': {said.split(" (")[0]}' if said else '') +
-                ') at identical weights '
-                'on the same batches: compare how the port computes it (e.g. '
-                'on another output or head, from logits vs probabilities, '
-                'top-k with another k) and what it averages over')
+                ') at identical weights on the same batches: ' + cause)
+
+
+def _same_metrics(theirs: dict, ours: dict, metric_map: dict) -> bool:
+  """Every metric of theirs within the evaluation bar of ours."""
+  for name, value in theirs.items():
+    mine = ours.get(metric_map.get(name, name))
+    if mine is None or outputs.output_diff(np.float64(value), np.float64(
+        mine)) / max(1.0, abs(value)) > tolerances.EVAL_METRIC_RTOL:
+      return False
+  return True
 
 
 def served_predictions(theirs: dict, ours: dict, output_map: dict[str, str],

@@ -94,6 +94,8 @@ class Run:
   pairs: dict = dataclasses.field(default_factory=dict)
   # The legacy state both sides start from (inventory).
   start: dict | None = None
+  # The legacy moving averages at the start, {variable: value} (inventory).
+  start_averages: dict = dataclasses.field(default_factory=dict)
   # {legacy slot suffix: port token}, for an optimizer read by what it does.
   slot_map: dict | None = None
   # Where the layers' outputs part (compare/layers), '' if they do not.
@@ -118,6 +120,7 @@ class Run:
     if self.pairs:
       runner.use_map(self.pairs)
       runner.set_state(self.start)
+      runner.set_averages(self.start_averages)
     if self.slot_map is not None:
       runner.use_slot_map(self.slot_map)
     return runner

@@ -37,6 +37,7 @@ from migration_tools.compare.registry import Check
 from migration_tools.compare.registry import EACH
 from migration_tools.compare.registry import ONCE
 from migration_tools.compare.registry import register
+from migration_tools.pair import legacy_state
 from migration_tools.pair import optimizers
 from migration_tools.pair import serving
 from migration_tools.pair import variable_map
@@ -60,12 +61,16 @@ def inventory(run: Run, replicas: Replicas) -> CheckResult:
       {k: v.shape for k, v in theirs.items()}, runner.shapes(),
       run.port.variable_map)
   runner.use_map(resolved.pairs)
-  result = checks.inventory(theirs, runner.state(), resolved.by_order(),
+  ours = runner.state()
+  result = checks.inventory(theirs, ours, resolved.by_order(),
                             legacy.describe_run()['warm_start'],
-                            legacy.train_variables(), run.port.not_compared)
+                            legacy.train_variables(), run.port.not_compared,
+                            runner.averages())
   if result.passed:
     run.pairs, run.start = resolved.pairs, theirs
+    run.start_averages = legacy.averages()
     runner.set_state(theirs)
+    runner.set_averages(run.start_averages)
   return result
 
 
@@ -76,6 +81,7 @@ register(Check(
     'compared by a check, or declared left out (`Port.not_compared`)', ONCE,
     inventory,
     needs=('legacy.state', 'legacy.describe_run', 'legacy.train_variables',
+           'legacy.averages', 'port.averages', 'port.set_averages',
            'port.shapes',
            'port.use_map', 'port.state', 'port.set_state'),
     bar='exact', gate='inventory failed: the state cannot be aligned'))
@@ -182,6 +188,14 @@ def _trajectory(run: Run, replicas: Replicas) -> tuple[list, list]:
   return theirs, ours
 
 
+def _averages_after(legacy, runner) -> dict:
+  """The moving averages both sides keep (the port's through inventory's
+  pairing; those it declared left out are not compared)."""
+  ours = runner.averages()
+  theirs = {k: v for k, v in legacy.averages().items() if k in ours}
+  return {'legacy_averages': theirs, 'port_averages': ours}
+
+
 def one_step(run: Run, replicas: Replicas) -> CheckResult:
   legacy, runner = replicas.legacy, replicas.port
   theirs, ours = replicas.memo.once(
@@ -197,7 +211,7 @@ def one_step(run: Run, replicas: Replicas) -> CheckResult:
       # The legacy runner takes the whole batch where it cannot take the
       # step as on the cores (legacy.LegacyRunner).
       whole_batch=replicas.count > 1 and legacy.replicas < replicas.count,
-      parting=run.parting)
+      parting=run.parting, **_averages_after(legacy, runner))
   replicas.memo.put('one_step', result)
   return result
 
@@ -208,7 +222,8 @@ register(Check(
     'optimizer slots (TF 1 convention)', EACH, one_step,
     needs=('legacy.step', 'legacy.state', 'legacy.slots',
            'legacy.describe_optimizer', 'legacy.describe_run', 'port.step',
-           'port.state', 'port.slots', 'port.describe_optimizer'),
+           'port.state', 'port.slots', 'port.describe_optimizer',
+           'legacy.averages', 'port.averages'),
     bar='1e-6'))
 
 
@@ -269,16 +284,25 @@ def evaluation(run: Run, replicas: Replicas) -> CheckResult:
   legacy, runner = replicas.legacy, replicas.port
   batches = run.data.batches[:run.options.eval_batches]
   runner.set_state(legacy.state())
-  return checks.evaluation(legacy.evaluate(batches), runner.evaluate(batches),
+  runner.set_averages(legacy.averages())
+  evaluates_with = legacy.describe_run()['evaluates_with']
+  theirs = legacy.evaluate(batches)
+  # Where the model_fn evaluates its averages: its metrics on the weights
+  # too, which a port that evaluates its raw weights matches.
+  on_weights = (legacy.evaluate_weights(batches)
+                if evaluates_with == legacy_state.EVALUATES_AVERAGES else None)
+  return checks.evaluation(theirs, runner.evaluate(batches),
                            run.port.metric_map,
-                           len(batches) * run.options.global_batch)
+                           len(batches) * run.options.global_batch,
+                           evaluates_with, on_weights)
 
 
 register(Check(
     'evaluation', 'every eval metric by name (and the loss), at identical '
     'state, over the same batches', ONCE, evaluation,
-    needs=('legacy.state', 'legacy.evaluate', 'port.set_state',
-           'port.evaluate'),
+    needs=('legacy.state', 'legacy.evaluate', 'legacy.evaluate_weights',
+           'legacy.describe_run', 'port.set_state',
+           'port.evaluate', 'legacy.averages', 'port.set_averages'),
     bar='relative 1e-5'))
 
 
@@ -287,6 +311,7 @@ def served_predictions(run: Run, replicas: Replicas) -> CheckResult:
   legacy, runner = replicas.legacy, replicas.port
   inputs_ = serving.inputs(legacy.receiver_spec(), run.data, run.options.seed)
   runner.set_state(legacy.state())
+  runner.set_averages(legacy.averages())
   # The port first: the legacy export leaves the port's Keras model unusable.
   ours = runner.serve(os.path.join(run.workdir, 'port'), inputs_)
   theirs = legacy.serve(run.workdir, inputs_)
@@ -299,7 +324,8 @@ register(Check(
     'Estimator\'s own export, the port\'s), loaded back, fed the receiver\'s '
     'inputs', ONCE, served_predictions,
     needs=('legacy.receiver_spec', 'legacy.state', 'legacy.serve',
-           'port.set_state', 'port.serve'),
+           'port.set_state', 'port.serve', 'legacy.averages',
+           'port.set_averages'),
     bar='1e-6; integers exact', planned=lambda plan: plan.serving))
 
 
@@ -329,6 +355,8 @@ def resynced_steps(run: Run, legacy, runner, label: str,
     runner.set_global_step(legacy.global_step())
     if both and rate:
       runner.set_slots(legacy.slots(rate), rate)
+    averages_before = legacy.averages()
+    runner.set_averages(averages_before)
     theirs = legacy.step(features, labels)
     ours = (runner.step_as_trained(features, labels) if dropout else
             runner.step(features, labels)['loss'])
@@ -341,6 +369,10 @@ def resynced_steps(run: Run, legacy, runner, label: str,
     port_slots = runner.slots(rate) if legacy_slots else {}
     if legacy_slots:
       diffs.append(checks.max_diff(legacy_slots, port_slots)[0])
+    averages = _averages_after(legacy, runner)
+    if averages['legacy_averages']:
+      diffs.append(checks.max_diff(averages['legacy_averages'],
+                                   averages['port_averages'])[0])
     per_step.append(max(diffs))
     losses.append(float(theirs['loss']))
     # The optimizer's variables: a run's first step answers with their
@@ -351,7 +383,9 @@ def resynced_steps(run: Run, legacy, runner, label: str,
     steps.append(updates.step(
         number, before, {k: after[k] for k in trainable},
         {k: ours_after[k] for k in trainable}, legacy_slots, port_slots,
-        theirs.get('learning_rate')))
+        theirs.get('learning_rate'),
+        (averages_before, averages['legacy_averages'],
+         averages['port_averages'])))
   return np.array(per_step), losses, steps
 
 
@@ -384,7 +418,8 @@ register(Check(
     needs=('legacy.state', 'legacy.global_step', 'legacy.slots',
            'legacy.step', 'port.set_state', 'port.set_global_step',
            'port.set_slots', 'port.step', 'port.learning_rate', 'port.state',
-           'port.slots'),
+           'port.slots', 'legacy.averages',
+           'port.averages', 'port.set_averages'),
     bar='relative 5e-5'))
 
 
@@ -399,7 +434,7 @@ register(Check(
     'the port given the legacy state (weights, slots, step) before each '
     'step', EACH, stepwise,
     needs=('legacy.step', 'legacy.state', 'legacy.slots', 'port.step',
-           'port.state', 'port.slots'),
+           'port.state', 'port.slots', 'legacy.averages', 'port.averages'),
     bar='1e-6'))
 
 

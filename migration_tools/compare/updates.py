@@ -123,12 +123,14 @@ def with_floors(parts: dict[str, Part], group) -> dict[str, Part]:
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-  """One resynced step: every variable's and slot's Part, and the legacy
-  rate (None if it is not read)."""
+  """One resynced step: every variable's, slot's and moving average's Part
+  (an average's change over the step, as a variable's), and the legacy rate
+  (None if it is not read)."""
   number: int
   rate: float | None
   variables: dict[str, Part]
   slots: dict[str, Part]
+  averages: dict[str, Part] = dataclasses.field(default_factory=dict)
 
   def moved(self) -> bool:
     """Whether the legacy step moved any variable."""
@@ -141,11 +143,13 @@ class Step:
     return next((k for k, p in self.variables.items() if p.excess), None)
 
   def judged(self) -> dict[str, 'Part']:
-    """The parts judged: the slots, and the variables if either side
-    moved one (a step of rate 0 on both sides tells nothing of them)."""
+    """The parts judged: the slots and averages, and the variables if
+    either side moved one (a step of rate 0 on both sides tells nothing of
+    them)."""
+    averages = {f'{k} (average)': p for k, p in self.averages.items()}
     if self.moved() or self.port_moved_alone():
-      return {**self.variables, **self.slots}
-    return dict(self.slots)
+      return {**self.variables, **self.slots, **averages}
+    return {**self.slots, **averages}
 
   def worst(self) -> tuple[str, float]:
     parts = self.judged()
@@ -156,15 +160,24 @@ class Step:
 
 
 def step(number: int, before: dict, theirs: dict, ours: dict,
-         legacy_slots: dict, port_slots: dict, rate: float | None) -> Step:
-  """A Step from the states (by legacy name) and slots around one step."""
+         legacy_slots: dict, port_slots: dict, rate: float | None,
+         averages: tuple[dict, dict, dict] | None = None) -> Step:
+  """A Step from the states (by legacy name) and slots around one step;
+  averages: the moving averages before it and after it on each side."""
   variables = {name: part(before[name], theirs[name], ours[name], rate)
                for name in theirs if name in ours}
   slots = {'/'.join(key): part(None, value, port_slots[key], rate)
            for key, value in legacy_slots.items() if key in port_slots}
+  averaged = {}
+  if averages:
+    start, legacy_after, port_after = averages
+    # No weight-decay fit: an average's change is no optimizer step.
+    averaged = {name: part(start[name], value, port_after[name], None)
+                for name, value in legacy_after.items() if name in port_after}
   # Slots grouped by kind ('m', 'adam_v'): their scales differ by orders.
   return Step(number, rate, with_floors(variables, lambda name: ''),
-              with_floors(slots, lambda name: name.rsplit('/', 1)[-1]))
+              with_floors(slots, lambda name: name.rsplit('/', 1)[-1]),
+              with_floors(averaged, lambda name: ''))
 
 
 def check(name: str, steps: list[Step], parting: str = '') -> CheckResult:
@@ -242,8 +255,8 @@ def hint(s: Step) -> str:
   """What the first failing step's differences look like, most telling
   first."""
   bar = tolerances.UPDATE_RTOL
-  broken = [(k, p) for k, p in {**s.variables, **s.slots}.items()
-            if p.non_finite]
+  broken = [(k, p) for k, p in {**s.variables, **s.slots,
+                                 **s.averages}.items() if p.non_finite]
   if broken:
     name, p = broken[0]
     return (f'at step {s.number} {name} holds {p.non_finite}' + (
@@ -253,7 +266,11 @@ def hint(s: Step) -> str:
   failing = {k: p for k, p in s.variables.items()
              if p.relative > bar and s.moved()}
   failing_slots = {k: p for k, p in s.slots.items() if p.relative > bar}
+  failing_averages = {k: p for k, p in s.averages.items()
+                      if p.relative > bar}
   at = f'at step {s.number}'
+  if failing_averages and not failing:
+    return _average_hint(at, failing_averages)
   if failing and all(p.decay_fit < 0.2 for p in failing.values()):
     rates = np.array([p.decay for p in failing.values()])
     if np.all(rates > 0):
@@ -279,6 +296,16 @@ def hint(s: Step) -> str:
     shown = (f'the update of {worst} differs by '
              f'{failing[worst].relative:.3g} of its size (and '
              f'{len(failing) - 1} more variables)')
+    agreeing = sorted({k.rsplit('/', 1)[-1] for k in s.slots} -
+                      {k.rsplit('/', 1)[-1] for k in failing_slots})
+    if failing_slots and agreeing:
+      return (f'{at} {shown}, and the slots '
+              f'{", ".join(sorted({k.rsplit("/", 1)[-1] for k in failing_slots}))}'
+              f' differ while every {", ".join(agreeing)} slot agrees: the '
+              'optimizer turns the same accumulated gradients into another '
+              'step: its update formula (e.g. epsilon inside or outside the '
+              'square root: TF 1\'s RMSProp divides by sqrt(ms + epsilon), '
+              'its Adam by sqrt(v) + epsilon) or a hyper-parameter')
     if s.slots and not failing_slots:
       return (f'{at} {shown} while every slot agrees: the optimizer holds the '
               'same state and received the same gradients, so the step it '
@@ -310,6 +337,25 @@ def hint(s: Step) -> str:
             'model computes a little otherwise (e.g. a layer-norm epsilon) or '
             'its gradients are transformed otherwise')
   return f'{at} the updates differ by less than each bar alone shows'
+
+
+def _average_hint(at: str, failing: dict[str, Part]) -> str:
+  """The moving averages moved otherwise while the updates agree."""
+  common = _common_scale([p.scale for p in failing.values()])
+  worst = max(failing, key=lambda k: failing[k].relative)
+  shown = (f'about {common:.3g}x the legacy ones' if common is not None else
+           f'{worst}\'s by {failing[worst].relative:.3g} of its size')
+  if common is not None and abs(common) < 1e-9:
+    return (f'{at} the port\'s moving averages of {len(failing)} variables '
+            f'({_names(sorted(failing))}) stood still where the legacy '
+            'shadows moved: the port does not update its averages at each '
+            'step (e.g. an EMA applied outside the step function)')
+  return (f'{at} the moving averages of {len(failing)} variables '
+          f'({_names(sorted(failing))}) moved otherwise ({shown}) while the '
+          'updates agree: compare the EMA\'s decay (a change k times the '
+          'legacy one is a decay of 1 - k (1 - d) for the legacy decay d at '
+          'this step), and whether the decay is lowered early on, as TF 1\'s '
+          'num_updates lowers it to min(decay, (1 + step) / (10 + step))')
 
 
 def _common_scale(scales: list[float]) -> float | None:

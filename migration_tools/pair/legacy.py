@@ -13,6 +13,7 @@ The tools that compare against legacy code (``convert_checkpoint --verify``,
 # migration-scan: skip-file (it runs legacy code on purpose, to compare with it)
 import functools
 import os
+import tempfile
 from typing import Any
 
 import numpy as np
@@ -165,7 +166,7 @@ class _Graph:
                      _placeholders(spec[1], batch_size))
       self.global_step = tf.compat.v1.train.create_global_step()
       self.spec = model_fn(self.features, self.labels, mode, dict(params))
-      scaffold = _scaffold(self.spec)
+      self.scaffold = scaffold = _scaffold(self.spec)
       if warm_start_from:
         tf.compat.v1.train.warm_start(warm_start_from)
       self.all_variables = {v.op.name: v
@@ -292,6 +293,7 @@ class LegacyRunner(side.LegacySide):
     self.serving_input_fn = serving_input_fn
     self.spec, self.batch_size = spec, batch_size
     self.warm_start_from = warm_start_from
+    self._steps_taken = 0  # Its start is restored with its averages.
     # How the steps are taken, for the report.
     self.reference = 'on the whole batch'
     # Every graph is built here: building tf.compat.v1.layers in a graph
@@ -332,7 +334,7 @@ class LegacyRunner(side.LegacySide):
     """The TRAIN graph at the shards' batch, its gradients and optimizer."""
     batch = self.batch_size // self.shards
     with legacy_optimizer.watch(self.shards) as watched, \
-        legacy_state.watch_averages() as self.averages:
+        legacy_state.watch_averages() as self.averages_of:
       self.train = _Graph(self.model_fn,
                           tf.compat.v1.estimator.ModeKeys.TRAIN,
                           model_params(self.params, batch), self.spec, batch,
@@ -362,14 +364,14 @@ class LegacyRunner(side.LegacySide):
     roles = legacy_state.roles(
         names, set(self.model_names), trainable,
         self.train.global_step.op.name, set(self.optimizer.slots.values()),
-        self.averages)
+        self.averages_of)
     moved = legacy_state.written(self.train.spec.train_op)
     found = {}
     for name in names:
       entry = {'role': roles[name], 'moved': name in moved,
                'shape': list(self.train.all_variables[name].shape)}
-      if name in self.averages.shadows:
-        of, decay, num_updates = self.averages.shadows[name]
+      if name in self.averages_of.shadows:
+        of, decay, num_updates = self.averages_of.shadows[name]
         if isinstance(decay, (tf.Tensor, tf.Variable)):
           decay = constant_value(decay)
         entry.update(of=of, decay=None if decay is None else float(decay),
@@ -382,7 +384,8 @@ class LegacyRunner(side.LegacySide):
     return {'reference': self.reference,
             'warm_start': dict(self.train.warm_started),
             'optimizer': self.optimizer.name,
-            'rate_source': self.optimizer.rate_source}
+            'rate_source': self.optimizer.rate_source,
+            'evaluates_with': self.evaluates_with()}
 
   def state(self) -> dict[str, np.ndarray]:
     """The model's variables, trainable or not, by name."""
@@ -394,7 +397,13 @@ class LegacyRunner(side.LegacySide):
     return self.shards
 
   def set_state(self, values: dict[str, np.ndarray]) -> None:
+    """Sets the model's variables. Before the run's first step (its start)
+    the moving averages of those variables start at them too, as TF 1
+    starts a shadow at its variable's initial value (a fresh graph draws its
+    own initial weights)."""
     self.train.write({n: values[n] for n in self.model_names})
+    if not self._steps_taken:
+      self.set_averages(values)
 
   def _slot_names(self) -> dict[tuple, str]:
     """{(variable, slot): slot variable} of the slots that carry state
@@ -418,6 +427,17 @@ class LegacyRunner(side.LegacySide):
 
   def global_step(self) -> int:
     return int(self.train.session.run(self.train.global_step))
+
+  def averages(self) -> dict[str, np.ndarray]:
+    """{variable: its ExponentialMovingAverage shadow} of the TRAIN graph."""
+    values = self.train.read(list(self.averages_of.shadows))
+    return {of: values[shadow]
+            for shadow, (of, _, _) in self.averages_of.shadows.items()}
+
+  def set_averages(self, values: dict[str, np.ndarray]) -> None:
+    """Sets the shadows of the variables named in values."""
+    self.train.write({shadow: values[of] for shadow, (of, _, _) in
+                      self.averages_of.shadows.items() if of in values})
 
   def predict(self, features) -> dict[str, np.ndarray]:
     """The PREDICT outputs at the current state."""
@@ -446,6 +466,7 @@ class LegacyRunner(side.LegacySide):
     if self.optimizer.rate is not None:
       fetches['learning_rate'] = self.optimizer.rate
     values = self.train.session.run(fetches, self.train.feed(features, labels))
+    self._steps_taken += 1
     del values['train_op']
     values['examples'] = len(tf.nest.flatten(features)[0])
     return values
@@ -455,6 +476,7 @@ class LegacyRunner(side.LegacySide):
     one session.run(train_op) on the whole batch (for timing)."""
     self.train.session.run(self.train.spec.train_op,
                            self.train.feed(features, labels))
+    self._steps_taken += 1
 
   def _sharded(self, features, labels) -> dict[str, Any]:
     """One step as TPUEstimator took it on `shards` TPU cores.
@@ -497,16 +519,44 @@ class LegacyRunner(side.LegacySide):
       applied[tensor] = np.sum([s['applied'][name] for s in shards], axis=0)
     rate = {'learning_rate': self.optimizer.rate} if (
         self.optimizer.rate is not None) else {}
+    averaged = self._averages_of_moved(moved)
+    before = self.train.read(list(averaged))
     rate = self.train.session.run({'train_op': self.train.spec.train_op,
                                    **rate}, applied)
-    self.train.write({n: np.mean([s[n] for s in statistics], axis=0)
-                      for n in moved})
+    self._steps_taken += 1
+    mean = {n: np.mean([s[n] for s in statistics], axis=0) for n in moved}
+    self.train.write(mean)
+    self.train.write(self._averaged_again(averaged, before, mean))
     values = {'loss': float(np.mean(np.array([s['loss'] for s in shards],
                                              np.float32))),
               'gradients': gradients,
               'examples': len(tf.nest.flatten(features)[0])}
     if 'learning_rate' in rate:
       values['learning_rate'] = rate['learning_rate']
+    return values
+
+  def _averages_of_moved(self, moved: list[str]) -> dict[str, str]:
+    """{shadow: its variable} of the moving averages of state the step
+    moves outside the optimizer (batch-norm statistics)."""
+    return {shadow: of for shadow, (of, _, _) in
+            self.averages_of.shadows.items() if of in moved}
+
+  def _averaged_again(self, averaged: dict, before: dict,
+                      mean: dict) -> dict:
+    """The shadows of the statistics, moved from before toward the cores'
+    mean statistics: the train_op averaged the first core's (its
+    UPDATE_OPS ran on that core's batch), and an average is linear in what
+    it averages, so the cores' mean average is the average of their mean."""
+    values = {}
+    for shadow, of in averaged.items():
+      _, decay, _ = self.averages_of.shadows[shadow]
+      num_updates = self.averages_of.num_updates[shadow]
+      if num_updates is not None:
+        num_updates = self.train.session.run(num_updates)
+      values[shadow] = legacy_state.moved_average(
+          before[shadow], mean[of], legacy_state.decay_at(
+              constant_value(decay) if isinstance(
+                  decay, (tf.Tensor, tf.Variable)) else decay, num_updates))
     return values
 
   @functools.cache  # pylint: disable=method-cache-max-size-none
@@ -523,11 +573,47 @@ class LegacyRunner(side.LegacySide):
         hyper[key] = value
     return optimizers.Description(self.optimizer.kind, hyper)
 
+  def _restore_as_the_estimator(self, graph: _Graph) -> None:
+    """What Estimator.evaluate and export restore: a checkpoint of the TRAIN
+    graph through the spec's Scaffold saver, when it gives one (e.g.
+    EfficientNet's, which restores the moving averages over the weights:
+    Saver(ema.variables_to_restore())); else the model's variables."""
+    graph.write(self.state())
+    saver = None if graph.scaffold is None else graph.scaffold.saver
+    if saver is None:
+      return
+    with tempfile.TemporaryDirectory() as folder:
+      with self.train.graph.as_default():
+        path = tf.compat.v1.train.Saver().save(
+            self.train.session, os.path.join(folder, 'model.ckpt'),
+            write_meta_graph=False)
+      with graph.graph.as_default():
+        saver.restore(graph.session, path)
+
+  def evaluates_with(self) -> str:
+    """'the moving averages' when the EVAL spec's Scaffold saver restores
+    a shadow into a variable, else 'the weights'."""
+    saver = None if self.eval.scaffold is None else self.eval.scaffold.saver
+    names = getattr(saver, '_var_list', None)
+    if isinstance(names, dict) and any(
+        key in self.averages_of.shadows for key in names):
+      return legacy_state.EVALUATES_AVERAGES
+    return legacy_state.EVALUATES_WEIGHTS
+
   def evaluate(self, batches: list) -> dict[str, float]:
     """The model_fn's EVAL metrics over batches, as Estimator.evaluate reports
-    them: each metric accumulated over all batches, 'loss' the batch mean."""
+    them: each metric accumulated over all batches, 'loss' the batch mean,
+    on what the Estimator restores (_restore_as_the_estimator)."""
+    self._restore_as_the_estimator(self.eval)
+    return self._evaluate(batches)
+
+  def evaluate_weights(self, batches: list) -> dict[str, float]:
+    """The EVAL metrics on the weights themselves (side.py)."""
+    self.eval.write(self.state())
+    return self._evaluate(batches)
+
+  def _evaluate(self, batches: list) -> dict[str, float]:
     graph = self.eval
-    graph.write(self.state())
     graph.session.run(self.eval_init)
     updates = {name: update for name, (_, update) in self.eval_metrics.items()}
     losses = []

@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import fnmatch
 
+import numpy as np
 import tensorflow as tf
 
 from migration_tools.pair import optimizers
@@ -29,11 +30,18 @@ COMPARED_BY = {
     STEP: 'trajectory (the global step)',
     SLOT: 'optimizer, one_step, updates, stepwise',
 }
+# A moving average the port keeps too (Port.averages, or Keras's use_ema).
+AVERAGES_COMPARED_BY = ('inventory (its start), one_step, updates, '
+                        'stepwise; evaluation and served_predictions on the '
+                        'weights each side evaluates and exports')
 # Why a role needs no counterpart in the port.
 NOT_NEEDED = {
     DERIVED: 'a Keras optimizer derives it from its step (Adam\'s beta '
              'powers)',
 }
+
+# What a legacy evaluation restores (LegacyRunner.evaluates_with).
+EVALUATES_AVERAGES, EVALUATES_WEIGHTS = 'the moving averages', 'the weights'
 
 # Op types that write their first input, a variable (ref or resource).
 _WRITES = ('Assign', 'AssignAdd', 'AssignSub', 'AssignVariableOp',
@@ -45,8 +53,29 @@ _WRITE_PREFIXES = ('Apply', 'ResourceApply', 'SparseApply',
 @dataclasses.dataclass
 class Averages:
   """What watch_averages() saw: {shadow variable name: (its variable's
-  name, the decay tensor or number, whether num_updates was given)}."""
+  name, the decay tensor or number, whether num_updates was given)}, and
+  {shadow variable name: the num_updates tensor, or None}."""
   shadows: dict = dataclasses.field(default_factory=dict)
+  num_updates: dict = dataclasses.field(default_factory=dict)
+
+
+def decay_at(decay: float, num_updates) -> np.float32:
+  """The decay TF 1's ExponentialMovingAverage applies: min(decay, (1 + n)
+  / (10 + n)) with num_updates n, in float32 as its graph computes it."""
+  decay = np.float32(decay)
+  if num_updates is None:
+    return decay
+  n = np.float32(num_updates)
+  return np.minimum(decay, (np.float32(1) + n) / (np.float32(10) + n))
+
+
+def moved_average(average: np.ndarray, value: np.ndarray,
+                  decay: np.float32) -> np.ndarray:
+  """TF 1's assign_moving_average: average - (average - value) * (1 -
+  decay), in float32."""
+  average = np.asarray(average, np.float32)
+  return average - (average - np.asarray(value, np.float32)) * (
+      np.float32(1) - decay)
 
 
 @contextlib.contextmanager
@@ -62,9 +91,11 @@ def watch_averages():
     for variable in var_list or ():
       shadow = ema.average(variable)
       if shadow is not None:
+        num_updates = getattr(ema, '_num_updates', None)
         seen.shadows[shadow.op.name] = (
             variable.op.name, getattr(ema, '_decay', None),
-            getattr(ema, '_num_updates', None) is not None)
+            num_updates is not None)
+        seen.num_updates[shadow.op.name] = num_updates
     return result
 
   cls.apply = apply
@@ -156,16 +187,19 @@ class Account:
     return found
 
 
-def account(train_variables: dict[str, dict],
-            not_compared: dict[str, str]) -> Account:
+def account(train_variables: dict[str, dict], not_compared: dict[str, str],
+            averaged: set[str] = frozenset()) -> Account:
   """Each TRAIN-graph variable (LegacySide.train_variables) with the checks
-  that compare it, or why none does; not_compared: Port.not_compared."""
+  that compare it, or why none does; not_compared: Port.not_compared;
+  averaged: the legacy names of the variables the port averages."""
   table, unaccounted = {}, []
   for name, entry in train_variables.items():
     role, moved = entry['role'], entry['moved']
     row = {'role': role, 'moved': moved}
     reason = declared(name, not_compared)
-    if role in COMPARED_BY:
+    if role == AVERAGE and entry.get('of') in averaged:
+      row['compared_by'] = AVERAGES_COMPARED_BY
+    elif role in COMPARED_BY:
       row['compared_by'] = COMPARED_BY[role]
     elif role in NOT_NEEDED:
       row['not_compared'] = NOT_NEEDED[role]
@@ -209,6 +243,6 @@ def unaccounted_text(account_: Account, train_variables: dict) -> str:
   return ('the legacy training step moves state the port has no counterpart '
           'for: ' + '; '.join(said) + ': keep that state in the port, or '
           'declare what the port leaves out on purpose (Port.not_compared = '
-          '{name or pattern: why}); the kit does not compare moving averages '
-          'with a port\'s yet (docs/EQUIVALENCE.md, "State beyond the '
-          'weights")')
+          '{name or pattern: why}); a moving average pairs with the port\'s '
+          'averages (Port.averages, or its Keras optimizer\'s use_ema) '
+          '(docs/EQUIVALENCE.md, "State beyond the weights")')

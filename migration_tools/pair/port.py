@@ -33,6 +33,11 @@ model_fn gets (the user's ``--params``, ``batch_size`` = the global batch,
   output_map      {legacy prediction/serving output: port output}, for
                   outputs named otherwise; unlisted ones keep their names.
   metric_map      {legacy eval metric: port metric (a key of reset())}.
+  averages        optional (trainer) -> [(model variable, its moving
+                  average)]: the port's counterpart of the model_fn's
+                  tf.train.ExponentialMovingAverage, kept by its trainer;
+                  default: its Keras optimizer's (use_ema=True), if any.
+                  Compared with the legacy shadows at every step.
   not_compared    {legacy variable name or shell-style pattern: why}: state
                   the legacy training step moves that the port leaves out
                   on purpose (e.g. {'*/ExponentialMovingAverage': 'no EMA
@@ -148,6 +153,7 @@ class Port:
   metric_map: dict[str, str] = dataclasses.field(default_factory=dict)
   slot_map: dict[str, str] = dataclasses.field(default_factory=dict)
   not_compared: dict[str, str] = dataclasses.field(default_factory=dict)
+  averages: Callable[[Any], list] | None = None
 
 
 def load_port(spec: str) -> Port:
@@ -181,7 +187,7 @@ def check_port(port: Any, where: str) -> Port:
                    'migration_tools.pair.port.Port; return Port(build_model=..., '
                    f'...) (see {GUIDE})')
   for field in ('build_model', 'make_optimizer', 'input_pipeline', 'export',
-                'predict'):
+                'predict', 'averages'):
     value = getattr(port, field)
     if value is not None and not callable(value):
       raise KitError(f'the port\'s {field} is a '

@@ -158,9 +158,14 @@ class PortRunner(side.PortSide):
     return optimizers.describe_port(self.optimizer)
 
   def slot_tokens(self) -> list[str]:
-    """The tokens of the optimizer's slots (e.g. 'adam_m'), in its order."""
-    return optimizers.slot_tokens(optimizers.port_slot_variables(
-        self.optimizer, self._legacy_name))
+    """The tokens of the optimizer's slots (e.g. 'adam_m'), in its order;
+    not its moving averages (use_ema), which are compared as averages."""
+    return [t for t in optimizers.slot_tokens(optimizers.port_slot_variables(
+        self.optimizer, self._legacy_name)) if t != self._average_token()]
+
+  def _average_token(self) -> str | None:
+    return (keras_compat.AVERAGE_TOKEN if keras_compat.optimizer_averages(
+        self.optimizer, self.model.trainable_variables) else None)
 
   def use_slot_map(self, slot_map: dict[str, str]) -> None:
     """Pairs slots by {legacy suffix: port token} from now on."""
@@ -170,8 +175,11 @@ class PortRunner(side.PortSide):
     """{(legacy variable name, legacy slot name): slot variable}."""
     if self.slot_map is None:
       return optimizers.port_slots(self.optimizer, self._legacy_name)
-    return optimizers.map_slots(optimizers.port_slot_variables(
-        self.optimizer, self._legacy_name), self.slot_map)
+    token = self._average_token()
+    return optimizers.map_slots(
+        {k: v for k, v in optimizers.port_slot_variables(
+            self.optimizer, self._legacy_name).items() if k[1] != token},
+        self.slot_map)
 
   def _kind(self) -> str | None:
     """The table kind whose slot conventions apply; None: taken as is."""
@@ -190,6 +198,27 @@ class PortRunner(side.PortSide):
     for key, variable in self._slot_variables().items():
       if key in values:
         variable.assign(optimizers.to_port(kind, key[1], values[key], rate))
+
+  def _averages(self) -> dict[str, Any]:
+    """{legacy name: average variable} of the port's moving averages."""
+    if self.port.averages is not None:
+      pairs = self.port.averages(self.trainer)
+    else:
+      pairs = keras_compat.optimizer_averages(
+          self.optimizer, self.model.trainable_variables)
+    found = {}
+    for variable, average in pairs:
+      path = keras_compat.variable_path(variable)
+      found[self._legacy_name.get(path, path)] = average
+    return found
+
+  def averages(self) -> dict[str, np.ndarray]:
+    return {name: v.numpy() for name, v in self._averages().items()}
+
+  def set_averages(self, values: dict[str, np.ndarray]) -> None:
+    for name, variable in self._averages().items():
+      if name in values:
+        variable.assign(values[name])
 
   def global_step(self) -> int:
     return int(self.optimizer.iterations.numpy())

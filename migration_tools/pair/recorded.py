@@ -61,6 +61,9 @@ class _Taped(side.LegacySide):
   def global_step(self):
     return self._answer('global_step')
 
+  def averages(self):
+    return self._answer('averages')
+
   def describe_optimizer(self):
     return self._answer('describe_optimizer')
 
@@ -78,6 +81,9 @@ class _Taped(side.LegacySide):
 
   def evaluate(self, batches):
     return self._answer('evaluate', batches)
+
+  def evaluate_weights(self, batches):
+    return self._answer('evaluate_weights', batches)
 
   def serve(self, base_dir, inputs):
     return self._answer('serve', base_dir, inputs)

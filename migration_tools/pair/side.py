@@ -71,6 +71,12 @@ class Side(abc.ABC):
     with (the legacy side's are in that convention already)."""
 
   @abc.abstractmethod
+  def averages(self) -> dict[str, np.ndarray]:
+    """{variable's legacy name: its moving average}: the legacy model_fn's
+    tf.train.ExponentialMovingAverage shadows, the port's averages
+    (Port.averages, or its Keras optimizer's use_ema); {} if none."""
+
+  @abc.abstractmethod
   def global_step(self) -> int:
     """The steps taken."""
 
@@ -127,6 +133,13 @@ class LegacySide(Side):
   def receiver_spec(self) -> dict[str, tf.TensorSpec]:
     """The serving receiver's tensors, by name."""
 
+  @abc.abstractmethod
+  def evaluate_weights(self, batches: list) -> dict[str, float]:
+    """The eval metrics on the model's weights themselves, where evaluate
+    gives them on what the Estimator restores (a scaffold's Saver may put
+    the moving averages in their place): how a port that evaluates its raw
+    weights is told apart."""
+
 
 class LegacySource(Protocol):
   """Where the legacy side comes from: run live, or replayed."""
@@ -178,6 +191,10 @@ class PortSide(Side):
   @abc.abstractmethod
   def set_global_step(self, step: int) -> None:
     """Sets the optimizer's step."""
+
+  @abc.abstractmethod
+  def set_averages(self, values: dict[str, np.ndarray]) -> None:
+    """Sets the moving averages it has from {legacy name: value}."""
 
   @abc.abstractmethod
   def learning_rate(self) -> float:

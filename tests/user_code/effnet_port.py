@@ -1,0 +1,327 @@
+"""The team's port of effnet_legacy: a functional Keras model, TF 1's RMSProp
+in Keras (its mean square starting at 1), the moving average kept by the
+trainer with TF 1's schedule and evaluated and exported in place of the
+weights; and nine deliberate bugs, one line away each."""
+import contextlib
+import dataclasses
+import io
+import os
+import tempfile
+
+import tensorflow as tf
+
+import effnet_legacy as legacy
+import team_trainer
+from migration_tools.pair import port as port_lib
+from migration_tools.pair import tf1_optimizers
+
+layers = tf.keras.layers
+
+# tf.compat.v1.layers named the layers by creation order; the port names
+# them by role.
+_BLOCKS = [('conv2d', 'stem_conv'), ('batch_normalization', 'stem_bn'),
+           ('conv2d_1', 'expand_conv'), ('batch_normalization_1', 'expand_bn'),
+           ('depthwise', 'depthwise'), ('batch_normalization_2', 'depthwise_bn'),
+           ('conv2d_2', 'se_reduce'), ('conv2d_3', 'se_expand'),
+           ('conv2d_4', 'project_conv'), ('batch_normalization_3', 'project_bn'),
+           ('conv2d_5', 'head_conv'), ('batch_normalization_4', 'head_bn'),
+           ('dense', 'logits')]
+_VARIABLES = {'conv2d': ('kernel',), 'conv2d_2': ('kernel', 'bias'),
+              'conv2d_3': ('kernel', 'bias'), 'dense': ('kernel', 'bias'),
+              'depthwise': ('depthwise_kernel',)}
+_BN = ('gamma', 'beta', 'moving_mean', 'moving_variance')
+VARIABLE_MAP = {
+    f'{theirs}/{name}': f'{ours}/{name}' for theirs, ours in _BLOCKS
+    for name in (_BN if theirs.startswith('batch') else
+                 _VARIABLES.get(theirs, ('kernel',)))}
+
+
+def build_model(params, bn_momentum=legacy.BN_MOMENTUM):
+  del params
+  images = tf.keras.Input((legacy.SIZE, legacy.SIZE, legacy.CHANNELS))
+
+  def conv_bn(net, filters, conv, bn, kernel=1, swish=True):
+    net = layers.Conv2D(filters, kernel, padding='same', use_bias=False,
+                        name=conv)(net)
+    net = layers.BatchNormalization(momentum=bn_momentum,
+                                    epsilon=legacy.BN_EPSILON, name=bn)(net)
+    return layers.Activation(tf.nn.swish)(net) if swish else net
+
+  net = conv_bn(images, legacy.STEM, 'stem_conv', 'stem_bn', 3)
+  shortcut = net
+  net = conv_bn(net, legacy.EXPANDED, 'expand_conv', 'expand_bn')
+  net = layers.DepthwiseConv2D(3, padding='same', use_bias=False,
+                               name='depthwise')(net)
+  net = layers.Activation(tf.nn.swish)(layers.BatchNormalization(
+      momentum=bn_momentum, epsilon=legacy.BN_EPSILON,
+      name='depthwise_bn')(net))
+  squeezed = layers.GlobalAveragePooling2D(keepdims=True)(net)
+  squeezed = layers.Activation(tf.nn.swish)(layers.Conv2D(
+      legacy.SQUEEZED, 1, name='se_reduce')(squeezed))
+  squeezed = layers.Activation('sigmoid')(layers.Conv2D(
+      legacy.EXPANDED, 1, name='se_expand')(squeezed))
+  net = layers.Multiply()([net, squeezed])
+  net = conv_bn(net, legacy.STEM, 'project_conv', 'project_bn', swish=False)
+  # Drop connect: an example's whole branch, as the legacy noise shape.
+  net = layers.Dropout(legacy.DROP_CONNECT, noise_shape=(None, 1, 1, 1))(net)
+  net = layers.Add()([net, shortcut])
+  net = conv_bn(net, legacy.HEAD, 'head_conv', 'head_bn')
+  net = layers.GlobalAveragePooling2D()(net)
+  net = layers.Dropout(legacy.DROPOUT)(net)
+  logits = layers.Dense(legacy.CLASSES, name='logits')(net)
+  return tf.keras.Model(images, logits)
+
+
+class WarmupExponentialDecay(
+    tf.keras.optimizers.schedules.LearningRateSchedule):
+  """The legacy learning_rate(): a linear warmup from 0, then a staircase
+  exponential decay."""
+
+  def __init__(self, peak, warmup_steps, decay_steps):
+    self.peak, self.warmup_steps = peak, warmup_steps
+    self.decay_steps = decay_steps
+
+  def __call__(self, step):
+    step = tf.cast(step, tf.float32)
+    warmup = float(self.warmup_steps)
+    decayed = self.peak * tf.pow(
+        0.97, tf.floor((step - warmup) / self.decay_steps))
+    return tf.where(step < warmup, self.peak * step / warmup, decayed)
+
+  def get_config(self):
+    return {'peak': self.peak, 'warmup_steps': self.warmup_steps,
+            'decay_steps': self.decay_steps}
+
+
+def _schedule(params):
+  return WarmupExponentialDecay(params['learning_rate'],
+                                params['warmup_steps'], params['decay_steps'])
+
+
+def make_optimizer(params):
+  return tf1_optimizers.RMSpropFromOnes(
+      _schedule(params), rho=legacy.RMS_DECAY, momentum=legacy.RMS_MOMENTUM,
+      epsilon=legacy.RMS_EPSILON)
+
+
+def _is_batch_norm(variable) -> bool:
+  return '_bn/' in variable.path if hasattr(variable, 'path') else (
+      '_bn/' in variable.name)
+
+
+class Trainer(team_trainer.Trainer):
+  """Label smoothing, L2 on every weight but batch norm's, and the moving
+  average of the weights and batch-norm statistics, with TF 1's schedule
+  (its decay min(decay, (1 + step) / (10 + step))), updated after each step
+  and evaluated in place of the weights."""
+
+  decay = legacy.EMA_DECAY
+  num_updates = True  # The decay lowered early on, as TF 1's num_updates.
+  smoothing = legacy.LABEL_SMOOTHING
+  evaluate_averages = True
+
+  def __init__(self, model, optimizer, strategy, global_batch):
+    super().__init__(model, optimizer, strategy, global_batch)
+    self.averaged = list(model.trainable_variables) + [
+        v for v in model.non_trainable_variables
+        if 'moving_' in getattr(v, 'path', v.name)]
+    with strategy.scope():
+      self.moving_averages = [
+          tf.Variable(tf.convert_to_tensor(v), trainable=False)
+          for v in self.averaged]
+
+  def make_metrics(self):
+    return {'top_1_accuracy': tf.keras.metrics.SparseCategoricalAccuracy()}
+
+  def weight_decay(self):
+    return legacy.WEIGHT_DECAY * tf.add_n([
+        tf.nn.l2_loss(v) for v in self.model.trainable_variables
+        if not _is_batch_norm(v)])
+
+  def per_example_loss(self, labels, outputs):
+    onehot = tf.one_hot(labels, legacy.CLASSES)
+    return tf.keras.losses.categorical_crossentropy(
+        onehot, outputs, from_logits=True,
+        label_smoothing=self.smoothing) + self.weight_decay()
+
+  def update_averages(self):
+    """TF 1's assign_moving_average: average -= (average - value) * (1 -
+    decay), after the step (its step count is the decay's num_updates)."""
+    decay = tf.constant(self.decay, tf.float32)
+    if self.num_updates:
+      step = tf.cast(self.optimizer.iterations, tf.float32)
+      decay = tf.minimum(decay, (1.0 + step) / (10.0 + step))
+    for variable, average in zip(self.averaged, self.moving_averages):
+      average.assign_sub((average - tf.convert_to_tensor(variable)) *
+                         (1.0 - decay))
+
+  @tf.function
+  def train_steps(self, iterator, steps):
+    for _ in tf.range(steps):
+      self.strategy.run(self.train_step, args=next(iterator))
+      self.update_averages()
+    return tf.identity(self.optimizer.iterations)
+
+  @contextlib.contextmanager
+  def averages_in_place(self):
+    """The moving averages in the model's variables, the weights back
+    after."""
+    if not self.evaluate_averages:
+      yield
+      return
+    kept = [tf.convert_to_tensor(v) for v in self.averaged]
+    for variable, average in zip(self.averaged, self.moving_averages):
+      variable.assign(tf.convert_to_tensor(average))
+    try:
+      yield
+    finally:
+      for variable, value in zip(self.averaged, kept):
+        variable.assign(value)
+
+  def eval_steps(self, iterator, steps):
+    with self.averages_in_place():
+      super().eval_steps(iterator, steps)
+
+
+def averages(trainer):
+  return list(zip(trainer.averaged, trainer.moving_averages))
+
+
+def input_pipeline(strategy, params):
+  return team_trainer.distribute_records(
+      strategy, params['batch_size'],
+      os.path.join(params['data_dir'], legacy.RECORDS), legacy.parse)
+
+
+def predict(model, images):
+  logits = model(images, training=False)
+  return {'classes': tf.argmax(logits, 1, output_type=tf.int32),
+          'probabilities': tf.nn.softmax(logits)}
+
+
+def export(model, base_dir, strategy):
+  """A SavedModel of the moving averages whose serving_default takes JPEG
+  bytes as the legacy receiver's image_bytes."""
+  del strategy
+  trainer = _EXPORTING.get(id(model))
+  with (trainer.averages_in_place() if trainer else contextlib.nullcontext()):
+    archive = tf.keras.export.ExportArchive()
+    archive.track(model)
+
+    def serve(image_bytes):
+      images = tf.map_fn(legacy.preprocess, image_bytes,
+                         fn_output_signature=tf.float32)
+      return predict(model, images)
+
+    archive.add_endpoint('serving_default', serve, [
+        tf.TensorSpec([None], tf.string, name='image_bytes')])
+    os.makedirs(base_dir, exist_ok=True)
+    path = tempfile.mkdtemp(dir=base_dir)
+    with contextlib.redirect_stdout(io.StringIO()):  # It lists the endpoint.
+      archive.write_out(path)
+  return path
+
+
+# The trainer of each model, for its export (its averages): the export
+# takes the model alone.
+_EXPORTING = {}
+
+
+class _Registered(Trainer):
+
+  def __init__(self, model, *args):
+    super().__init__(model, *args)
+    _EXPORTING[id(model)] = self
+
+
+def make_port() -> port_lib.Port:
+  return port_lib.Port(
+      build_model=build_model, make_optimizer=make_optimizer,
+      trainer_class=_Registered, input_pipeline=input_pipeline,
+      export=export, predict=predict, variable_map=VARIABLE_MAP,
+      averages=averages)
+
+
+# The deliberate bugs, each one line away from the correct port.
+def no_ema() -> port_lib.Port:
+  """The moving average left out."""
+  return dataclasses.replace(make_port(), averages=None)
+
+
+class _FixedDecay(_Registered):
+  num_updates = False
+
+
+def ema_without_num_updates() -> port_lib.Port:
+  """The decay at 0.9999 from the first step: TF 1's num_updates lowered it
+  to (1 + step) / (10 + step) early on."""
+  return dataclasses.replace(make_port(), trainer_class=_FixedDecay)
+
+
+class _RawEvaluation(_Registered):
+  evaluate_averages = False
+
+
+def evaluates_raw_weights() -> port_lib.Port:
+  return dataclasses.replace(make_port(), trainer_class=_RawEvaluation)
+
+
+def keras_rmsprop() -> port_lib.Port:
+  """Keras's RMSprop as it is: its mean square starts at 0."""
+  return dataclasses.replace(make_port(), make_optimizer=lambda params: (
+      tf.keras.optimizers.RMSprop(
+          _schedule(params), rho=legacy.RMS_DECAY,
+          momentum=legacy.RMS_MOMENTUM, epsilon=legacy.RMS_EPSILON)))
+
+
+class _EpsilonOutside(tf1_optimizers.RMSpropFromOnes):
+  """RMSProp with epsilon added outside the square root:
+  lr * g / (sqrt(ms) + eps), as some ports of it write it."""
+
+  def update_step(self, gradient, variable, learning_rate=None):
+    if learning_rate is None:  # Keras 2 passes none.
+      learning_rate = self.learning_rate
+    rate = tf.cast(learning_rate, variable.dtype)
+    index = (self._get_variable_index(variable) if hasattr(
+        self, '_get_variable_index') else
+             self._index_dict[self._var_key(variable)])
+    velocity, momentum = self._velocities[index], self._momentums[index]
+    gradient = tf.convert_to_tensor(gradient)
+    velocity.assign(self.rho * tf.convert_to_tensor(velocity) +
+                    (1 - self.rho) * tf.square(gradient))
+    increment = rate * gradient / (tf.sqrt(tf.convert_to_tensor(velocity)) +
+                                   self.epsilon)
+    momentum.assign(self.momentum * tf.convert_to_tensor(momentum) +
+                    increment)
+    variable.assign_sub(tf.convert_to_tensor(momentum))
+
+
+def epsilon_outside_the_square_root() -> port_lib.Port:
+  return dataclasses.replace(make_port(), make_optimizer=lambda params: (
+      _EpsilonOutside(_schedule(params), rho=legacy.RMS_DECAY,
+                      momentum=legacy.RMS_MOMENTUM,
+                      epsilon=legacy.RMS_EPSILON)))
+
+
+def batch_norm_momentum_0_9() -> port_lib.Port:
+  return dataclasses.replace(make_port(), build_model=lambda params: (
+      build_model(params, bn_momentum=0.9)))
+
+
+class _NoSmoothing(_Registered):
+  smoothing = 0.0
+
+
+def no_label_smoothing() -> port_lib.Port:
+  return dataclasses.replace(make_port(), trainer_class=_NoSmoothing)
+
+
+class _DecayOnBatchNorm(_Registered):
+
+  def weight_decay(self):
+    return legacy.WEIGHT_DECAY * tf.add_n([
+        tf.nn.l2_loss(v) for v in self.model.trainable_variables])
+
+
+def l2_on_batch_norm_too() -> port_lib.Port:
+  return dataclasses.replace(make_port(), trainer_class=_DecayOnBatchNorm)
