@@ -696,14 +696,67 @@ def _same_metrics(theirs: dict, ours: dict, metric_map: dict) -> bool:
   return True
 
 
+def host_call(names: list[str], steps: list) -> CheckResult:
+  """The tensors the legacy host_call received at each step against the
+  values the port logs (Port.host_call), by name.
+
+  Args:
+    names: the host_call's tensors, by name.
+    steps: each step's (legacy {name: array}, port {name: array} or None).
+  """
+  name = 'host_call'
+  if any(ours is None for _, ours in steps):
+    return CheckResult(name, SKIPPED, f'the legacy host_call receives '
+                       f'{", ".join(names)} at each step, and the port gives '
+                       'no Port.host_call (the values its summaries log), so '
+                       'the summaries were not compared')
+  missing = sorted(set(names) - set(steps[0][1]))
+  if missing:
+    return CheckResult(name, FAILED, f'the port logs no {", ".join(missing)}'
+                       f' (it logs {sorted(steps[0][1])}): give each value '
+                       'the legacy host_call receives, by its name '
+                       '(Port.host_call)', figures={'names': list(names)})
+  worst = (0.0, '', 0, 0.0, 0.0)
+  for number, (theirs, ours) in enumerate(steps, 1):
+    for key in names:
+      a = np.asarray(theirs[key], np.float64).ravel()
+      b = np.asarray(ours[key], np.float64).ravel()
+      if b.size == 1 and a.size > 1:
+        a = a[:1]  # Core 0's, as a host_call that reads x[0] logs it.
+      if a.size != b.size:
+        return CheckResult(name, FAILED, f'the port logs {b.size} values of '
+                           f'{key} where the legacy host_call receives '
+                           f'{a.size}', figures={'names': list(names)})
+      diff = outputs.output_diff(a, b) / max(1.0, float(np.max(np.abs(a))))
+      if diff > worst[0] or not worst[1]:
+        worst = (diff, key, number, float(a[0]), float(b[0]))
+  value, key, number, a, b = worst
+  return judged(name, value, tolerances.HOST_CALL_RTOL,
+                {'names': list(names), 'worst': key, 'worst_step': number},
+                f'{key} differs at step {number} ({a:.6g} vs {b:.6g}) at '
+                'identical state: the port logs another value than the '
+                'legacy host_call received (e.g. the loss without its L2 '
+                'term, the rate of the step before or after, a mean over '
+                'other examples): compare how its summary computes it')
+
+
 def served_predictions(theirs: dict, ours: dict, output_map: dict[str, str],
-                       inputs: dict | None = None) -> CheckResult:
+                       inputs: dict | None = None,
+                       exports: str = legacy_state.EVALUATES_WEIGHTS
+                       ) -> CheckResult:
   """Both SavedModels' outputs on the same inputs (reported by shape), by
-  name."""
+  name; exports: what the legacy export restores (as evaluation's
+  evaluates_with)."""
+  averages = ('the model_fn exports its moving averages (its PREDICT '
+              'scaffold_fn\'s Saver restores each shadow over its variable, '
+              'and the Estimator\'s export restores through it): export the '
+              'port\'s averages too; ' if exports ==
+              legacy_state.EVALUATES_AVERAGES else '')
   return _compare_outputs(
       'served_predictions', theirs, ours, output_map,
       tolerances.INFERENCE_ATOL,
-      'between the SavedModels at identical weights, on the same inputs: '
-      'compare the serving functions (each input\'s dtype and '
+      'between the SavedModels at identical weights, on the same inputs: ' +
+      averages + 'compare the serving functions (each input\'s dtype and '
       'preprocessing, as in training) and the exported outputs',
-      {'inputs': {k: [*v.shape] for k, v in (inputs or {}).items()}})
+      {'inputs': {k: [*v.shape] for k, v in (inputs or {}).items()},
+       'legacy_exports': exports})

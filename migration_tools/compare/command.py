@@ -121,7 +121,7 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
 
 # What a bundle was recorded with, and so what --bundle does not take.
 _RECORDED = ('legacy_model_fn', 'legacy_input_fn', 'legacy_serving_input_fn',
-             'legacy_flags', 'params', 'steps', 'batch_size', 'eval_batches',
+             'legacy_serving_inputs', 'legacy_flags', 'params', 'steps', 'batch_size', 'eval_batches',
              'replicas', 'warm_start_from')
 
 
@@ -172,7 +172,9 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
       pair_lib.legacy_callable(tool_flags, 'legacy_model_fn'),
       pair_lib.legacy_callable(tool_flags, 'legacy_input_fn'),
       pair_lib.legacy_callable(tool_flags, 'legacy_serving_input_fn')
-      if serving else None)
+      if serving else None,
+      pair_lib.legacy_callable(tool_flags, 'legacy_serving_inputs')
+      if serving and tool_flags.legacy_serving_inputs else None)
   port = pair_lib.load_port(tool_flags)
   cli.set_legacy_flags(tool_flags.legacy_flags)
   if not tool_flags.record_bundle:

@@ -10,6 +10,7 @@ A bundle is one ``.npz`` file: the arrays, and a JSON manifest (format,
 versions it was recorded with, the options, the replica counts, the input
 batches and the tape) as a string entry.
 """
+import base64
 import dataclasses
 import hashlib
 import json
@@ -25,7 +26,9 @@ from migration_tools.pair import optimizers
 from migration_tools.pair.recorded import Tape
 
 # 2: describe_run, and the slots of optimizers read by what they do.
-# 3: the slots before any step, of every optimizer (their starting values).
+# 3: the slots before any step, of every optimizer (their starting values);
+# the state beyond the weights (train_variables, averages), the evaluation
+# on the weights, the serving inputs (strings as base64).
 FORMAT = 3
 _MANIFEST = '__manifest__'
 
@@ -105,6 +108,12 @@ def load(path: str) -> Bundle:
 
 def _encode(value, arrays: dict):
   """JSON for value; its numpy arrays and scalars go into arrays, exactly."""
+  if isinstance(value, np.ndarray) and value.dtype.kind in 'OSU':
+    # Strings and bytes (JPEG, tf.Example protos): no pickle in a bundle.
+    return {'__strings__': [base64.b64encode(
+        v if isinstance(v, bytes) else str(v).encode()).decode()
+                            for v in value.ravel()],
+            'shape': list(value.shape)}
   if isinstance(value, (np.ndarray, np.generic)):
     array = np.asarray(value)
     # Stored once however often it was answered (a state after one step is
@@ -135,6 +144,9 @@ def _decode(value, arrays: dict):
     return [_decode(v, arrays) for v in value]
   if not isinstance(value, dict):
     return value
+  if '__strings__' in value:
+    return np.array([base64.b64decode(v) for v in value['__strings__']],
+                    dtype=object).reshape(value['shape'])
   if '__array__' in value:
     array = arrays[value['__array__']]
     return array[()] if value['scalar'] else array

@@ -51,10 +51,13 @@ class LegacyPair:
     shuffling), batched by params['batch_size'].
   serving_input_fn: the serving_input_receiver_fn the Estimator exported
     with; None skips the served-predictions check.
+  serving_inputs: (params) -> {receiver tensor: examples}, the receiver's
+    inputs (e.g. JPEG bytes); None: made from the input_fn's batches.
   """
   model_fn: Callable
   input_fn: Callable
   serving_input_fn: Callable | None = None
+  serving_inputs: Callable | None = None
 
 
 class Recorder:
@@ -87,6 +90,10 @@ class Recorder:
     self.progress.line(f'{result.summary()} '
                        f'({progress_lib.elapsed(time.monotonic() - started)})')
     return result
+
+  def leave_out(self, name: str) -> None:
+    """A planned check that does not apply to this pair (Check.applies)."""
+    self.planned = [n for n in self.planned if n != name]
 
   def error(self, names: list[str], message: str) -> None:
     """Records every one of names not yet run as an ERROR with message."""
@@ -134,7 +141,7 @@ class LiveSource:
     runner = legacy_lib.LegacyRunner(
         self.pair.model_fn, self.options.params, self._spec,
         self.options.global_batch, shards, self.options.warm_start_from,
-        self.pair.serving_input_fn)
+        self.pair.serving_input_fn, self.pair.serving_inputs)
     if self.tape is None:
       return runner
     return recorded.RecordingRunner(runner, self.tape, purpose)
@@ -287,6 +294,9 @@ def _run_replicas(rec: Recorder, run: Run, replicas: Replicas,
       rec.stopped = 'the single-replica run could not be built'
     return not first
   for check, name in mine:
+    if check.applies is not None and not check.applies(run, replicas):
+      rec.leave_out(name)
+      continue
     result = rec.run(name, lambda c=check: c.run(run, replicas))
     if check.gate and not result.passed:
       rec.stopped = check.gate

@@ -65,6 +65,9 @@ class Check:
     ('inputs', 'inputs (2 replicas)').
   gate: a check whose failure stops the comparison; the reason the checks
     after it are NOT RUN.
+  applies: applies(run, replicas) -> bool, asked when its turn comes, for
+    what only the legacy graph tells (e.g. host_call, for a model_fn that
+    has one): False leaves it out of the report, as a check not planned.
   """
   name: str
   compares: str
@@ -75,6 +78,7 @@ class Check:
   planned: Callable[[Plan], bool] = lambda plan: True
   bare_on_first: bool = False
   gate: str = ''
+  applies: Callable | None = None
 
   def __post_init__(self):
     if self.scope not in SCOPES:

@@ -12,6 +12,7 @@ Order matters beyond the report: a legacy graph built in this process makes
 the Keras models made before it unusable, so the checks of a run come
 before the next run's legacy graph (evaluation and serving before updates).
 """
+import dataclasses
 import itertools
 import os
 
@@ -39,7 +40,6 @@ from migration_tools.compare.registry import ONCE
 from migration_tools.compare.registry import register
 from migration_tools.pair import legacy_state
 from migration_tools.pair import optimizers
-from migration_tools.pair import serving
 from migration_tools.pair import variable_map
 
 
@@ -309,21 +309,22 @@ register(Check(
 def served_predictions(run: Run, replicas: Replicas) -> CheckResult:
   """Both SavedModels, loaded back, on the same receiver inputs."""
   legacy, runner = replicas.legacy, replicas.port
-  inputs_ = serving.inputs(legacy.receiver_spec(), run.data, run.options.seed)
+  inputs_ = legacy.serving_inputs(run.data, run.options.seed)
   runner.set_state(legacy.state())
   runner.set_averages(legacy.averages())
   # The port first: the legacy export leaves the port's Keras model unusable.
   ours = runner.serve(os.path.join(run.workdir, 'port'), inputs_)
   theirs = legacy.serve(run.workdir, inputs_)
   return checks.served_predictions(theirs, ours, run.port.output_map,
-                                   inputs_)
+                                   inputs_, legacy.describe_run()['exports'])
 
 
 register(Check(
     'served_predictions', 'every output by name of both SavedModels (the '
     'Estimator\'s own export, the port\'s), loaded back, fed the receiver\'s '
     'inputs', ONCE, served_predictions,
-    needs=('legacy.receiver_spec', 'legacy.state', 'legacy.serve',
+    needs=('legacy.serving_inputs', 'legacy.state', 'legacy.serve',
+           'legacy.describe_run',
            'port.set_state', 'port.serve', 'legacy.averages',
            'port.set_averages'),
     bar='1e-6; integers exact', planned=lambda plan: plan.serving))
@@ -331,21 +332,34 @@ register(Check(
 
 # stepwise and updates: one pass at identical state, on a fresh run ---------
 
+@dataclasses.dataclass(frozen=True)
+class Resynced:
+  """The pass at identical state.
+
+  per_step: each step's max difference (loss, state, slots, averages).
+  losses: the legacy losses.
+  steps: what each step did to each variable, slot and average
+    (updates.Step).
+  host_calls: each step's (legacy, port) host_call values ({name: array};
+    the port's None when it gives no Port.host_call).
+  """
+  per_step: np.ndarray
+  losses: list
+  steps: list
+  host_calls: list
+
+
 def resynced_steps(run: Run, legacy, runner, label: str,
-                   dropout: bool = False) -> tuple[np.ndarray, list, list]:
+                   dropout: bool = False) -> Resynced:
   """Every step of the legacy trajectory at identical state: before each
-  step the port takes the legacy state (weights, slots, step), so no
-  difference can grow.
+  step the port takes the legacy state (weights, slots, step, averages), so
+  no difference can grow.
 
   Args:
     dropout: take the port's step as its trainer does, all of it in its step
       function (the loss its metric records), for a dropout mask drawn once.
-
-  Returns:
-    (each step's max difference (loss, state, slots), the legacy losses,
-    what each step did to each variable and slot (updates.Step)).
   """
-  per_step, losses, steps, rate = [], [], [], 0.0
+  per_step, losses, steps, rate, host_calls = [], [], [], 0.0, []
   trainable = set()
   both = _slots_compared(legacy, runner)
   for number, (features, labels) in enumerate(run.batches, 1):
@@ -358,8 +372,10 @@ def resynced_steps(run: Run, legacy, runner, label: str,
     averages_before = legacy.averages()
     runner.set_averages(averages_before)
     theirs = legacy.step(features, labels)
-    ours = (runner.step_as_trained(features, labels) if dropout else
-            runner.step(features, labels)['loss'])
+    answer = ({'loss': runner.step_as_trained(features, labels)} if dropout
+              else runner.step(features, labels))
+    ours = answer['loss']
+    host_calls.append((theirs.get('host_call', {}), answer.get('host_call')))
     rate = runner.learning_rate()
     after = legacy.state()
     diffs = [outputs.output_diff(np.float64(theirs['loss']),
@@ -386,7 +402,7 @@ def resynced_steps(run: Run, legacy, runner, label: str,
         theirs.get('learning_rate'),
         (averages_before, averages['legacy_averages'],
          averages['port_averages'])))
-  return np.array(per_step), losses, steps
+  return Resynced(np.array(per_step), losses, steps, host_calls)
 
 
 def _resynced(run: Run, replicas: Replicas):
@@ -402,8 +418,8 @@ def _resynced(run: Run, replicas: Replicas):
 
 
 def updates_check(run: Run, replicas: Replicas) -> CheckResult:
-  _, _, steps = _resynced(run, replicas)
-  return updates.check(f'updates ({replicas.label})', steps, run.parting)
+  return updates.check(f'updates ({replicas.label})',
+                       _resynced(run, replicas).steps, run.parting)
 
 
 # Reported before stepwise, which judges the same steps: its hint names the
@@ -424,9 +440,8 @@ register(Check(
 
 
 def stepwise(run: Run, replicas: Replicas) -> CheckResult:
-  per_step, _, _ = _resynced(run, replicas)
-  return checks.stepwise(f'stepwise ({replicas.label})', per_step,
-                         run.parting)
+  return checks.stepwise(f'stepwise ({replicas.label})',
+                         _resynced(run, replicas).per_step, run.parting)
 
 
 register(Check(
@@ -436,6 +451,25 @@ register(Check(
     needs=('legacy.step', 'legacy.state', 'legacy.slots', 'port.step',
            'port.state', 'port.slots', 'legacy.averages', 'port.averages'),
     bar='1e-6'))
+
+
+def host_call(run: Run, replicas: Replicas) -> CheckResult:
+  """The host_call's tensors at every step of the pass at identical state,
+  against the port's logged values (Port.host_call)."""
+  return checks.host_call(replicas.legacy.describe_run()['host_call'],
+                          _resynced(run, replicas).host_calls)
+
+
+register(Check(
+    'host_call', 'the tensors the legacy `host_call` receives at each step '
+    '(what its summaries log: the loss, the rate, ...), by name, against the '
+    'port\'s `Port.host_call` values, at every step from identical state; '
+    'or a line saying why they were not compared; for a model_fn with a '
+    '`host_call`', ONCE, host_call,
+    needs=('legacy.describe_run', 'legacy.step', 'port.step'),
+    bar='relative 1e-6',
+    applies=lambda run, replicas: bool(
+        replicas.legacy.describe_run()['host_call'])))
 
 
 # After the replica runs, with dropout on ------------------------------------
@@ -461,9 +495,8 @@ def dropout(run: Run, replicas: Replicas | None) -> CheckResult:
   with tool.scope():
     legacy = run.legacy(name)
     runner = run.port_runner(tf.distribute.OneDeviceStrategy('/cpu:0'))
-    per_step, losses, _ = resynced_steps(run, legacy, runner, name,
-                                         dropout=True)
-  return checks.dropout(name, per_step, losses)
+    resynced = resynced_steps(run, legacy, runner, name, dropout=True)
+  return checks.dropout(name, resynced.per_step, resynced.losses)
 
 
 register(Check(

@@ -41,6 +41,14 @@ def define_pair_flags(tool_flags: flags.FlagValues, serving: bool) -> None:
                         'The legacy serving_input_receiver_fn the Estimator '
                         'exported with; empty: skip the served-predictions '
                         'check.', **define)
+    flags.DEFINE_string('legacy_serving_inputs', '',
+                        'A function (params) -> {receiver tensor name: array '
+                        'of examples}, as package.module:name, giving the '
+                        'serving receiver\'s inputs (e.g. JPEG bytes); '
+                        'empty: made from the input_fn\'s batches (a tensor '
+                        'named as a feature takes its values; a string '
+                        'tensor, tf.Example protos of the features).',
+                        **define)
   flags.DEFINE_string('port', KIT_PAIR['port'],
                       'A function returning the migration_tools.pair.port.Port, '
                       'as package.module:name.', **define)

@@ -12,6 +12,7 @@ The tools that compare against legacy code (``convert_checkpoint --verify``,
 """
 # migration-scan: skip-file (it runs legacy code on purpose, to compare with it)
 import functools
+import inspect
 import os
 import tempfile
 from typing import Any
@@ -271,7 +272,7 @@ class LegacyRunner(side.LegacySide):
 
   def __init__(self, model_fn, params: dict, spec: tuple, batch_size: int,
                shards: int = 1, warm_start_from: str = '',
-               serving_input_fn=None):
+               serving_input_fn=None, serving_inputs_fn=None):
     """Builds the TRAIN, PREDICT and EVAL graphs.
 
     Args:
@@ -284,6 +285,9 @@ class LegacyRunner(side.LegacySide):
       warm_start_from: the Estimator's warm_start_from checkpoint, if any.
       serving_input_fn: the serving_input_receiver_fn the Estimator exported
         with (receiver_spec, serve); None if it was not given.
+      serving_inputs_fn: (params) -> {receiver tensor: examples}, the
+        user's inputs for the receiver (e.g. JPEG bytes); None: made from
+        the data (serving.inputs).
 
     Raises:
       KitError: the model_fn has no trainable variable or no train_op.
@@ -291,6 +295,7 @@ class LegacyRunner(side.LegacySide):
     modes = tf.compat.v1.estimator.ModeKeys
     self.model_fn, self.params, self.shards = model_fn, params, shards
     self.serving_input_fn = serving_input_fn
+    self.serving_inputs_fn = serving_inputs_fn
     self.spec, self.batch_size = spec, batch_size
     self.warm_start_from = warm_start_from
     self._steps_taken = 0  # Its start is restored with its averages.
@@ -349,6 +354,7 @@ class LegacyRunner(side.LegacySide):
           trainable, tf.gradients(self.train.spec.loss, trainable))}
       self.update_ops = tf.compat.v1.get_collection(
           tf.compat.v1.GraphKeys.UPDATE_OPS)
+    self.host_call = _host_call_tensors(self.train.spec)
     self.optimizer = legacy_optimizer.read(
         self.train.graph, self.train.all_variables, watched)
 
@@ -385,7 +391,9 @@ class LegacyRunner(side.LegacySide):
             'warm_start': dict(self.train.warm_started),
             'optimizer': self.optimizer.name,
             'rate_source': self.optimizer.rate_source,
-            'evaluates_with': self.evaluates_with()}
+            'evaluates_with': self.evaluates_with(),
+            'exports': self.evaluates_with(self.infer),
+            'host_call': list(self.host_call)}
 
   def state(self) -> dict[str, np.ndarray]:
     """The model's variables, trainable or not, by name."""
@@ -465,6 +473,9 @@ class LegacyRunner(side.LegacySide):
                'train_op': self.train.spec.train_op}
     if self.optimizer.rate is not None:
       fetches['learning_rate'] = self.optimizer.rate
+    if self.host_call:
+      # In the step's own run, as TPUEstimator's outfeed took them.
+      fetches['host_call'] = self.host_call
     values = self.train.session.run(fetches, self.train.feed(features, labels))
     self._steps_taken += 1
     del values['train_op']
@@ -499,7 +510,7 @@ class LegacyRunner(side.LegacySide):
     # Not the rate here: made under the model_fn's
     # control_dependencies(UPDATE_OPS), fetching it moves the statistics.
     fetches = {'loss': self.train.spec.loss, 'gradients': self.gradients,
-               'applied': self.optimizer.applied}
+               'applied': self.optimizer.applied, 'host_call': self.host_call}
     start = self.state()
     moved = [n for n in self.model_names if n not in self.gradients]
     shards, statistics = [], []
@@ -533,6 +544,11 @@ class LegacyRunner(side.LegacySide):
               'examples': len(tf.nest.flatten(features)[0])}
     if 'learning_rate' in rate:
       values['learning_rate'] = rate['learning_rate']
+    if self.host_call:
+      # Each core's, concatenated in core order, as the host dequeued them.
+      values['host_call'] = {
+          name: np.concatenate([np.atleast_1d(s['host_call'][name])
+                                for s in shards]) for name in self.host_call}
     return values
 
   def _averages_of_moved(self, moved: list[str]) -> dict[str, str]:
@@ -590,10 +606,12 @@ class LegacyRunner(side.LegacySide):
       with graph.graph.as_default():
         saver.restore(graph.session, path)
 
-  def evaluates_with(self) -> str:
-    """'the moving averages' when the EVAL spec's Scaffold saver restores
-    a shadow into a variable, else 'the weights'."""
-    saver = None if self.eval.scaffold is None else self.eval.scaffold.saver
+  def evaluates_with(self, graph: _Graph | None = None) -> str:
+    """legacy_state.EVALUATES_AVERAGES when the EVAL (or graph's) spec's
+    Scaffold saver restores a shadow into a variable, else
+    EVALUATES_WEIGHTS."""
+    graph = graph or self.eval
+    saver = None if graph.scaffold is None else graph.scaffold.saver
     names = getattr(saver, '_var_list', None)
     if isinstance(names, dict) and any(
         key in self.averages_of.shadows for key in names):
@@ -648,6 +666,22 @@ class LegacyRunner(side.LegacySide):
         tensors = {'input': tensors}
       return {name: tf.TensorSpec(t.shape, t.dtype)
               for name, t in tensors.items()}
+
+  def serving_inputs(self, data: side.Data, seed: int
+                     ) -> dict[str, np.ndarray]:
+    """The receiver's inputs: the user's, checked against its tensors, else
+    made from the data (side.py)."""
+    receiver = self.receiver_spec()
+    if self.serving_inputs_fn is None:
+      return serving.inputs(receiver, data, seed)
+    try:
+      values = self.serving_inputs_fn(input_params(self.params,
+                                                   self.batch_size))
+    except Interrupted:  # A signal stops the command; never a finding.
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      raise KitError(f'--legacy_serving_inputs raised {one_line(e)}') from e
+    return serving.given(values, receiver, '--legacy_serving_inputs')
 
   def export(self, base_dir: str) -> str:
     """Exports the current state through the Estimator's own export path
@@ -710,6 +744,20 @@ def _first_example(value, batch: int) -> np.ndarray:
   numbers: the same whether the output is [batch, ...] or [batch * n, ...])."""
   flat = np.asarray(value).ravel()
   return flat[:flat.size // batch]
+
+
+def _host_call_tensors(spec) -> dict:
+  """{name: tensor} a TPUEstimatorSpec's host_call receives at each step:
+  its dict's keys, or its function's parameter names for a list; {} if it
+  gives none."""
+  host_call = getattr(spec, 'host_call', None)
+  if not host_call:
+    return {}
+  function, tensors = host_call
+  if isinstance(tensors, dict):
+    return dict(tensors)
+  names = list(inspect.signature(function).parameters)[:len(tensors)]
+  return dict(zip(names, tensors))
 
 
 def _eval_metric_ops(spec) -> dict:

@@ -38,6 +38,10 @@ model_fn gets (the user's ``--params``, ``batch_size`` = the global batch,
                   tf.train.ExponentialMovingAverage, kept by its trainer;
                   default: its Keras optimizer's (use_ema=True), if any.
                   Compared with the legacy shadows at every step.
+  host_call       optional (trainer) -> {name: value}: what the port's
+                  summaries log at the step just taken, by the names of the
+                  tensors the legacy host_call receives (its dict's keys, or
+                  its function's parameters); compared at every step.
   not_compared    {legacy variable name or shell-style pattern: why}: state
                   the legacy training step moves that the port leaves out
                   on purpose (e.g. {'*/ExponentialMovingAverage': 'no EMA
@@ -154,6 +158,7 @@ class Port:
   slot_map: dict[str, str] = dataclasses.field(default_factory=dict)
   not_compared: dict[str, str] = dataclasses.field(default_factory=dict)
   averages: Callable[[Any], list] | None = None
+  host_call: Callable[[Any], dict] | None = None
 
 
 def load_port(spec: str) -> Port:
@@ -187,7 +192,7 @@ def check_port(port: Any, where: str) -> Port:
                    'migration_tools.pair.port.Port; return Port(build_model=..., '
                    f'...) (see {GUIDE})')
   for field in ('build_model', 'make_optimizer', 'input_pipeline', 'export',
-                'predict', 'averages'):
+                'predict', 'averages', 'host_call'):
     value = getattr(port, field)
     if value is not None and not callable(value):
       raise KitError(f'the port\'s {field} is a '

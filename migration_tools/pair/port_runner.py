@@ -306,12 +306,18 @@ class PortRunner(side.PortSide):
                                    for p in parts], np.float32)))
     examples = sum(int(p.shape[0]) for p in parts)
     self.trainer.train_steps(self._iterator, tf.constant(1))
+    # What the port's summaries log of this step, before its metrics reset.
+    logged = None if self.port.host_call is None else {
+        k: np.asarray(v) for k, v in self.port.host_call(self.trainer).items()}
     self.trainer.reset()
     names = [self._legacy_name.get(keras_compat.variable_path(v))
              for v in self.model.trainable_variables]
-    return {'loss': loss, 'examples': examples,
-            'gradients': {n: g.numpy() for n, g in zip(names, summed)},
-            'learning_rate': self.learning_rate()}
+    values = {'loss': loss, 'examples': examples,
+              'gradients': {n: g.numpy() for n, g in zip(names, summed)},
+              'learning_rate': self.learning_rate()}
+    if logged is not None:
+      values['host_call'] = logged
+    return values
 
   def learning_rate(self) -> float:
     """The rate of the optimizer's last step."""

@@ -85,6 +85,9 @@ class _Taped(side.LegacySide):
   def evaluate_weights(self, batches):
     return self._answer('evaluate_weights', batches)
 
+  def serving_inputs(self, data, seed):
+    return self._answer('serving_inputs', data, seed)
+
   def serve(self, base_dir, inputs):
     return self._answer('serve', base_dir, inputs)
 

@@ -89,8 +89,10 @@ class Side(abc.ABC):
   def describe_run(self) -> dict[str, Any]:
     """How this run takes its steps and where it started: 'reference'
     (e.g. 'as on 2 TPU cores', or why on the whole batch), 'warm_start'
-    ({checkpoint: variables initialised from it}), 'optimizer' (its class)
-    and 'rate_source' (where its rate is read, or why it cannot be)."""
+    ({checkpoint: variables initialised from it}), 'optimizer' (its class),
+    'rate_source' (where its rate is read, or why it cannot be); the legacy
+    side's also 'evaluates_with' and 'exports' (what its evaluation and its
+    export restore: legacy_state.EVALUATES_WEIGHTS or EVALUATES_AVERAGES)."""
 
   @abc.abstractmethod
   def step(self, features, labels) -> dict[str, Any]:
@@ -132,6 +134,12 @@ class LegacySide(Side):
   @abc.abstractmethod
   def receiver_spec(self) -> dict[str, tf.TensorSpec]:
     """The serving receiver's tensors, by name."""
+
+  @abc.abstractmethod
+  def serving_inputs(self, data: Data, seed: int) -> dict[str, np.ndarray]:
+    """Inputs for both sides' serving signatures, by receiver tensor: the
+    user's (--legacy_serving_inputs), else made from the data
+    (serving.inputs)."""
 
   @abc.abstractmethod
   def evaluate_weights(self, batches: list) -> dict[str, float]:

@@ -151,7 +151,7 @@ def test_recorder_isolates_a_raising_check_and_lists_the_rest():
 def test_planned_checks_match_the_report_of_the_kit_pair():
   names = harness.planned_checks(['1 replica', '2 replicas', '4 replicas'],
                                  serving=True)
-  assert len(names) == 25 and len(set(names)) == 25
+  assert len(names) == 26 and len(set(names)) == 26
   assert names[:4] == ['inventory', 'optimizer', 'inputs', 'inference']
   assert 'inputs (2 replicas)' in names
   assert names[-2:] == ['dropout (1 replica)', 'tpu_ready']

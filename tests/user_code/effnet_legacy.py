@@ -157,11 +157,11 @@ def _restore_averages():
 def make_host_call_fn(summary_dir):
   """The host_call's function: the step's loss and rate, as summaries."""
 
-  def host_call_fn(step, loss, rate):
+  def host_call_fn(loss, learning_rate):
     writer = tf.summary.create_file_writer(summary_dir)
-    with writer.as_default(step=step[0]):
+    with writer.as_default(step=v1.train.get_or_create_global_step()):
       tf.summary.scalar('loss', loss[0])
-      tf.summary.scalar('learning_rate', rate[0])
+      tf.summary.scalar('learning_rate', learning_rate[0])
       return v1.summary.all_v2_summary_ops()
   return host_call_fn
 
@@ -204,13 +204,13 @@ def model_fn(features, labels, mode, params):
     train_op = ema.apply(_averaged())
   host_call = (make_host_call_fn(os.path.join(params['data_dir'],
                                               'summaries')),
-               [tf.reshape(step, [1]), tf.reshape(loss, [1]),
-                tf.reshape(rate, [1])])
+               [tf.reshape(loss, [1]), tf.reshape(rate, [1])])
   return spec(mode, loss=loss, train_op=train_op, host_call=host_call)
 
 
 def serving_input_receiver_fn():
   encoded = v1.placeholder(tf.string, [None], name='image_bytes')
   images = tf.map_fn(preprocess, encoded, fn_output_signature=tf.float32)
-  return v1.estimator.export.ServingInputReceiver(
+  # A tensor, not a dict: the model_fn takes the images as they are.
+  return v1.estimator.export.TensorServingInputReceiver(
       images, {'image_bytes': encoded})

@@ -129,6 +129,9 @@ class Trainer(team_trainer.Trainer):
       self.moving_averages = [
           tf.Variable(tf.convert_to_tensor(v), trainable=False)
           for v in self.averaged]
+      # What the summaries log of the last step (the legacy host_call's).
+      self.logged = {'loss': tf.Variable(0.0, trainable=False),
+                     'learning_rate': tf.Variable(0.0, trainable=False)}
 
   def make_metrics(self):
     return {'top_1_accuracy': tf.keras.metrics.SparseCategoricalAccuracy()}
@@ -155,11 +158,31 @@ class Trainer(team_trainer.Trainer):
       average.assign_sub((average - tf.convert_to_tensor(variable)) *
                          (1.0 - decay))
 
+  def train_step(self, features, labels):
+    per_example, _, gradients = self.loss_and_gradients(features, labels)
+    self.optimizer.apply_gradients(
+        zip(gradients, self.model.trainable_variables))
+    self.loss.update_state(per_example)
+    return tf.reduce_sum(per_example)
+
+  def log(self, loss_sum):
+    """The step's mean loss and the rate it applied (the schedule at the
+    step before the optimizer's count moved)."""
+    self.logged['loss'].assign(loss_sum / self.global_batch)
+    self.logged['learning_rate'].assign(self.logged_rate())
+
+  def logged_rate(self):
+    return self.optimizer.learning_rate if not callable(
+        self.optimizer.learning_rate) else _schedule_of(self.optimizer)(
+            self.optimizer.iterations - 1)
+
   @tf.function
   def train_steps(self, iterator, steps):
     for _ in tf.range(steps):
-      self.strategy.run(self.train_step, args=next(iterator))
+      total = self.strategy.run(self.train_step, args=next(iterator))
       self.update_averages()
+      self.log(self.strategy.reduce(tf.distribute.ReduceOp.SUM, total,
+                                    axis=None))
     return tf.identity(self.optimizer.iterations)
 
   @contextlib.contextmanager
@@ -183,8 +206,18 @@ class Trainer(team_trainer.Trainer):
       super().eval_steps(iterator, steps)
 
 
+def _schedule_of(optimizer):
+  """The optimizer's schedule (Keras 3 keeps it apart from its
+  learning_rate, which it evaluates at the current step)."""
+  return getattr(optimizer, '_learning_rate', optimizer.learning_rate)
+
+
 def averages(trainer):
   return list(zip(trainer.averaged, trainer.moving_averages))
+
+
+def host_call(trainer):
+  return {k: v.numpy() for k, v in trainer.logged.items()}
 
 
 def input_pipeline(strategy, params):
@@ -239,7 +272,7 @@ def make_port() -> port_lib.Port:
       build_model=build_model, make_optimizer=make_optimizer,
       trainer_class=_Registered, input_pipeline=input_pipeline,
       export=export, predict=predict, variable_map=VARIABLE_MAP,
-      averages=averages)
+      averages=averages, host_call=host_call)
 
 
 # The deliberate bugs, each one line away from the correct port.
@@ -325,3 +358,15 @@ class _DecayOnBatchNorm(_Registered):
 
 def l2_on_batch_norm_too() -> port_lib.Port:
   return dataclasses.replace(make_port(), trainer_class=_DecayOnBatchNorm)
+
+
+class _RateAfterTheStep(_Registered):
+  """The summary logs the optimizer's rate after the step: the next step's
+  (Keras evaluates a schedule at its current count)."""
+
+  def logged_rate(self):
+    return _schedule_of(self.optimizer)(self.optimizer.iterations)
+
+
+def summary_of_the_next_rate() -> port_lib.Port:
+  return dataclasses.replace(make_port(), trainer_class=_RateAfterTheStep)
