@@ -12,6 +12,9 @@ OUT_DIR/bert.npz          a golden bundle of the BERT-shaped test pair (its
                           own optimizer, a warm start, 1 and 2 replicas);
 OUT_DIR/bert_converted/   its TPUEstimator checkpoint after 5 steps, converted
                           here (Keras 2 layout, adam_m/adam_v slots carried);
+OUT_DIR/effnet.npz        a golden bundle of the EfficientNet-style test pair
+                          (moving averages, RMSProp, a host_call, a JPEG
+                          receiver; 1 and 2 replicas);
 OUT_DIR/expected.npz      what each must give: predictions on fixed inputs,
                           and the wide-deep ports' weights, slots and steps.
 
@@ -38,6 +41,7 @@ from migration_tools.pair import port as port_lib  # pylint: disable=g-import-no
 from mnist_common import prepare  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common import tfrecords  # pylint: disable=g-import-not-at-top,wrong-import-position
 import bert_legacy  # pylint: disable=g-import-not-at-top,wrong-import-position
+import effnet_legacy  # pylint: disable=g-import-not-at-top,wrong-import-position
 import wide_deep_port  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 STEPS = 30
@@ -92,6 +96,29 @@ def _bert(out: str) -> dict:
           f'{out}/bert_estimator'), features,
       legacy.model_params(params, 8))['probabilities']
   return expected
+
+
+EFFNET_PAIR = ['--legacy_model_fn=effnet_legacy:model_fn',
+               '--legacy_input_fn=effnet_legacy:input_fn',
+               '--legacy_serving_input_fn=effnet_legacy:serving_input_receiver_fn',
+               '--legacy_serving_inputs=effnet_legacy:serving_examples',
+               '--port=effnet_port:make_port']
+
+
+def effnet_params(data_dir: str) -> dict:
+  """The EfficientNet-style pair's params (tests/tools/test_user_pairs.py's)."""
+  return {'data_dir': data_dir, 'learning_rate': 0.05, 'warmup_steps': 2,
+          'decay_steps': 2}
+
+
+def _effnet(out: str) -> None:
+  """The EfficientNet-style pair's bundle."""
+  data_dir = os.path.join(out, 'effnet_data')
+  effnet_legacy.write_data(data_dir)
+  _run('-m', 'migration_tools.compare', *EFFNET_PAIR,
+       f'--params={json.dumps(effnet_params(data_dir))}', '--batch_size=32',
+       '--steps=6', '--replicas=1,2', '--eval_batches=4',
+       f'--record_bundle={out}/effnet.npz', f'--report={out}/effnet_live.json')
 
 
 def test_images(count: int) -> np.ndarray:
@@ -156,6 +183,7 @@ def main(out: str) -> None:
   for optimizer in ('adam', 'momentum'):
     expected.update(_wide_deep(out, optimizer))
   expected.update(_bert(out))
+  _effnet(out)
   np.savez(os.path.join(out, 'expected.npz'), **expected)
   with open(os.path.join(out, 'versions.json'), 'w', encoding='utf-8') as f:
     json.dump({'tensorflow': tf.__version__}, f)

@@ -190,6 +190,30 @@ def test_the_bert_port_passes_its_bundle_recorded_on_2_15(tmp_path):
         {n: c.get('max_abs_diff') for n, c in checks.items()})
 
 
+def test_the_effnet_port_passes_its_bundle_recorded_on_2_15(tmp_path):
+  """Its moving averages, RMSProp slots, host_call and JPEG-bytes serving,
+  on 1 and 2 replicas, replayed without tf.estimator."""
+  result, checks = run_compare(tmp_path / 'effnet.json',
+                               f'--bundle={_artifact("effnet.npz")}',
+                               '--port=effnet_port:make_port')
+  assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+  skipped = {n for n, c in checks.items() if c['status'] == 'skipped'}
+  assert skipped == ({'dropout (1 replica)'} if keras_compat.is_keras3()
+                     else set())
+  assert all(c['status'] == 'passed' for n, c in checks.items()
+             if n not in skipped), result.stdout
+  for name in ('host_call', 'served_predictions', 'evaluation',
+               'updates (2 replicas)'):
+    assert checks[name]['status'] == 'passed', name
+  averages = [n for n, e in checks['inventory']['train_state'].items()
+              if e['role'] == 'moving average']
+  assert len(averages) == 31 and all(
+      checks['inventory']['train_state'][n]['compared_by'].startswith(
+          'inventory') for n in averages)
+  print(f'EfficientNet-style pair, TF {tf.__version__} against its TF 2.15.1 '
+        'bundle:', {n: c.get('max_abs_diff') for n, c in checks.items()})
+
+
 def test_a_bert_checkpoint_converted_on_2_15_restores_here(tmp_path,
                                                            expected):
   """Converted on TF 2.15 (Keras 2's layout); on Keras 3 carried over with

@@ -4,8 +4,11 @@ a small ResNet with batch norm and momentum, a non-image model with
 embeddings, a multi-label head and Adam, and a BERT-shaped classifier (its
 own tf.compat.v1.train.Optimizer with weight decay and warmup, gradients
 clipped in the model_fn, a scaffold_fn warm start, labels inside int32 dict
-features). Each correct port passes on 1, 2 and 4 replicas and converts with
---verify; each deliberate bug fails the check named for its cause, first."""
+features), and an EfficientNet-style classifier (a moving average of its
+weights evaluated and exported in their place, TF 1's RMSProp, a host_call,
+a JPEG-bytes receiver). Each correct port passes on 1, 2 and 4 replicas and
+converts with --verify; each deliberate bug fails the check named for its
+cause, first."""
 import dataclasses
 import json
 import os
@@ -33,6 +36,9 @@ class Pair:
   params: dict
   legacy_flags: str = ''
   map_file: bool = False
+  serving_inputs: str = ''
+  # The legacy model_fn gives a host_call: the host_call check applies.
+  host_call: bool = False
 
   def args(self, data_dir: str, port: str = 'make_port') -> list[str]:
     params = self.params_in(data_dir)
@@ -43,6 +49,9 @@ class Pair:
       args.append(f'--legacy_flags={self.legacy_flags} --data_dir={data_dir}')
     if self.map_file:
       args.append(f'--variable_map={os.path.join(data_dir, "map.json")}')
+    if self.serving_inputs:
+      args.append(f'--legacy_serving_inputs={self.legacy}:'
+                  f'{self.serving_inputs}')
     return args
 
 
@@ -66,6 +75,10 @@ PAIRS = {
                  {'learning_rate': 1e-3, 'num_train_steps': 20,
                   'num_warmup_steps': 2,
                   'init_checkpoint': '{data_dir}/pretrained/model.ckpt'}),
+    'effnet': Pair('effnet_legacy', 'effnet_port', True,
+                   {'learning_rate': 0.05, 'warmup_steps': 2,
+                    'decay_steps': 2}, serving_inputs='serving_examples',
+                   host_call=True),
 }
 
 
@@ -107,7 +120,7 @@ def _compare(name, data_dirs, tmp_path, *args, port='make_port'):
 
 
 @pytest.mark.parametrize('name', [
-    name if name in ('resnet', 'bert') else catalogue(name)
+    name if name in ('resnet', 'bert', 'effnet') else catalogue(name)
     for name in PAIRS])
 def test_the_correct_port_passes_on_1_2_and_4_replicas(name, data_dirs,
                                                        tmp_path):
@@ -115,7 +128,7 @@ def test_the_correct_port_passes_on_1_2_and_4_replicas(name, data_dirs,
                             '--replicas=1,2,4')
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
   assert all(c['passed'] for c in checks.values()), result.stdout
-  assert len(checks) == (25 if PAIRS[name].serving else 24)
+  assert len(checks) == (24 + PAIRS[name].serving + PAIRS[name].host_call)
   for label in ('1 replica', '2 replicas', '4 replicas'):
     assert checks[f'updates ({label})']['max_abs_diff'] <= 5e-5
     assert checks[f'one_step ({label})']['legacy_reference'] == (
@@ -123,6 +136,8 @@ def test_the_correct_port_passes_on_1_2_and_4_replicas(name, data_dirs,
         f'as on {label.split()[0]} TPU cores')
   if name == 'bert':
     _assert_bert_run(checks, result.stdout)
+  if name == 'effnet':
+    _assert_effnet_run(checks)
   one_step = checks['one_step (1 replica)']
   if name == 'cnn':
     # Same kernels, same order of operations: exact to the bit.
@@ -183,6 +198,71 @@ def test_each_deliberate_bug_fails_the_check_named_for_it_first(
                             '--replicas=1,2', '--notpu_ready', port=port)
   assert result.returncode == 1, result.stderr[-2000:]
   failed = [n for n, c in checks.items() if not c['passed']]
+  assert failed and failed[0] == failing, result.stdout
+  assert cause in checks[failing]['message'], checks[failing]['message']
+
+
+def _assert_effnet_run(checks):
+  """What the EfficientNet-style pair's run must show beyond passing."""
+  # Its 31 moving averages paired and compared, each from its variable.
+  table = checks['inventory']['train_state']
+  averages = {n: e for n, e in table.items() if e['role'] == 'moving average'}
+  assert len(averages) == 31 and all(
+      e['compared_by'].startswith('inventory') for e in averages.values())
+  assert all(e.get('num_updates') for e in averages.values())
+  # Compared at every step, on the cores too.
+  for label in ('1 replica', '2 replicas', '4 replicas'):
+    assert checks[f'one_step ({label})']['averages_diff'] is not None
+  # Evaluated and exported on the averages, as the Estimator restored them.
+  assert checks['evaluation']['legacy_evaluates_with'] == 'the moving averages'
+  assert checks['served_predictions']['legacy_exports'] == (
+      'the moving averages')
+  assert checks['served_predictions']['inputs'] == {'image_bytes': [64]}
+  # TF 1's RMSProp read by its ops; the host_call's two summaries compared.
+  assert checks['optimizer']['legacy'] == (
+      'RMSProp(centered=False, epsilon=0.001, momentum=0.9, rho=0.9)')
+  assert checks['host_call']['names'] == ['loss', 'learning_rate']
+  # A warmup from 0: the update judged from step 2, and said.
+  assert checks['updates (1 replica)']['first_judged_step'] == 2
+
+
+EFFNET_BUGS = [
+    ('no_ema', 'inventory', '31 moving averages (tf.train.'
+     'ExponentialMovingAverage of conv2d/kernel and others'),
+    ('ema_without_num_updates', 'one_step (1 replica)',
+     "TF 1's num_updates, which lowers the decay"),
+    ('evaluates_raw_weights', 'evaluation',
+     "the port's metrics are the model_fn's on the raw weights"),
+    ('keras_rmsprop', 'optimizer',
+     "the rms slots start at 1 in the legacy optimizer and at 0 in the "
+     "port's"),
+    ('epsilon_outside_the_square_root', 'updates (1 replica)',
+     'epsilon inside or outside the square root'),
+    ('batch_norm_momentum_0_9', 'one_step (1 replica)',
+     'compare the batch-norm momentum'),
+    ('no_label_smoothing', 'one_step (1 replica)', 'label smoothing'),
+    ('l2_on_batch_norm_too', 'one_step (1 replica)',
+     "an L2 term over other variables, such as batch norm's gamma and beta "
+     'too'),
+    ('summary_of_the_next_rate', 'host_call',
+     'learning_rate differs at step 1 (0 vs'),
+]
+
+
+@pytest.mark.parametrize('port, failing, cause', [
+    bug if bug[0] == 'no_ema' else catalogue(*bug) for bug in EFFNET_BUGS])
+def test_each_bug_of_an_effnet_port_fails_with_a_hint_at_its_cause(
+    port, failing, cause, data_dirs, tmp_path):
+  # A larger rate than the pair's: the averages then part from the weights
+  # by far more than the evaluation's bar, whatever the initial weights.
+  params = {**PAIRS['effnet'].params_in(data_dirs['effnet']),
+            'learning_rate': 0.2}
+  result, checks = _compare('effnet', data_dirs, tmp_path, '--steps=4',
+                            '--replicas=1', '--notpu_ready',
+                            f'--params={json.dumps(params)}', port=port)
+  assert result.returncode == 1, result.stderr[-2000:]
+  failed = [n for n, c in checks.items() if c['status'] in ('failed',
+                                                            'error')]
   assert failed and failed[0] == failing, result.stdout
   assert cause in checks[failing]['message'], checks[failing]['message']
 
