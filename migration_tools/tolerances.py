@@ -45,8 +45,13 @@ UPDATE_RTOL = 5e-5
 UPDATE_ULPS = 2
 # A part's difference is judged over the larger of its own size and this
 # fraction of its group's typical size (per element, scaled to its count):
-# a variable whose gradient is zero up to rounding has a step of noise.
-UPDATE_FLOOR = 1e-2
+# a variable whose gradient is zero up to rounding has a step of noise. At
+# 1% a correct Keras 3 port of the EfficientNet-style test pair failed: the
+# beta of a batch norm followed, through linear layers, by another batch
+# norm has a gradient that is 0 in exact arithmetic, a sum of 8,192 values
+# whose rounding Keras 3's kernels order otherwise, 8e-7 of the typical
+# update apart (8e-5 of 1%, over the bar; 8e-6 of 10%).
+UPDATE_FLOOR = 1e-1
 # Each layer's output at identical weights, relative to its scale
 # (compare/layers.py), to say where two models part: the first layer over it.
 LAYER_RTOL = 1e-5

@@ -429,7 +429,7 @@ register(Check(
     'state: each trainable variable\'s update (after minus before) and each '
     'optimizer slot, relative to the legacy one\'s size; differences within '
     '2 units in the last place of the value are rounding; a part whose size '
-    'is under 1% of its group\'s typical size is held to that 1%', EACH,
+    'is under 10% of its group\'s typical size is held to that 10%', EACH,
     updates_check,
     needs=('legacy.state', 'legacy.global_step', 'legacy.slots',
            'legacy.step', 'port.set_state', 'port.set_global_step',

@@ -1,6 +1,7 @@
-"""The team's port of effnet_legacy: a functional Keras model, TF 1's RMSProp
-in Keras (its mean square starting at 1), the moving average kept by the
-trainer with TF 1's schedule and evaluated and exported in place of the
+"""The team's port of effnet_legacy: a functional Keras model whose batch
+norm moves its statistics as TF 1's did on Keras 3 too (tf1_layers), TF 1's
+RMSProp in Keras (its mean square starting at 1), the moving average kept by
+the trainer with TF 1's schedule and evaluated and exported in place of the
 weights; and nine deliberate bugs, one line away each."""
 import contextlib
 import dataclasses
@@ -12,7 +13,9 @@ import tensorflow as tf
 
 import effnet_legacy as legacy
 import team_trainer
+from kit_core import keras_compat
 from migration_tools.pair import port as port_lib
+from migration_tools.pair import tf1_layers
 from migration_tools.pair import tf1_optimizers
 
 layers = tf.keras.layers
@@ -34,6 +37,10 @@ VARIABLE_MAP = {
     f'{theirs}/{name}': f'{ours}/{name}' for theirs, ours in _BLOCKS
     for name in (_BN if theirs.startswith('batch') else
                  _VARIABLES.get(theirs, ('kernel',)))}
+if keras_compat.is_keras3():
+  # Keras 3 names a DepthwiseConv2D's kernel 'kernel', Keras 2
+  # 'depthwise_kernel'.
+  VARIABLE_MAP['depthwise/depthwise_kernel'] = 'depthwise/kernel'
 
 
 def build_model(params, bn_momentum=legacy.BN_MOMENTUM):
@@ -43,8 +50,9 @@ def build_model(params, bn_momentum=legacy.BN_MOMENTUM):
   def conv_bn(net, filters, conv, bn, kernel=1, swish=True):
     net = layers.Conv2D(filters, kernel, padding='same', use_bias=False,
                         name=conv)(net)
-    net = layers.BatchNormalization(momentum=bn_momentum,
-                                    epsilon=legacy.BN_EPSILON, name=bn)(net)
+    net = tf1_layers.BatchNormalization(momentum=bn_momentum,
+                                        epsilon=legacy.BN_EPSILON,
+                                        name=bn)(net)
     return layers.Activation(tf.nn.swish)(net) if swish else net
 
   net = conv_bn(images, legacy.STEM, 'stem_conv', 'stem_bn', 3)
@@ -52,7 +60,7 @@ def build_model(params, bn_momentum=legacy.BN_MOMENTUM):
   net = conv_bn(net, legacy.EXPANDED, 'expand_conv', 'expand_bn')
   net = layers.DepthwiseConv2D(3, padding='same', use_bias=False,
                                name='depthwise')(net)
-  net = layers.Activation(tf.nn.swish)(layers.BatchNormalization(
+  net = layers.Activation(tf.nn.swish)(tf1_layers.BatchNormalization(
       momentum=bn_momentum, epsilon=legacy.BN_EPSILON,
       name='depthwise_bn')(net))
   squeezed = layers.GlobalAveragePooling2D(keepdims=True)(net)
@@ -172,9 +180,7 @@ class Trainer(team_trainer.Trainer):
     self.logged['learning_rate'].assign(self.logged_rate())
 
   def logged_rate(self):
-    return self.optimizer.learning_rate if not callable(
-        self.optimizer.learning_rate) else _schedule_of(self.optimizer)(
-            self.optimizer.iterations - 1)
+    return _schedule_of(self.optimizer)(self.optimizer.iterations - 1)
 
   @tf.function
   def train_steps(self, iterator, steps):
@@ -207,9 +213,9 @@ class Trainer(team_trainer.Trainer):
 
 
 def _schedule_of(optimizer):
-  """The optimizer's schedule (Keras 3 keeps it apart from its
-  learning_rate, which it evaluates at the current step)."""
-  return getattr(optimizer, '_learning_rate', optimizer.learning_rate)
+  """The optimizer's schedule: Keras 2 and 3 keep it as _learning_rate (Keras
+  3's learning_rate is the schedule evaluated at the current step)."""
+  return optimizer._learning_rate  # pylint: disable=protected-access
 
 
 def averages(trainer):
