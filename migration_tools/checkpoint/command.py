@@ -71,6 +71,11 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
   flags.DEFINE_bool('no_slots', False, 'Drop the optimizer\'s slots: the '
                     'model and step alone, the optimizer starting afresh.',
                     **define)
+  flags.DEFINE_bool('averages_as_weights', False, 'Write the checkpoint\'s '
+                    'moving averages (<variable>/ExponentialMovingAverage) as '
+                    'the port\'s weights, as the Estimator evaluated and '
+                    'exported them through its scaffold; --verify then '
+                    'predicts the legacy side on them too.', **define)
   flags.DEFINE_bool('verify', False, 'Check that every output of both sides '
                     'agrees.', **define)
   flags.DEFINE_integer('verify_examples', 1000,
@@ -145,7 +150,8 @@ def _convert(tool_flags: flags.FlagValues, port, params: dict,
     # which the checkpoint (sorted by name) does not keep.
     order = legacy.creation_order(*fns, params)
   return estimator.convert(tool_flags.estimator_dir, tool_flags.output, port,
-                           params, not tool_flags.no_slots, order)
+                           params, not tool_flags.no_slots, order,
+                           tool_flags.averages_as_weights)
 
 
 def _verify(tool_flags: flags.FlagValues, port, params: dict,
@@ -163,7 +169,8 @@ def _verify(tool_flags: flags.FlagValues, port, params: dict,
     with exits.interruptible(f'the verification was stopped and {removed}; '
                              'run the same command again'):
       result = verify.verify(tool_flags.estimator_dir, output, port, *fns,
-                             params, tool_flags.verify_examples, progress)
+                             params, tool_flags.verify_examples, progress,
+                             tool_flags.averages_as_weights)
   except Interrupted:
     _remove_written(output, existed)
     raise

@@ -16,6 +16,9 @@ from migration_tools.pair import port as port_lib
 from migration_tools.pair import variable_map as variable_map_lib
 
 STEP_NAME = 'global_step'  # -> optimizer.iterations
+# tf.train.ExponentialMovingAverage names a shadow '<variable>/' + its name,
+# by default this.
+AVERAGE_SUFFIX = '/ExponentialMovingAverage'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,12 +30,16 @@ class LegacyCheckpoint:
     tables (the slot its canonical name), or None (the slot the suffix the
     legacy optimizer named it with, e.g. 'adam_m').
   step: the global step (0 if absent).
+  averages: {variable name: its tf.train.ExponentialMovingAverage shadow,
+    '<variable>/ExponentialMovingAverage'}, what the Estimator evaluated and
+    exported in place of the weights when its scaffold restored them.
   """
   path: str
   model: dict
   slots: dict
   kind: str | None
   step: int
+  averages: dict = dataclasses.field(default_factory=dict)
 
 
 def read_checkpoint(estimator_dir: str) -> LegacyCheckpoint:
@@ -65,13 +72,18 @@ def read_checkpoint(estimator_dir: str) -> LegacyCheckpoint:
   if len(kinds) > 1:
     raise KitError(f'{path} holds slots of several optimizers '
                    f'({", ".join(sorted(kinds))}); the converter carries one')
+  averages = {}
+  for name in [n for n in model if n.endswith(AVERAGE_SUFFIX)]:
+    owner = name[:-len(AVERAGE_SUFFIX)]
+    if owner in model and model[owner].shape == model[name].shape:
+      averages[owner] = model.pop(name)
   if not slots:  # Another optimizer's: '<variable>/<slot>' of its shape.
     for key, name in optimizers.generic_slots(
         {k: v.shape for k, v in model.items()}).items():
       slots[key] = model.pop(name)
   step = int(reader.get_tensor(STEP_NAME)) if STEP_NAME in names else 0
   return LegacyCheckpoint(path, model, slots, kinds.pop() if kinds else None,
-                          step)
+                          step, averages)
 
 
 def _current_rate(optimizer) -> float:
@@ -131,7 +143,8 @@ def _carry_slots(checkpoint: LegacyCheckpoint, optimizer,
 
 def convert(estimator_dir: str, output: str, port: port_lib.Port,
             params: dict | None = None, slots: bool = True,
-            order: list[str] | None = None) -> str:
+            order: list[str] | None = None,
+            averages_as_weights: bool = False) -> str:
   """Writes the converted checkpoint into the new directory output.
 
   Args:
@@ -147,6 +160,9 @@ def convert(estimator_dir: str, output: str, port: port_lib.Port,
     order: the legacy variables in creation order (legacy.creation_order),
       for a map inferred by shape and order; None: the checkpoint's sorted
       order.
+    averages_as_weights: write the checkpoint's moving averages as the
+      port's weights, as the Estimator evaluated and exported them; False:
+      the raw weights (the averages are said to be left).
 
   Returns:
     The checkpoint path. Nothing is left at output on failure.
@@ -171,8 +187,20 @@ def convert(estimator_dir: str, output: str, port: port_lib.Port,
       raise KitError(f'the checkpoint does not match the port\'s model: {e}'
                      ) from e
   files.check_pairs(checkpoint.model, ours, pairs)
+  values = dict(checkpoint.model)
+  if averages_as_weights:
+    if not checkpoint.averages:
+      raise KitError(f'--averages_as_weights: {checkpoint.path} holds no '
+                     'moving average (<variable>/ExponentialMovingAverage); '
+                     'convert its weights without it')
+    values.update(checkpoint.averages)
+  elif checkpoint.averages:
+    logging.info('%d moving averages in %s are not carried: the port gets '
+                 'the raw weights (--averages_as_weights writes the averages '
+                 'as the weights, as the Estimator evaluated and exported '
+                 'them)', len(checkpoint.averages), checkpoint.path)
   for name, target in pairs.items():
-    ours[target].assign(checkpoint.model[name])
+    ours[target].assign(values[name])
   optimizer.iterations.assign(checkpoint.step)
   carried = 0
   if slots:
@@ -183,6 +211,8 @@ def convert(estimator_dir: str, output: str, port: port_lib.Port,
                  'optimizer starts afresh at step %d', len(checkpoint.slots),
                  checkpoint.path, checkpoint.step)
   path = files.save(model, optimizer, output, checkpoint.step)
-  logging.info('Converted %s (step %d, %d variables, %d slots) into %s',
-               checkpoint.path, checkpoint.step, len(pairs), carried, path)
+  logging.info('Converted %s (step %d, %d variables%s, %d slots) into %s',
+               checkpoint.path, checkpoint.step, len(pairs),
+               ' as their moving averages' if averages_as_weights else '',
+               carried, path)
   return path

@@ -25,7 +25,8 @@ class Verification:
 
 def verify(estimator_dir: str, output: str, port: port_lib.Port, model_fn,
            input_fn, params: dict, count: int,
-           progress: progress_lib.Progress | None = None) -> Verification:
+           progress: progress_lib.Progress | None = None,
+           averages: bool = False) -> Verification:
   """Predicts the same batches with both checkpoints; raises on mismatch.
 
   Args:
@@ -38,6 +39,8 @@ def verify(estimator_dir: str, output: str, port: port_lib.Port, model_fn,
     params: the user's params for input_fn and model_fn.
     count: how many examples, at most.
     progress: told what runs (its heartbeat repeats it); None: silent.
+    averages: the legacy side predicts on the checkpoint's moving averages
+      (converted as the weights: --averages_as_weights).
 
   Raises:
     KitError: an output differs, or the port lacks one.
@@ -51,7 +54,8 @@ def verify(estimator_dir: str, output: str, port: port_lib.Port, model_fn,
   progress.now('verify: the legacy model_fn predicting on '
                f'{checkpoint_files.latest(estimator_dir)}')
   theirs = legacy.predict(model_fn, checkpoint_files.latest(estimator_dir),
-                          features, legacy.model_params(params, batch))
+                          features, legacy.model_params(params, batch),
+                          averages)
   progress.now(f'verify: the port predicting on {output}')
   model = port.build_model(legacy.model_params(params, batch))
   tf.train.Checkpoint(model=model).restore(

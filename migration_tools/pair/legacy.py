@@ -115,14 +115,23 @@ def _placeholders(spec, batch_size: int):
                                          [batch_size, *s.shape[1:]]), spec)
 
 
-def predict(model_fn, checkpoint_path: str, features, params: dict) -> dict:
+def predict(model_fn, checkpoint_path: str, features, params: dict,
+            averages: bool = False) -> dict:
   """The model_fn's PREDICT outputs on features, with the checkpoint's
-  weights; {name: array}."""
+  weights, or its moving averages where it holds one for a variable
+  ('<variable>/ExponentialMovingAverage'); {name: array}."""
   modes = tf.compat.v1.estimator.ModeKeys
   with tf.Graph().as_default():
     spec = model_fn(tf.nest.map_structure(tf.constant, features), None,
                     modes.PREDICT, dict(params))
     saver = tf.compat.v1.train.Saver()
+    if averages:
+      stored = tf.train.load_checkpoint(checkpoint_path
+                                        ).get_variable_to_shape_map()
+      shadow = '/ExponentialMovingAverage'
+      saver = tf.compat.v1.train.Saver({
+          (v.op.name + shadow if v.op.name + shadow in stored else
+           v.op.name): v for v in tf.compat.v1.global_variables()})
     with tf.compat.v1.Session() as sess:
       saver.restore(sess, checkpoint_path)
       return sess.run(outputs.as_dict(spec.predictions))

@@ -49,9 +49,6 @@ class Pair:
       args.append(f'--legacy_flags={self.legacy_flags} --data_dir={data_dir}')
     if self.map_file:
       args.append(f'--variable_map={os.path.join(data_dir, "map.json")}')
-    if self.serving_inputs:
-      args.append(f'--legacy_serving_inputs={self.legacy}:'
-                  f'{self.serving_inputs}')
     return args
 
 
@@ -109,6 +106,9 @@ def _compare(name, data_dirs, tmp_path, *args, port='make_port'):
   serving = ([f'--legacy_serving_input_fn={pair.legacy}:'
               'serving_input_receiver_fn'] if pair.serving else
              ['--legacy_serving_input_fn='])
+  if pair.serving_inputs:
+    serving.append(f'--legacy_serving_inputs={pair.legacy}:'
+                   f'{pair.serving_inputs}')
   result = run_module('migration_tools.compare',
                       *pair.args(data_dirs[name], port), *serving,
                       f'--report={report}', '--batch_size=32', *args,
@@ -417,3 +417,33 @@ def test_no_slots_converts_the_model_alone_and_says_so(data_dirs, tmp_path):
   assert result.returncode == 0, result.stderr[-2000:]
   assert '--no_slots: the 82 optimizer slots of' in result.stderr
   assert '(step 2, 41 variables, 0 slots)' in result.stderr
+
+
+def test_moving_averages_convert_as_the_weights_the_estimator_served(
+    data_dirs, tmp_path):
+  """An EfficientNet-style checkpoint holds each weight's moving average;
+  the Estimator evaluated and exported those. Converted as they are, the
+  port gets the raw weights and is told so; with --averages_as_weights it
+  gets the averages, and --verify predicts the legacy side on them too."""
+  estimator_dir = str(tmp_path / 'legacy')
+  _train_legacy('effnet', data_dirs['effnet'], estimator_dir)
+  args = [f'--estimator_dir={estimator_dir}',
+          *PAIRS['effnet'].args(data_dirs['effnet']), '--verify',
+          '--verify_examples=64']
+  raw = run_module('migration_tools.checkpoint',
+                   f'--output={tmp_path / "raw"}', *args, env=ENV)
+  assert raw.returncode == 0, raw.stderr[-2000:]
+  assert ('31 moving averages in ' in raw.stderr and
+          'are not carried: the port gets the raw weights' in raw.stderr)
+  averaged = run_module('migration_tools.checkpoint',
+                        f'--output={tmp_path / "averaged"}', *args,
+                        '--averages_as_weights', env=ENV)
+  assert averaged.returncode == 0, averaged.stderr[-2000:]
+  assert 'Verified on 64 examples: every output agrees' in averaged.stdout
+  assert '31 variables as their moving averages' in averaged.stderr
+  # The two differ: after 5 steps an average is not its weight.
+  theirs, ours = (tf.train.load_checkpoint(tf.train.latest_checkpoint(
+      str(tmp_path / name))) for name in ('raw', 'averaged'))
+  key = next(k for k in theirs.get_variable_to_shape_map()
+             if k.startswith('model/') and 'kernel' in k)
+  assert not np.allclose(theirs.get_tensor(key), ours.get_tensor(key))
