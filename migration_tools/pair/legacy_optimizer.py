@@ -123,7 +123,8 @@ class Reading:
   applied: dict
 
 
-def _variable_name(tensor) -> str:
+def variable_name(tensor) -> str:
+  """The name of the variable a tensor reads (through Identity ops)."""
   op = tensor.op
   while op.type == 'Identity':
     op = op.inputs[0].op
@@ -183,14 +184,14 @@ def _read_apply_ops(graph, variables, trainable) -> Reading | None:
   # then by name: a sparse Adam update (an embedding's) has no apply op.
   slots = {}
   for op, op_rule in rules:
-    owner = _variable_name(op.inputs[0])
+    owner = variable_name(op.inputs[0])
     for index, slot in op_rule.slots.items():
-      slots[(owner, slot)] = _variable_name(op.inputs[index])
+      slots[(owner, slot)] = variable_name(op.inputs[index])
   for name in variables:
     found = optimizers.legacy_slot(name, trainable, variables)
     if found and found[1] == kind:
       slots.setdefault((found[0], found[2]), name)
-  applied = {_variable_name(op.inputs[0]): op.inputs[rule.grad]
+  applied = {variable_name(op.inputs[0]): op.inputs[rule.grad]
              for op, rule in rules}
   rate = rates.pop().deref() if len(rates) == 1 else None
   return Reading(kind, kind, rate, f'the {first_op.type} ops', hyper, slots,

@@ -18,6 +18,7 @@ import fnmatch
 import numpy as np
 import tensorflow as tf
 
+from migration_tools.pair import legacy_optimizer
 from migration_tools.pair import optimizers
 
 # Roles, and what compares a variable of each.
@@ -105,13 +106,6 @@ def watch_averages():
     cls.apply = original
 
 
-def _variable_name(tensor) -> str:
-  op = tensor.op
-  while op.type == 'Identity':
-    op = op.inputs[0].op
-  return op.name
-
-
 def written(train_op) -> set[str]:
   """The names of the variables train_op writes: the assign and apply ops
   it runs, through its inputs and control dependencies."""
@@ -123,10 +117,10 @@ def written(train_op) -> set[str]:
       continue
     seen.add(op.name)
     if op.inputs and op.type in _WRITES:
-      found.add(_variable_name(op.inputs[0]))
+      found.add(legacy_optimizer.variable_name(op.inputs[0]))
     elif op.type.startswith(_WRITE_PREFIXES):
       # An apply op writes its slots too: every variable among its inputs.
-      found.update(_variable_name(t) for t in op.inputs
+      found.update(legacy_optimizer.variable_name(t) for t in op.inputs
                    if t.dtype == tf.resource or t.dtype._is_ref_dtype)  # pylint: disable=protected-access
     todo.extend(t.op for t in op.inputs)
     todo.extend(op.control_inputs)
