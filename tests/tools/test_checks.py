@@ -267,3 +267,31 @@ def test_the_same_infinity_on_both_sides_agrees_and_a_nan_never_does():
   assert checks.inference(both, dict(both), {}).passed
   nan = {'logits': np.array([np.nan, 0.5], np.float32)}
   assert checks.inference(nan, dict(nan), {}).failed
+
+
+def test_host_call_compares_what_the_summaries_log_or_says_why_not():
+  names = ['loss', 'learning_rate']
+  legacy = [{'loss': np.array([0.5]), 'learning_rate': np.array([0.0])},
+            {'loss': np.array([0.4]), 'learning_rate': np.array([0.1])}]
+  same = [(t, {k: v[0] for k, v in t.items()}) for t in legacy]
+  assert checks.host_call(names, same).passed
+  # The rate of the step after: the step and the value are named.
+  shifted = [(legacy[0], {'loss': 0.5, 'learning_rate': 0.1}),
+             (legacy[1], {'loss': 0.4, 'learning_rate': 0.2})]
+  result = checks.host_call(names, shifted)
+  assert result.failed and result.message.startswith(
+      'learning_rate differs at step 1 (0 vs 0.1)')
+  missing = checks.host_call(names, [(legacy[0], {'loss': 0.5})])
+  assert missing.failed and 'the port logs no learning_rate' in (
+      missing.message)
+  # No Port.host_call: one line, not a failure.
+  skipped = checks.host_call(names, [(legacy[0], None)])
+  assert skipped.status == checks.SKIPPED and not skipped.failed
+  assert skipped.message == (
+      'the legacy host_call receives loss, learning_rate at each step, and '
+      'the port gives no Port.host_call (the values its summaries log), so '
+      'the summaries were not compared')
+  # On two cores the host got each core's loss: a port logging one value is
+  # compared with core 0's, as a host_call that reads loss[0] logs.
+  cores = [({'loss': np.array([0.5, 0.7])}, {'loss': 0.5})]
+  assert checks.host_call(['loss'], cores).passed
