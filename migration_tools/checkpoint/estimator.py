@@ -11,14 +11,12 @@ import tensorflow as tf
 from kit_core import checkpoint_files
 from kit_core.errors import KitError
 from migration_tools.checkpoint import files
+from migration_tools.pair import legacy_state
 from migration_tools.pair import optimizers
 from migration_tools.pair import port as port_lib
 from migration_tools.pair import variable_map as variable_map_lib
 
 STEP_NAME = 'global_step'  # -> optimizer.iterations
-# tf.train.ExponentialMovingAverage names a shadow '<variable>/' + its name,
-# by default this.
-AVERAGE_SUFFIX = '/ExponentialMovingAverage'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,8 +71,8 @@ def read_checkpoint(estimator_dir: str) -> LegacyCheckpoint:
     raise KitError(f'{path} holds slots of several optimizers '
                    f'({", ".join(sorted(kinds))}); the converter carries one')
   averages = {}
-  for name in [n for n in model if n.endswith(AVERAGE_SUFFIX)]:
-    owner = name[:-len(AVERAGE_SUFFIX)]
+  for name in [n for n in model if n.endswith(legacy_state.AVERAGE_SUFFIX)]:
+    owner = name[:-len(legacy_state.AVERAGE_SUFFIX)]
     if owner in model and model[owner].shape == model[name].shape:
       averages[owner] = model.pop(name)
   if not slots:  # Another optimizer's: '<variable>/<slot>' of its shape.

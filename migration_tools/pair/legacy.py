@@ -128,7 +128,7 @@ def predict(model_fn, checkpoint_path: str, features, params: dict,
     if averages:
       stored = tf.train.load_checkpoint(checkpoint_path
                                         ).get_variable_to_shape_map()
-      shadow = '/ExponentialMovingAverage'
+      shadow = legacy_state.AVERAGE_SUFFIX
       saver = tf.compat.v1.train.Saver({
           (v.op.name + shadow if v.op.name + shadow in stored else
            v.op.name): v for v in tf.compat.v1.global_variables()})

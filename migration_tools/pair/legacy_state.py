@@ -41,6 +41,10 @@ NOT_NEEDED = {
              'powers)',
 }
 
+# tf.train.ExponentialMovingAverage names a shadow '<variable>/' + its name,
+# by default this (a checkpoint's averages are read so).
+AVERAGE_SUFFIX = '/ExponentialMovingAverage'
+
 # What a legacy evaluation restores (LegacyRunner.evaluates_with).
 EVALUATES_AVERAGES, EVALUATES_WEIGHTS = 'the moving averages', 'the weights'
 
