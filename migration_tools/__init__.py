@@ -11,7 +11,10 @@ One folder per tool, each with its command:
 compare/ and checkpoint/ stand on ``pair/``: both sides of a pair behind one
 interface (the model_fn as TPUEstimator ran it, the port under a strategy,
 either recorded or replayed), the Port contract, the variable and slot maps,
-and the flags and loading of a pair named on the command line. Beside them:
+and the flags and loading of a pair named on the command line. A port may
+take ``tf1_keras/``: Keras pieces that compute what TF 1 computed (each TF 1
+optimizer's Keras settings, batch norm as TF 1's fused kernel on Keras 3);
+no tool imports it. Beside them:
 ``outputs`` (how two outputs differ), ``tolerances`` (the bars) and ``cli``
 (every command's front end). The tools import nothing of the worked example
 (estimator_mnist, migrate, mnist_common): the kit's own pair (kit_pair/) is

@@ -80,6 +80,20 @@ def test_the_tools_stand_on_the_pair_and_the_pair_on_no_tool():
     assert any(t.startswith('migration_tools.pair.') for t in GRAPH[tool])
 
 
+def test_the_ports_keras_pieces_are_for_ports_alone():
+  # tf1_keras/ is what a port takes (TF 1's optimizers and batch norm in
+  # Keras); no tool stands on it, and it stands on no tool.
+  pieces = 'migration_tools.tf1_keras'
+  assert any(m.startswith(pieces + '.') for m in GRAPH), GRAPH.keys()
+  crossing = sorted(
+      f'{module} imports {target}' for module, targets in GRAPH.items()
+      for target in targets
+      if module.startswith('migration_tools.') and
+      module.startswith(pieces) != target.startswith(pieces) and
+      target.startswith('migration_tools.'))
+  assert crossing == []
+
+
 def test_the_core_imports_nothing_of_the_tools():
   assert _crossing(('kit_core',), ('migration_tools',)) == []
 

@@ -305,8 +305,9 @@ def optimizer(theirs, ours, starts: list[str] | None = None) -> CheckResult:
     return CheckResult('optimizer', FAILED, '; '.join(starts) + ': start '
                        'the port\'s slots where the legacy optimizer starts '
                        'them (TF 1\'s RMSPropOptimizer starts its rms at 1, '
-                       'Keras\'s RMSprop at 0: tf1_optimizers.RMSpropFromOnes;'
-                       ' docs/MIGRATION.md, "TF 1 optimizers")',
+                       'Keras\'s RMSprop at 0: migration_tools.tf1_keras.'
+                       'optimizers.RMSpropFromOnes; docs/MIGRATION.md, "TF 1 '
+                       'optimizers")',
                        figures=figures)
   return CheckResult('optimizer', PASSED, figures=figures)
 

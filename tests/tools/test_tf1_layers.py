@@ -1,4 +1,4 @@
-"""tf1_layers.BatchNormalization moves its statistics as TF 1's fused batch
+"""tf1_keras.layers.BatchNormalization moves its statistics as TF 1's fused batch
 norm did, on Keras 2 and Keras 3: the unbiased variance, and on several
 replicas their mean. Keras 3's own layer does neither (the test shows it)."""
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from kit_core import keras_compat
-from migration_tools.pair import tf1_layers
+from migration_tools.tf1_keras import layers as tf1_layers
 
 MOMENTUM = 0.9
 _X = np.random.default_rng(3).normal(2.0, 3.0, (8, 4, 4, 2)).astype(

@@ -14,7 +14,7 @@ from migration_tools.compare import updates
 from migration_tools.pair import legacy
 from migration_tools.pair import legacy_optimizer
 from migration_tools.pair import optimizers
-from migration_tools.pair import tf1_optimizers
+from migration_tools.tf1_keras import optimizers as tf1_optimizers
 
 v1 = tf.compat.v1
 RATE = 0.1

@@ -1,5 +1,5 @@
 """The team's port of effnet_legacy: a functional Keras model whose batch
-norm moves its statistics as TF 1's did on Keras 3 too (tf1_layers), TF 1's
+norm moves its statistics as TF 1's did on Keras 3 too (tf1_keras.layers), TF 1's
 RMSProp in Keras (its mean square starting at 1), the moving average kept by
 the trainer with TF 1's schedule and evaluated and exported in place of the
 weights; and nine deliberate bugs, one line away each."""
@@ -15,8 +15,8 @@ import effnet_legacy as legacy
 import team_trainer
 from kit_core import keras_compat
 from migration_tools.pair import port as port_lib
-from migration_tools.pair import tf1_layers
-from migration_tools.pair import tf1_optimizers
+from migration_tools.tf1_keras import layers as tf1_layers
+from migration_tools.tf1_keras import optimizers as tf1_optimizers
 
 layers = tf.keras.layers
 
