@@ -16,7 +16,7 @@ Keras 3's own differs three ways:
   check sees.
 
 On Keras 3, for a 4-D input normalised over its last axis (images, NHWC),
-this layer runs TF 1's fused kernel itself (``fused_batch_norm`` with its
+this layer runs TF 1's fused kernel itself (``FusedBatchNormV3`` with its
 exponential average), so that all three are as TF 1's; for other inputs it
 corrects the variance's update only. On Keras 2 it is Keras's own layer,
 unchanged (fused already). tests/tools/test_tf1_layers.py holds it to the
@@ -64,14 +64,16 @@ class BatchNormalization(tf.keras.layers.BatchNormalization):
     """TF 1's fused kernel: in training, the batch's statistics and the
     moving ones moved by its exponential average (unbiased variance)."""
     dtype = inputs.dtype
-    inputs = tf.cast(inputs, tf.float32)
-    outputs, mean, variance = tf.compat.v1.nn.fused_batch_norm(
-        inputs, tf.convert_to_tensor(self.gamma),
-        tf.convert_to_tensor(self.beta),
+    # The kernel itself (tf.compat.v1.nn.fused_batch_norm wraps it): its
+    # gradient is registered, and it is TF 2 API.
+    outputs, mean, variance, *_ = tf.raw_ops.FusedBatchNormV3(
+        x=tf.cast(inputs, tf.float32), scale=tf.convert_to_tensor(self.gamma),
+        offset=tf.convert_to_tensor(self.beta),
         mean=tf.convert_to_tensor(self.moving_mean),
         variance=tf.convert_to_tensor(self.moving_variance),
-        epsilon=self.epsilon, is_training=training,
-        exponential_avg_factor=1.0 - self.momentum if training else 1.0)
+        epsilon=self.epsilon,
+        exponential_avg_factor=1.0 - self.momentum if training else 1.0,
+        is_training=training)
     if training:
       self.moving_mean.assign(mean)
       self.moving_variance.assign(variance)
