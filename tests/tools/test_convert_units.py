@@ -129,3 +129,32 @@ def test_an_object_based_checkpoint_says_what_it_is(tmp_path):
   tf.train.Checkpoint(v=tf.Variable(1.0)).save(str(tmp_path / 'ckpt'))
   with pytest.raises(KitError, match='already a TF 2'):
     estimator.read_checkpoint(str(tmp_path))
+
+
+def test_moving_averages_are_read_apart_and_carried_only_when_asked(tmp_path):
+  source = tmp_path / 'source'
+  source.mkdir()
+  averages = {'dense/kernel': KERNEL + 1, 'dense/bias': BIAS + 1}
+  _name_based(source, {'dense/kernel': KERNEL, 'dense/bias': BIAS, **{
+      f'{k}/ExponentialMovingAverage': v for k, v in averages.items()}})
+  checkpoint = estimator.read_checkpoint(str(source))
+  assert sorted(checkpoint.model) == ['dense/bias', 'dense/kernel']
+  assert sorted(checkpoint.averages) == ['dense/bias', 'dense/kernel']
+  port = _port(momentum=0.0)
+  estimator.convert(str(source), str(tmp_path / 'raw'), port, {},
+                    slots=False)
+  model, _ = _restored(tmp_path / 'raw', port)
+  np.testing.assert_array_equal(model.get_layer('dense').kernel, KERNEL)
+  estimator.convert(str(source), str(tmp_path / 'averaged'), port, {},
+                    slots=False, averages_as_weights=True)
+  model, _ = _restored(tmp_path / 'averaged', port)
+  np.testing.assert_array_equal(model.get_layer('dense').kernel, KERNEL + 1)
+  np.testing.assert_array_equal(model.get_layer('dense').bias, BIAS + 1)
+
+
+def test_averages_as_weights_without_averages_is_refused(tmp_path):
+  _momentum_checkpoint(tmp_path)
+  with pytest.raises(KitError, match='holds no moving average'):
+    estimator.convert(str(tmp_path), str(tmp_path / 'out'), _port(), {},
+                      averages_as_weights=True)
+  assert not (tmp_path / 'out').exists()
