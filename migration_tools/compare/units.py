@@ -196,6 +196,13 @@ def _averages_after(legacy, runner) -> dict:
   return {'legacy_averages': theirs, 'port_averages': ours}
 
 
+def _take_legacy_state(legacy, runner) -> None:
+  """The port takes the legacy model's state and moving averages (for a
+  check at identical weights: evaluation, serving)."""
+  runner.set_state(legacy.state())
+  runner.set_averages(legacy.averages())
+
+
 def one_step(run: Run, replicas: Replicas) -> CheckResult:
   legacy, runner = replicas.legacy, replicas.port
   theirs, ours = replicas.memo.once(
@@ -283,8 +290,7 @@ register(Check(
 def evaluation(run: Run, replicas: Replicas) -> CheckResult:
   legacy, runner = replicas.legacy, replicas.port
   batches = run.data.batches[:run.options.eval_batches]
-  runner.set_state(legacy.state())
-  runner.set_averages(legacy.averages())
+  _take_legacy_state(legacy, runner)
   evaluates_with = legacy.describe_run()['evaluates_with']
   theirs = legacy.evaluate(batches)
   # Where the model_fn evaluates its averages: its metrics on the weights
@@ -310,8 +316,7 @@ def served_predictions(run: Run, replicas: Replicas) -> CheckResult:
   """Both SavedModels, loaded back, on the same receiver inputs."""
   legacy, runner = replicas.legacy, replicas.port
   inputs_ = legacy.serving_inputs(run.data, run.options.seed)
-  runner.set_state(legacy.state())
-  runner.set_averages(legacy.averages())
+  _take_legacy_state(legacy, runner)
   # The port first: the legacy export leaves the port's Keras model unusable.
   ours = runner.serve(os.path.join(run.workdir, 'port'), inputs_)
   theirs = legacy.serve(run.workdir, inputs_)
