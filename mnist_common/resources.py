@@ -7,8 +7,6 @@ training, and refuses with one line; ``--skip_resource_checks`` overrides.
 """
 import os
 
-import tensorflow as tf
-
 from kit_core.errors import KitError
 
 # Peak bytes per example over the bytes of its forward pass's tensors
@@ -73,9 +71,9 @@ def check_cpu_devices(count: int) -> None:
         f'{os.cpu_count()} cores); use {MAX_CPU_DEVICES} or fewer, {_SKIP}')
 
 
-def forward_bytes(graph: tf.Graph) -> int:
+def forward_bytes(graph) -> int:
   """The bytes of one example's forward pass: the floating-point tensors of
-  `graph` (built for a batch of 1) that lead with that batch; weights do
+  `graph` (a tf.Graph built for a batch of 1) that lead with that batch; weights do
   not."""
   total = 0
   for op in graph.get_operations():
