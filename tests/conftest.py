@@ -25,16 +25,23 @@ _QUIET_HERE = 'TF_CPP_MIN_LOG_LEVEL' not in os.environ
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
 
 # Multi-replica tests run in this process on logical CPU devices, which must
-# exist before TensorFlow runs its first op: split the CPU here, at import.
+# exist before TensorFlow runs its first op (or JAX makes its devices): split
+# the CPU here, at import.
 NUM_CPU_DEVICES = 4
-import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
-
+# The jax profile has no TensorFlow: Keras 3 runs on JAX there, over as many
+# XLA CPU devices.
+HAS_TENSORFLOW = importlib.util.find_spec('tensorflow') is not None
+if HAS_TENSORFLOW:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
+  tf.config.set_logical_device_configuration(
+      tf.config.list_physical_devices('CPU')[0],
+      [tf.config.LogicalDeviceConfiguration()] * NUM_CPU_DEVICES)
+else:
+  os.environ['KERAS_BACKEND'] = 'jax'
+  os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_force_'
+                             f'host_platform_device_count={NUM_CPU_DEVICES}')
 if _QUIET_HERE:
   del os.environ['TF_CPP_MIN_LOG_LEVEL']
-
-tf.config.set_logical_device_configuration(
-    tf.config.list_physical_devices('CPU')[0],
-    [tf.config.LogicalDeviceConfiguration()] * NUM_CPU_DEVICES)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,6 +63,22 @@ ESTIMATOR_TEST_FILES = (
     'example/test_estimator_main.py', 'example/test_estimator_model.py',
     'tools/test_user_pairs.py', 'example/test_versions.py')
 collect_ignore = [] if HAS_ESTIMATOR else list(ESTIMATOR_TEST_FILES)
+# On the jax profile, the files that need no TensorFlow; every other file is
+# not collected, and the header says so. The scanner's tests need none
+# either, but its behaviour depends on no framework, and the other two
+# profiles run them.
+JAX_TEST_FILES = ('example/test_migrate_jax.py', 'example/test_records.py',
+                  'test_boundaries.py', 'test_guide.py')
+
+
+def pytest_ignore_collect(collection_path, config):
+  """On the jax profile, every test file outside JAX_TEST_FILES."""
+  if HAS_TENSORFLOW or collection_path.suffix != '.py':
+    return None
+  relative = os.path.relpath(collection_path, os.path.dirname(__file__))
+  if relative.startswith('test') or '/test_' in relative:
+    return relative not in JAX_TEST_FILES or None
+  return None
 
 
 # What TF 2.15 made (tests/tf215_artifacts.py) for the tests marked
@@ -67,6 +90,13 @@ TF215_PYTHON = os.environ.get('KIT_TF215_PYTHON')
 
 
 def pytest_report_header(config):
+  if not HAS_TENSORFLOW:
+    import jax  # pylint: disable=g-import-not-at-top
+    import keras  # pylint: disable=g-import-not-at-top
+    return [f'JAX {jax.__version__}, Keras {keras.__version__} on '
+            f'{keras.backend.backend()}, no TensorFlow',
+            'collected, as they need no TensorFlow: '
+            f'{", ".join(JAX_TEST_FILES)}; every other file is left out']
   from kit_core import keras_compat  # pylint: disable=g-import-not-at-top
   lines = [f'TensorFlow {tf.__version__}, Keras {keras_compat.keras_major()}, '
            f'tf.estimator {"installed" if HAS_ESTIMATOR else "missing"}']
@@ -131,7 +161,7 @@ def run_module(module: str, *args: str, timeout: float = 600,
 
 
 @functools.lru_cache(maxsize=None)
-def cpu_strategy(replicas: int) -> tf.distribute.Strategy:
+def cpu_strategy(replicas: int) -> 'tf.distribute.Strategy':
   """MirroredStrategy over the first `replicas` logical CPUs (or one device).
 
   One per replica count for the whole session: two MirroredStrategy objects

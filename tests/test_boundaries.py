@@ -9,8 +9,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ('kit_core', 'mnist_common', 'estimator_mnist', 'migrate',
-            'migration_tools', 'kit_pair')
-EXAMPLE = ('mnist_common', 'estimator_mnist', 'migrate')
+            'migrate_jax', 'migration_tools', 'kit_pair')
+EXAMPLE = ('mnist_common', 'estimator_mnist', 'migrate', 'migrate_jax')
+HALVES = ('estimator_mnist', 'migrate', 'migrate_jax')
 
 
 def _module_name(path: str) -> str:
@@ -102,6 +103,13 @@ def test_the_example_imports_nothing_of_the_tools():
   # Both halves stand without the tools; the kit's own pair (kit_pair/),
   # which hands them to the tools, lives apart from both.
   assert _crossing(EXAMPLE, ('migration_tools', 'kit_pair')) == []
+
+
+def test_each_half_of_the_example_imports_no_other_half():
+  # What the halves share lives once, in mnist_common/ and kit_core/.
+  for half in HALVES:
+    others = tuple(h for h in HALVES if h != half)
+    assert _crossing((half,), others) == []
 
 
 def test_the_pair_is_the_one_package_that_meets_both():

@@ -1,0 +1,4 @@
+"""python -m migrate_jax: see main.py."""
+from migrate_jax import main
+
+main.run()

@@ -1,0 +1,97 @@
+"""Checkpoints as named arrays: every variable of the model (dropout's random
+state among them) and of the optimizer (its step among them), by path, in
+one ``ckpt-<step>.npz`` per save.
+
+A framework-neutral form on purpose: numpy reads it, and its names are
+Keras's variable paths (``conv1/kernel``, ``sgd/iteration``), the ones
+migration-compare pairs with the Estimator checkpoint's. Keras's own
+``.weights.h5`` leaves the random state out, and a resumed run would then
+draw other dropout masks than the whole run drew.
+"""
+import os
+import re
+
+from absl import logging
+import numpy as np
+
+from kit_core import atomic
+from kit_core.errors import KitError
+
+_NAME = re.compile(r'^ckpt-(\d+)\.npz$')
+
+
+def state(model, optimizer) -> dict[str, np.ndarray]:
+  """{'model/<path>' or 'optimizer/<path>': value} of every variable."""
+  arrays = {f'model/{v.path}': np.asarray(v.value) for v in model.variables}
+  arrays.update({f'optimizer/{v.path}': np.asarray(v.value)
+                 for v in optimizer.variables})
+  return arrays
+
+
+def step_of(optimizer) -> int:
+  return int(np.asarray(optimizer.iterations.value))
+
+
+def find(model_dir: str) -> list[str]:
+  """The checkpoints in model_dir, oldest first."""
+  try:
+    names = os.listdir(model_dir)
+  except FileNotFoundError:
+    return []
+  found = sorted((int(m.group(1)), name) for name in names
+                 if (m := _NAME.match(name)))
+  return [os.path.join(model_dir, name) for _, name in found]
+
+
+def save(model_dir: str, step: int, arrays: dict[str, np.ndarray],
+         keep: int) -> str:
+  """Writes ckpt-<step>.npz atomically; keeps the newest `keep`."""
+  path = os.path.join(model_dir, f'ckpt-{step}.npz')
+  with atomic.temporary_path(path) as tmp:
+    with open(tmp, 'wb') as f:
+      np.savez(f, **arrays)
+  for old in find(model_dir)[:-keep]:
+    os.remove(old)
+  return path
+
+
+def restore(model_dir: str, model, optimizer) -> str | None:
+  """Loads model_dir's newest checkpoint into the variables; returns it, or
+  None when there is none.
+
+  Raises:
+    KitError: it cannot be read, or its variables are not this model's and
+      optimizer's; nothing is changed.
+  """
+  found = find(model_dir)
+  if not found:
+    return None
+  path = found[-1]
+  try:
+    with np.load(path) as saved:
+      arrays = {name: saved[name] for name in saved.files}
+  except (OSError, ValueError, KeyError) as e:
+    raise KitError(f'checkpoint {path} cannot be read ({e}); remove it to '
+                   'resume from the one before, or use another --model_dir'
+                   ) from e
+  variables = {f'model/{v.path}': v for v in model.variables}
+  variables.update({f'optimizer/{v.path}': v for v in optimizer.variables})
+  _check_matches(path, arrays, variables)
+  for name, variable in variables.items():
+    variable.assign(arrays[name])
+  logging.info('Restored %s', path)
+  return path
+
+
+def _check_matches(path: str, arrays: dict, variables: dict) -> None:
+  missing = sorted(set(variables) - set(arrays))
+  extra = sorted(set(arrays) - set(variables))
+  wrong = [f'{name} {arrays[name].shape} (the model\'s is '
+           f'{tuple(v.shape)})' for name, v in variables.items()
+           if name in arrays and arrays[name].shape != tuple(v.shape)]
+  if missing or extra or wrong:
+    what = (f'lacks {", ".join(missing[:3])}' if missing else
+            f'has {", ".join(extra[:3])} that the model lacks' if extra else
+            f'has {", ".join(wrong[:3])}')
+    raise KitError(f'checkpoint {path} is not this model\'s: it {what}; use '
+                   'another --model_dir, or the flags it was trained with')

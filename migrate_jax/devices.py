@@ -1,0 +1,43 @@
+"""JAX's devices, fixed before JAX starts: N replicas on one CPU, as N TPU
+cores would be.
+
+XLA makes its CPU devices once, when JAX first asks for them; the number
+comes from XLA_FLAGS (``--xla_force_host_platform_device_count``), so it is
+set here, before ``import jax``. On a TPU or GPU the flag touches nothing:
+the accelerator's own devices are used.
+"""
+import os
+import re
+import sys
+
+from kit_core.errors import KitError
+
+_FLAG = '--xla_force_host_platform_device_count'
+
+
+def use_jax_backend() -> None:
+  """Keras 3 on JAX: set before keras is imported (it reads it once)."""
+  backend = os.environ.get('KERAS_BACKEND')
+  if 'keras' in sys.modules and backend not in (None, 'jax'):
+    raise KitError(f'Keras was loaded with KERAS_BACKEND={backend}; '
+                   'migrate_jax runs on jax: unset KERAS_BACKEND')
+  os.environ['KERAS_BACKEND'] = 'jax'
+
+
+def split_cpu(num_devices: int) -> None:
+  """Asks XLA for num_devices CPU devices, before JAX starts.
+
+  Raises:
+    KitError: fewer than 1, or JAX already started with another number.
+  """
+  if num_devices < 1:
+    raise KitError(f'--num_cpu_devices={num_devices}: need at least 1')
+  if 'jax' in sys.modules:
+    import jax  # pylint: disable=g-import-not-at-top
+    current = len(jax.devices('cpu'))
+    if current != num_devices:
+      raise KitError(f'cannot make {num_devices} CPU devices: JAX has '
+                     f'already started with {current}')
+    return
+  flags = re.sub(rf'{_FLAG}=\S+', '', os.environ.get('XLA_FLAGS', ''))
+  os.environ['XLA_FLAGS'] = f'{flags} {_FLAG}={num_devices}'.strip()
