@@ -2,7 +2,8 @@
 # Runs the README's three main jobs with default flags, one after the other,
 # and prints a Markdown table row per job: eval accuracy and wall time.
 #   bash benchmarks/default_jobs.sh [PYTHON [FLAG...]]   (default: .venv/bin/python)
-# With a PYTHON of the newest profile (no tf.estimator), the two migrate jobs.
+# With a PYTHON of the newest profile (no tf.estimator), the two migrate jobs;
+# with the jax profile's (no TensorFlow), the JAX job on 4 CPU devices.
 # FLAGs go to the two migrate jobs only, after their own (a later flag wins),
 # and leave the estimator job out, so that a run with and one without a flag
 # compare the migrate jobs alone. For XLA: --jit_compile --num_cpu_devices=1
@@ -21,7 +22,12 @@ jobs=("migrate --loop=fit$extra" "migrate --loop=custom --num_cpu_devices=2$extr
 if [ ${#flags[@]} -eq 0 ] && "$python" -c 'import tensorflow_estimator' 2> /dev/null; then
   jobs=("estimator_mnist" "${jobs[@]}")
 fi
-echo "TensorFlow $("$python" -c 'import tensorflow as tf; print(tf.__version__)' 2> /dev/null)"
+if ! "$python" -c 'import tensorflow' 2> /dev/null; then
+  jobs=("migrate_jax --num_cpu_devices=4$extra")
+  echo "JAX $("$python" -c 'import jax; print(jax.__version__)')"
+else
+  echo "TensorFlow $("$python" -c 'import tensorflow as tf; print(tf.__version__)' 2> /dev/null)"
+fi
 echo "| command | eval accuracy | wall time |"
 echo "| --- | --- | --- |"
 for job in "${jobs[@]}"; do
