@@ -4,15 +4,21 @@ for the kit, in one module, so the rest of the code reads the same on both.
 ``tf.keras`` is Keras 2.15 on TF 2.15 and Keras 3 on TF 2.16+ (unless
 ``TF_USE_LEGACY_KERAS=1`` swaps in tf-keras, which is Keras 2 again).
 """
+from __future__ import annotations
+
 import functools
 
-import tensorflow as tf
+from kit_core import lazy
+from kit_core.lazy import tensorflow as tf
+
 
 
 @functools.cache
 def keras_major() -> int:
-  """2 or 3: the major version of the Keras behind ``tf.keras``."""
-  version = getattr(tf.keras, '__version__', None)
+  """2 or 3: the major version of the Keras behind ``tf.keras``, or of
+  Keras itself where there is no TensorFlow (the jax profile)."""
+  version = (getattr(tf.keras, '__version__', None)
+             if lazy.installed('tensorflow') else None)
   if version is None:  # Keras 2.15's tf.keras namespace carries no version.
     import keras  # pylint: disable=g-import-not-at-top
     version = keras.__version__

@@ -20,6 +20,7 @@ options), so an option on a dataset cannot prevent it in general. Hence:
   autotuning thread at all; element values and order are unchanged.
 """
 import atexit
+import importlib.util
 import logging
 import os
 import shutil
@@ -45,7 +46,8 @@ def quiet_tensorflow_startup(argv: list[str] | None = None) -> None:
   """
   argv = sys.argv if argv is None else argv
   if ('TF_CPP_MIN_LOG_LEVEL' in os.environ or _verbosity(argv) > 0 or
-      'tensorflow' in sys.modules):
+      'tensorflow' in sys.modules or
+      importlib.util.find_spec('tensorflow') is None):  # The jax profile.
     return
   os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'
   sys.stderr.flush()

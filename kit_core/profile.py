@@ -8,6 +8,8 @@ slower first calls of a warm-up do not count). Graph-mode
 ``session.run`` and ``tf.function`` steps are both traced. Used by the
 benchmarks (``benchmarks/kernels.py``) and by ``migration-compare --speed``.
 """
+from __future__ import annotations
+
 import collections
 import contextlib
 import glob
@@ -16,9 +18,9 @@ import re
 import statistics
 from typing import Iterator
 
-import tensorflow as tf
 
 from kit_core.errors import KitError
+from kit_core.lazy import tensorflow as tf
 
 # A kernel's trace event is "op name:op type"; runtime events ("Iterator::...",
 # "EagerLocalExecute: ...") have other shapes.

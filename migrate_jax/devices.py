@@ -7,12 +7,10 @@ set here, before ``import jax``. On a TPU or GPU the flag touches nothing:
 the accelerator's own devices are used.
 """
 import os
-import re
 import sys
 
+from kit_core import devices
 from kit_core.errors import KitError
-
-_FLAG = '--xla_force_host_platform_device_count'
 
 
 def use_jax_backend() -> None:
@@ -25,19 +23,14 @@ def use_jax_backend() -> None:
 
 
 def split_cpu(num_devices: int) -> None:
-  """Asks XLA for num_devices CPU devices, before JAX starts.
+  """num_devices CPU devices for JAX (kit_core.devices.split_xla_cpu).
 
   Raises:
     KitError: fewer than 1, or JAX already started with another number.
   """
-  if num_devices < 1:
-    raise KitError(f'--num_cpu_devices={num_devices}: need at least 1')
+  devices.split_xla_cpu(num_devices)
   if 'jax' in sys.modules:
     import jax  # pylint: disable=g-import-not-at-top
-    current = len(jax.devices('cpu'))
-    if current != num_devices:
+    if len(jax.devices('cpu')) != num_devices:
       raise KitError(f'cannot make {num_devices} CPU devices: JAX has '
-                     f'already started with {current}')
-    return
-  flags = re.sub(rf'{_FLAG}=\S+', '', os.environ.get('XLA_FLAGS', ''))
-  os.environ['XLA_FLAGS'] = f'{flags} {_FLAG}={num_devices}'.strip()
+                     f'already started with {len(jax.devices("cpu"))}')

@@ -52,6 +52,21 @@ UPDATE_ULPS = 2
 # whose rounding Keras 3's kernels order otherwise, 8e-7 of the typical
 # update apart (8e-5 of 1%, over the bar; 8e-6 of 10%).
 UPDATE_FLOOR = 1e-1
+# A port on another framework may decide a near-tie otherwise: on the kit's
+# pair on JAX (XLA:CPU against TF's kernels), at step 13 of 20 a max-pool
+# window held two values 1.1e-8 apart at 0.0204 (6 units in the last
+# place); the port routed the gradient to the other one, and conv2's update
+# parted from the legacy one by 5e-3 at its largest element (8e-4 of the
+# update), while float64 agreed with TF to 3e-6. A step over the bar of
+# `updates` or `stepwise` is taken for such a near-tie, reported and not
+# failed, when it is alone (the steps before and after it within the bar),
+# below FLIP_RTOL (updates) or FLIP_ATOL (stepwise), and at most FLIP_SHARE
+# of the steps are (none of fewer than 10). A bug in a formula or a
+# hyper-parameter shows at every step; one in a schedule at its boundary is
+# the learning_rate check's, held to 1e-9.
+FLIP_RTOL = 1e-2
+FLIP_ATOL = 1e-4
+FLIP_SHARE = 0.1
 # Each layer's output at identical weights, relative to its scale
 # (compare/layers.py), to say where two models part: the first layer over it.
 LAYER_RTOL = 1e-5

@@ -63,11 +63,19 @@ ESTIMATOR_TEST_FILES = (
     'example/test_estimator_main.py', 'example/test_estimator_model.py',
     'tools/test_user_pairs.py', 'example/test_versions.py')
 collect_ignore = [] if HAS_ESTIMATOR else list(ESTIMATOR_TEST_FILES)
+# The test files of JAX and its ports: collected on the jax profile alone
+# (a TensorFlow profile has no JAX), as the header says.
+HAS_JAX = importlib.util.find_spec('jax') is not None
+JAX_ONLY_TEST_FILES = ('example/test_migrate_jax.py', 'tools/test_jax_ports.py')
+if not HAS_JAX:
+  collect_ignore += list(JAX_ONLY_TEST_FILES)
 # On the jax profile, the files that need no TensorFlow; every other file is
 # not collected, and the header says so. The scanner's tests need none
 # either, but its behaviour depends on no framework, and the other two
 # profiles run them.
 JAX_TEST_FILES = ('example/test_migrate_jax.py', 'example/test_records.py',
+                  'tools/test_jax_ports.py', 'tools/test_array_port.py',
+                  'tools/test_checks.py', 'tools/test_updates.py',
                   'test_boundaries.py', 'test_guide.py')
 
 
@@ -100,6 +108,9 @@ def pytest_report_header(config):
   from kit_core import keras_compat  # pylint: disable=g-import-not-at-top
   lines = [f'TensorFlow {tf.__version__}, Keras {keras_compat.keras_major()}, '
            f'tf.estimator {"installed" if HAS_ESTIMATOR else "missing"}']
+  if not HAS_JAX:
+    lines.append('left out, as they need JAX (the jax profile runs them): '
+                 f'{", ".join(JAX_ONLY_TEST_FILES)}')
   if not HAS_ESTIMATOR:
     lines.append('left out, as they need tf.estimator (TF 2.15): '
                  f'{", ".join(ESTIMATOR_TEST_FILES)} and the tests marked '

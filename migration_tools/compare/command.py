@@ -21,6 +21,8 @@ The defaults compare the kit's own pair; the bars are in ``tolerances``.
 
 The checks, in the order they run (migration_tools/compare/registry.py):
 """
+from __future__ import annotations
+
 import os
 
 # oneDNN picks its kernels per graph, so the same op can round differently in
@@ -40,21 +42,22 @@ import dataclasses
 import tempfile
 
 from absl import flags
-import tensorflow as tf
 
-from kit_core import checkpoint_files
 from kit_core import devices
 from kit_core import exits
+from kit_core import lazy
 from kit_core import paths
 from kit_core import progress as progress_lib
 from kit_core import sharding
 from kit_core.errors import KitError
+from kit_core.lazy import tensorflow as tf
 from migration_tools import cli
 from migration_tools import tolerances
 from migration_tools.compare import golden
 from migration_tools.compare import harness
 from migration_tools.compare import registry
 from migration_tools.compare import speed as speed_lib
+from migration_tools.pair import array_port
 from migration_tools.pair import flags as pair_lib
 from migration_tools.pair import legacy
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -155,6 +158,7 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
   legacy.require_estimator('migration-compare runs your model_fn',
                            'check the port against a bundle recorded there '
                            '(--bundle=FILE)')
+  from kit_core import checkpoint_files  # pylint: disable=g-import-not-at-top
   start = tool_flags.warm_start_from
   if start and not (checkpoint_files.latest(start) if os.path.isdir(start)
                     else os.path.exists(start + '.index')):
@@ -196,15 +200,29 @@ def _replayed(tool_flags: flags.FlagValues, workdir: str
               ) -> tuple[list, dict]:
   """Checks the port against a bundle: no legacy code runs."""
   bundle = golden.load(tool_flags.bundle)
-  devices.split_cpu(max(bundle.replica_counts))
+  # Before TensorFlow or JAX starts: a port on either may follow.
+  if lazy.installed('tensorflow'):
+    devices.split_cpu(max(bundle.replica_counts))
+  devices.split_xla_cpu(max(bundle.replica_counts), '--replicas')
   print(f'Bundle: {tool_flags.bundle}, recorded with TensorFlow '
         f'{bundle.versions.get("tensorflow")}; replicas '
         f'{",".join(map(str, bundle.replica_counts))}')
-  results = harness.check_bundle(bundle, pair_lib.load_port(tool_flags),
-                                 workdir, tool_flags.tpu_ready,
+  port = pair_lib.load_port(tool_flags)
+  framework = _framework(port)
+  print(f'Port: {pair_lib.port_spec(tool_flags)}, on {framework}')
+  results = harness.check_bundle(bundle, port, workdir, tool_flags.tpu_ready,
                                  _speed(tool_flags), _progress(tool_flags))
   return results, {**bundle.options, 'bundle': tool_flags.bundle,
-                   'recorded_with': bundle.versions}
+                   'recorded_with': bundle.versions,
+                   'port_framework': framework}
+
+
+def _framework(port) -> str:
+  """What the port runs on: an ArrayPort's own word, else TensorFlow's."""
+  if isinstance(port, array_port.ArrayPort):
+    return port.framework
+  from kit_core import keras_compat  # pylint: disable=g-import-not-at-top
+  return f'TensorFlow {tf.__version__}, Keras {keras_compat.keras_major()}'
 
 
 def _check_outputs(tool_flags: flags.FlagValues) -> str:
@@ -251,9 +269,10 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   if failed:
     print(f'First to fix: {failed[0].name} (later failures may follow from '
           'it)')
-  written = harness.write_report(results, report, {
-      **figures, 'tensorflow': tf.__version__,
-      'onednn': os.environ.get('TF_ENABLE_ONEDNN_OPTS')})
+  if lazy.installed('tensorflow'):
+    figures.update(tensorflow=tf.__version__,
+                   onednn=os.environ.get('TF_ENABLE_ONEDNN_OPTS'))
+  written = harness.write_report(results, report, figures)
   print(f'Report: {written}')
   if failed:
     raise SystemExit(1)

@@ -5,16 +5,18 @@ legacy trajectory that several checks judge (``Replicas.once``).
 The harness builds a ``Run`` per comparison and a ``Replicas`` per replica
 count; each registered check (registry.py) gets both.
 """
+from __future__ import annotations
+
 import dataclasses
 from typing import Any, Callable
 
-import tensorflow as tf
 
 from kit_core import progress as progress_lib
 from kit_core.errors import KitError
+from kit_core.lazy import tensorflow as tf
 from migration_tools.pair import legacy as legacy_lib
+from migration_tools.pair import array_port
 from migration_tools.pair import port as port_lib
-from migration_tools.pair import port_runner
 from migration_tools.pair import side
 
 
@@ -84,7 +86,7 @@ class Run:
   """One comparison: the legacy source, the port, the data and what the
   early checks resolved (pairs, start, slot_map, parting)."""
   source: side.LegacySource
-  port: port_lib.Port
+  port: port_lib.Port | array_port.ArrayPort
   data: side.Data
   batches: list
   options: Options
@@ -111,12 +113,26 @@ class Run:
       legacy.set_state(self.start)
     return legacy
 
-  def port_runner(self, strategy: tf.distribute.Strategy
-                  ) -> port_runner.PortRunner:
-    """A fresh port run under strategy, from the start state, its state and
-    slots paired as the early checks resolved."""
-    runner = port_runner.PortRunner(
-        self.port, strategy, self.params(), self.batches)
+  @property
+  def on_arrays(self) -> bool:
+    """Whether the port is an ArrayPort (JAX, ...), not a Keras port under
+    a tf.distribute strategy."""
+    return isinstance(self.port, array_port.ArrayPort)
+
+  def port_runner(self, placement: tf.distribute.Strategy | int
+                  ) -> side.PortSide:
+    """A fresh port run, from the start state, its state and slots paired
+    as the early checks resolved. placement: a Keras port's strategy, or an
+    ArrayPort's replica count."""
+    if self.on_arrays:
+      from migration_tools.pair import array_runner  # pylint: disable=g-import-not-at-top
+      runner = array_runner.ArrayRunner(self.port, placement, self.params(),
+                                        self.batches)
+    else:
+      # Imported here: its tf.function steps need TensorFlow at import.
+      from migration_tools.pair import port_runner  # pylint: disable=g-import-not-at-top
+      runner = port_runner.PortRunner(
+          self.port, placement, self.params(), self.batches)
     if self.pairs:
       runner.use_map(self.pairs)
       runner.set_state(self.start)
@@ -134,17 +150,20 @@ class Run:
 @dataclasses.dataclass
 class Replicas:
   """One replica count's run: the legacy run taken as on that many cores,
-  the port under its strategy, and the passes its checks share.
+  the port on its placement (a Keras port's strategy, an ArrayPort's
+  replica count), and the passes its checks share.
 
   legacy and port are None for the checks that run after the replica runs
   (registry.AFTER_EACH), which build their own.
   """
   label: str
-  strategy: tf.distribute.Strategy
+  placement: tf.distribute.Strategy | int
   legacy: Any = None
   port: Any = None
   memo: _Memo = dataclasses.field(default_factory=_Memo)
 
   @property
   def count(self) -> int:
-    return self.strategy.num_replicas_in_sync
+    if isinstance(self.placement, int):
+      return self.placement
+    return self.placement.num_replicas_in_sync

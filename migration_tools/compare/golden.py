@@ -8,20 +8,24 @@ tf.estimator, the legacy side answered from the tape.
 
 A bundle is one ``.npz`` file: the arrays, and a JSON manifest (format,
 versions it was recorded with, the options, the replica counts, the input
-batches and the tape) as a string entry.
+batches and the tape) as a string entry. ``load`` needs numpy alone, so a
+port on JAX is checked with no TensorFlow in its process.
 """
+from __future__ import annotations
+
 import base64
 import dataclasses
 import hashlib
 import json
 
 import numpy as np
-import tensorflow as tf
 
 from kit_core import atomic
+from kit_core import lazy
 from kit_core import paths
 from kit_core.errors import KitError
 from kit_core.errors import one_line
+from kit_core.lazy import tensorflow as tf
 from migration_tools.pair import optimizers
 from migration_tools.pair.recorded import Tape
 
@@ -31,6 +35,13 @@ from migration_tools.pair.recorded import Tape
 # on the weights, the serving inputs (strings as base64).
 FORMAT = 3
 _MANIFEST = '__manifest__'
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+  """A tensor's shape and dtype name, read where there is no TensorFlow."""
+  shape: list
+  dtype: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,5 +171,7 @@ def _decode(value, arrays: dict):
     return optimizers.Description(kind, _decode(hyper, arrays))
   if '__spec__' in value:
     shape, dtype = value['__spec__']
+    if not lazy.installed('tensorflow'):  # Read with numpy alone.
+      return Spec(shape, dtype)
     return tf.TensorSpec(shape, tf.as_dtype(dtype))
   raise KitError(f'unknown entry in the bundle: {sorted(value)}')

@@ -11,17 +11,22 @@ each check ends, and while one runs at least every 30 s. ``write_report``
 writes the JSON report and the loss-curve PNG. The command is
 ``command.py``.
 """
+from __future__ import annotations
+
+import contextlib
 import dataclasses
 import os
 import time
-from typing import Callable
+from typing import Any, Callable
 
-import tensorflow as tf
+import numpy as np
+
 
 from kit_core import atomic
 from kit_core import progress as progress_lib
 from kit_core.errors import Interrupted
 from kit_core.errors import one_line
+from kit_core.lazy import tensorflow as tf
 from migration_tools.compare import checks
 from migration_tools.compare import golden
 from migration_tools.compare import plot
@@ -32,14 +37,14 @@ from migration_tools.compare.checks import CheckResult
 from migration_tools.compare.context import Options
 from migration_tools.compare.context import Replicas
 from migration_tools.compare.context import Run
+from migration_tools.pair import array_port
 from migration_tools.pair import legacy as legacy_lib
 from migration_tools.pair import port as port_lib
-from migration_tools.pair import port_runner
 from migration_tools.pair import recorded
 from migration_tools.pair import side
 
 __all__ = ['Options', 'LegacyPair', 'compare', 'check_bundle',
-           'record_bundle', 'cpu_strategies', 'write_report']
+           'record_bundle', 'cpu_strategies', 'placements', 'write_report']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,7 +215,8 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
                     strategies, options, tpu_ready, speed, progress)
 
 
-def check_bundle(bundle: golden.Bundle, port: port_lib.Port, workdir: str,
+def check_bundle(bundle: golden.Bundle,
+                 port: port_lib.Port | array_port.ArrayPort, workdir: str,
                  tpu_ready: bool = True,
                  speed: speed_lib.Options | None = None,
                  progress: progress_lib.Progress | None = None
@@ -218,7 +224,7 @@ def check_bundle(bundle: golden.Bundle, port: port_lib.Port, workdir: str,
   """compare(), the legacy side answered from a golden bundle: the same
   checks on the replica counts it recorded, with its options."""
   return run_checks(ReplaySource(bundle), port, workdir,
-                    cpu_strategies(bundle.replica_counts),
+                    placements(port, bundle.replica_counts),
                     Options(**bundle.options), tpu_ready, speed, progress)
 
 
@@ -242,14 +248,16 @@ def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
   return results, bundle
 
 
-def run_checks(source: side.LegacySource, port: port_lib.Port,
-               workdir: str, strategies: dict[str, tf.distribute.Strategy],
+def run_checks(source: side.LegacySource,
+               port: port_lib.Port | array_port.ArrayPort,
+               workdir: str, strategies: dict[str, Any],
                options: Options, tpu_ready: bool = True,
                speed: speed_lib.Options | None = None,
                progress: progress_lib.Progress | None = None
                ) -> list[CheckResult]:
   """compare() on a legacy source, live or replayed: the registered checks
-  of the plan, in order (registry.plan)."""
+  of the plan, in order (registry.plan). strategies: {label: placement},
+  placements() gives them."""
   serving = source.serving and port.export is not None
   plan = registry.Plan(tuple(strategies), serving, tpu_ready,
                        speed is not None)
@@ -258,9 +266,8 @@ def run_checks(source: side.LegacySource, port: port_lib.Port,
   data = source.data()
   run = Run(source, port, data, legacy_lib.cycled(data, options.steps),
             options, workdir, rec.progress, speed=speed)
-  tf.keras.utils.set_random_seed(options.seed)
   with rec.progress.heartbeat():
-    with port_runner.dropout_disabled():
+    with _deterministic(run, options.seed):
       for index, (label, strategy) in enumerate(strategies.items()):
         mine = [(c, n) for c, l, n in steps
                 if l == label and c.scope in (registry.ONCE, registry.EACH)]
@@ -275,6 +282,21 @@ def run_checks(source: side.LegacySource, port: port_lib.Port,
   return rec.results()
 
 
+@contextlib.contextmanager
+def _deterministic(run: Run, seed: int):
+  """Seeded, and dropout off while the graphs are built (a Keras port's:
+  port_runner.dropout_disabled; an ArrayPort is built without it)."""
+  np.random.seed(seed)
+  if run.on_arrays:
+    yield
+    return
+  # Imported here: its tf.function steps need TensorFlow at import.
+  from migration_tools.pair import port_runner  # pylint: disable=g-import-not-at-top
+  tf.keras.utils.set_random_seed(seed)
+  with port_runner.dropout_disabled():
+    yield
+
+
 def _run_replicas(rec: Recorder, run: Run, replicas: Replicas,
                   mine: list, first: bool) -> bool:
   """One replica count's checks on its legacy run and port; False if the
@@ -283,7 +305,7 @@ def _run_replicas(rec: Recorder, run: Run, replicas: Replicas,
   rec.progress.now(f'building the {replicas.label} run')
   try:
     replicas.legacy = run.legacy(replicas.label, replicas.count)
-    replicas.port = run.port_runner(replicas.strategy)
+    replicas.port = run.port_runner(replicas.placement)
   except Interrupted:
     raise
   except Exception as e:  # pylint: disable=broad-except
@@ -304,6 +326,19 @@ def _run_replicas(rec: Recorder, run: Run, replicas: Replicas,
   return True
 
 
+def placements(port: port_lib.Port | array_port.ArrayPort,
+               replica_counts: list[int]) -> dict[str, Any]:
+  """{label: placement} for each replica count: a Keras port's strategies
+  (cpu_strategies), an ArrayPort's counts (it places itself)."""
+  if isinstance(port, array_port.ArrayPort):
+    return {_label(count): count for count in replica_counts}
+  return cpu_strategies(replica_counts)
+
+
+def _label(count: int) -> str:
+  return f'{count} replica' + ('s' if count > 1 else '')
+
+
 def cpu_strategies(replica_counts: list[int]
                    ) -> dict[str, tf.distribute.Strategy]:
   """{'1 replica': ..., '2 replicas': ...} over the logical CPU devices.
@@ -314,8 +349,7 @@ def cpu_strategies(replica_counts: list[int]
   strategies = {}
   for count in replica_counts:
     devices = [f'/cpu:{i}' for i in range(count)]
-    label = f'{count} replica' + ('s' if count > 1 else '')
-    strategies[label] = (tf.distribute.OneDeviceStrategy(devices[0])
+    strategies[_label(count)] = (tf.distribute.OneDeviceStrategy(devices[0])
                          if count == 1 else tf.distribute.MirroredStrategy(
                              devices, cross_device_ops=(
                                  tf.distribute.ReductionToOneDevice())))

@@ -22,20 +22,21 @@ is speed.
 The rule table (``CAUSES``, the op sets) is apart from the reading (``check``,
 ``graph_problems``), as the scanner's rules are apart from its engine.
 """
+from __future__ import annotations
+
 import contextlib
 import dataclasses
 import re
 from typing import Any, Iterator
 
-import tensorflow as tf
 
 from kit_core import process
 from kit_core.errors import Interrupted
 from kit_core.errors import one_line
+from kit_core.lazy import tensorflow as tf
 from migration_tools import outputs as outputs_lib
 from migration_tools.compare import checks
 from migration_tools.pair import port as port_lib
-from migration_tools.pair import port_runner
 
 
 @dataclasses.dataclass(frozen=True)
@@ -362,6 +363,8 @@ def check(port: port_lib.Port, params: dict, batches: list) -> (
     problems, int64 = input_problems(
         port.input_pipeline(strategy, dict(params)).element_spec)
   # The step takes the legacy batches, in the Trainer protocol's form.
+  # Imported here: its tf.function steps need TensorFlow at import.
+  from migration_tools.pair import port_runner  # pylint: disable=g-import-not-at-top
   dataset = port_runner.distribute_batches(strategy, batches[:1],
                                            global_batch)
   problems += _loss_problems(trainer, dataset, strategy)
@@ -388,9 +391,11 @@ def check(port: port_lib.Port, params: dict, batches: list) -> (
           f'; {note}' if note else ''), figures=figures)
 
 
-def describe(problems: list[Problem], shown: int = 3) -> str:
+def describe(problems: list[Problem], shown: int = 3,
+             causes: dict[str, Cause] | None = None) -> str:
   """The problems grouped by where and why: each group's first ops, what is
-  wrong and the fix, once."""
+  wrong and the fix (from causes, CAUSES by default), once."""
+  causes = CAUSES if causes is None else causes
   groups = {}
   for problem in problems:
     groups.setdefault((problem.part, problem.cause), []).append(problem)
@@ -399,6 +404,6 @@ def describe(problems: list[Problem], shown: int = 3) -> str:
     ops = ', '.join(f'{p.op} ({p.name})' + (f': {p.detail}' if p.detail else '')
                     for p in group[:shown]) + (
         f' and {len(group) - shown} more' if len(group) > shown else '')
-    texts.append(f'{part}: {ops} {CAUSES[cause].what}; {CAUSES[cause].fix}')
+    texts.append(f'{part}: {ops} {causes[cause].what}; {causes[cause].fix}')
   return '; '.join(texts)
 

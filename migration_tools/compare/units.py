@@ -12,16 +12,18 @@ Order matters beyond the report: a legacy graph built in this process makes
 the Keras models made before it unusable, so the checks of a run come
 before the next run's legacy graph (evaluation and serving before updates).
 """
+from __future__ import annotations
+
 import dataclasses
 import itertools
 import os
 
 import numpy as np
-import tensorflow as tf
 
 from kit_core import keras_compat
 from kit_core.errors import Interrupted
 from kit_core.errors import one_line
+from kit_core.lazy import tensorflow as tf
 from migration_tools import outputs
 from migration_tools.compare import checks
 from migration_tools.compare import layers
@@ -415,7 +417,7 @@ def _resynced(run: Run, replicas: Replicas):
 
   def compute():
     return resynced_steps(run, run.legacy(name, replicas.count),
-                          run.port_runner(replicas.strategy),
+                          run.port_runner(replicas.placement),
                           f'updates and stepwise ({replicas.label})')
   return replicas.memo.once('resynced', compute,
                             'the pass at identical state raised (see '
@@ -490,6 +492,12 @@ def dropout(run: Run, replicas: Replicas | None) -> CheckResult:
   """
   del replicas  # On one replica.
   name = 'dropout (1 replica)'
+  if run.on_arrays:
+    return CheckResult(
+        name, checks.SKIPPED,
+        'the port draws its dropout masks from its own framework\'s random '
+        'numbers, which cannot be aligned with TF 1\'s random ops; the steps '
+        'are compared without dropout')
   if keras_compat.is_keras3():
     return CheckResult(
         name, checks.SKIPPED,
@@ -514,8 +522,23 @@ register(Check(
 
 def tpu_ready(run: Run, replicas: Replicas | None) -> CheckResult:
   del replicas  # The port built afresh on one CPU replica.
+  if run.on_arrays:
+    return _tpu_ready_on_arrays(run)
   run.progress.now('tpu_ready: compiling the step and predict with XLA')
   return tpu_ready_lib.check(run.port, run.params(), run.batches)
+
+
+def _tpu_ready_on_arrays(run: Run) -> CheckResult:
+  """An ArrayPort's programs, built afresh on one replica (tpu_ready_jax)."""
+  if run.port.programs is None:
+    return CheckResult(
+        'tpu_ready', checks.SKIPPED,
+        'the port gives no programs (ArrayPort.programs: its jit-compiled '
+        'step and predict) to compile for a TPU')
+  from migration_tools.compare import tpu_ready_jax  # pylint: disable=g-import-not-at-top
+  model = run.port.make(run.params(), 1, False)
+  features, labels = run.batches[0]
+  return tpu_ready_jax.check(run.port.programs(model, features, labels))
 
 
 register(Check(
@@ -550,7 +573,7 @@ def speed(run: Run, replicas: Replicas) -> CheckResult:
       'legacy timing', lambda: _legacy_rate(run, options),
       'timing the legacy step raised (see the first speed check)')
   steps = options.window_steps
-  runner = run.port_runner(replicas.strategy)
+  runner = run.port_runner(replicas.placement)
   window = lambda: runner.train_window(steps)
   run.progress.now(f'speed ({replicas.label}): timing the port\'s step')
   port = speed_lib.timed(window, steps * run.options.global_batch,

@@ -27,6 +27,7 @@ import numpy as np
 
 from migration_tools import outputs
 from migration_tools import tolerances
+from migration_tools.compare import checks
 from migration_tools.compare.checks import CheckResult
 from migration_tools.compare.checks import FAILED
 from migration_tools.compare.checks import NOT_RUN
@@ -203,6 +204,15 @@ def check(name: str, steps: list[Step], parting: str = '') -> CheckResult:
                        tolerances.UPDATE_RTOL, figures)
   over = [s for s in steps if s.worst()[1] > tolerances.UPDATE_RTOL]
   value = max(s.worst()[1] for s in steps)
+  ties = checks.near_ties([w[1] for w in worst], tolerances.UPDATE_RTOL,
+                          tolerances.FLIP_RTOL)
+  if ties and judged:
+    figures['near_ties'] = ties
+    rest = [w[1] for i, w in enumerate(worst) if i + 1 not in ties]
+    return CheckResult(name, PASSED, checks.near_tie_text(
+        ties, [w[1] for w in worst], 'the updates', 'FLIP_RTOL'),
+                       max(rest, default=0.0),
+                       tolerances.UPDATE_RTOL, figures)
   if not over and not judged:
     # The slots agreed; no variable moved on either side.
     return CheckResult(name, NOT_RUN, 'the legacy steps moved no variable '

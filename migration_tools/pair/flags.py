@@ -4,6 +4,7 @@ import dataclasses
 
 from absl import flags
 
+from kit_core import lazy
 from migration_tools import cli
 from migration_tools.pair import loading
 from migration_tools.pair import port as port_lib
@@ -21,6 +22,9 @@ KIT_PAIR = {
     # the kit's default data.
     'params': '{"learning_rate": 0.05}',
 }
+# Its port on JAX (Keras 3), the default --port where there is no
+# TensorFlow (the jax profile), from golden bundles.
+KIT_JAX_PORT = 'kit_pair.mnist_jax:make_port'
 
 
 def define_pair_flags(tool_flags: flags.FlagValues, serving: bool) -> None:
@@ -50,8 +54,11 @@ def define_pair_flags(tool_flags: flags.FlagValues, serving: bool) -> None:
                         'tensor, tf.Example protos of the features).',
                         **define)
   flags.DEFINE_string('port', KIT_PAIR['port'],
-                      'A function returning the migration_tools.pair.port.Port, '
-                      'as package.module:name.', **define)
+                      'A function returning the migration_tools.pair.port.Port '
+                      '(or array_port.ArrayPort, for a port on JAX), as '
+                      'package.module:name. Where there is no TensorFlow (the '
+                      'jax profile), the default is ' + KIT_JAX_PORT + '.',
+                      **define)
   cli.define_legacy_flags(tool_flags)
   flags.DEFINE_string('params', KIT_PAIR['params'],
                       'The params of the legacy input_fn and model_fn, as a '
@@ -65,13 +72,22 @@ def define_pair_flags(tool_flags: flags.FlagValues, serving: bool) -> None:
                       'or inferred from names and shapes.', **define)
 
 
-def load_port(tool_flags: flags.FlagValues) -> port_lib.Port:
-  """The port --port names, with --variable_map's pairs if given.
+def port_spec(tool_flags: flags.FlagValues) -> str:
+  """What --port names; unset, the kit's own port (on JAX where there is
+  no TensorFlow)."""
+  if not tool_flags['port'].present and not lazy.installed('tensorflow'):
+    return KIT_JAX_PORT
+  return tool_flags.port
+
+
+def load_port(tool_flags: flags.FlagValues):
+  """The port --port names (a port.Port or an array_port.ArrayPort), with
+  --variable_map's pairs if given.
 
   Raises:
     KitError: as port.load_port and variable_map.read.
   """
-  port = port_lib.load_port(tool_flags.port)
+  port = port_lib.load_port(port_spec(tool_flags))
   if tool_flags.variable_map:
     port = dataclasses.replace(
         port, variable_map=variable_map.read(tool_flags.variable_map))

@@ -11,6 +11,8 @@ The tools that compare against legacy code (``convert_checkpoint --verify``,
 ``tf.compat.v1.estimator``.
 """
 # migration-scan: skip-file (it runs legacy code on purpose, to compare with it)
+from __future__ import annotations
+
 import functools
 import inspect
 import os
@@ -18,12 +20,12 @@ import tempfile
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
 from kit_core import process
 from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from kit_core.errors import one_line
+from kit_core.lazy import tensorflow as tf
 from migration_tools import outputs
 from migration_tools.pair import legacy_optimizer
 from migration_tools.pair import legacy_state

@@ -26,12 +26,13 @@ embedding's IndexedSlices): the mean gradient for
 takes its own (``tf.gradients``, ``clip_by_global_norm``).
 """
 # migration-scan: skip-file (it reads legacy optimizers on purpose)
+from __future__ import annotations
+
 import contextlib
 import dataclasses
 from typing import Any
 
-import tensorflow as tf
-
+from kit_core.lazy import tensorflow as tf
 from migration_tools.pair import optimizers
 
 # Where TF 1 optimizers and their subclasses keep the rate, in the order

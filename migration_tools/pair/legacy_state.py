@@ -11,13 +11,15 @@ moved and compared by nothing that the port has not declared
 (``Port.not_compared``).
 """
 # migration-scan: skip-file (it reads legacy graphs on purpose)
+from __future__ import annotations
+
 import contextlib
 import dataclasses
 import fnmatch
 
 import numpy as np
-import tensorflow as tf
 
+from kit_core.lazy import tensorflow as tf
 from migration_tools.pair import legacy_optimizer
 from migration_tools.pair import optimizers
 

@@ -60,16 +60,19 @@ that names the missing piece and says what to do. docs/MIGRATION.md ("Plug
 your own pair in") walks through writing one; ``kit_pair.mnist``
 is the kit's own, ``tests/user_code/`` holds three more.
 """
+from __future__ import annotations
+
 import dataclasses
 import inspect
 from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
-import tensorflow as tf
 
 from kit_core import keras_compat
 from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from kit_core.errors import one_line
+from kit_core.lazy import tensorflow as tf
+from migration_tools.pair import array_port
 from migration_tools.pair import loading
 
 GUIDE = 'docs/MIGRATION.md, "Plug your own pair in"'
@@ -161,7 +164,7 @@ class Port:
   host_call: Callable[[Any], dict] | None = None
 
 
-def load_port(spec: str) -> Port:
+def load_port(spec: str) -> Port | array_port.ArrayPort:
   """Calls the function --port names and checks what it returns.
 
   Raises:
@@ -174,6 +177,8 @@ def load_port(spec: str) -> Port:
     raise
   except Exception as e:  # pylint: disable=broad-except
     raise KitError(f'--port {spec} raised {one_line(e)}') from e
+  if isinstance(port, array_port.ArrayPort):  # A port on another framework.
+    return array_port.check_array_port(port, spec)
   return check_port(port, spec)
 
 
@@ -189,7 +194,8 @@ def check_port(port: Any, where: str) -> Port:
   """
   if not isinstance(port, Port):
     raise KitError(f'--port {where} returned a {type(port).__name__}, not a '
-                   'migration_tools.pair.port.Port; return Port(build_model=..., '
+                   'migration_tools.pair.port.Port (or an array_port.ArrayPort, '
+                   'for a port on JAX); return Port(build_model=..., '
                    f'...) (see {GUIDE})')
   for field in ('build_model', 'make_optimizer', 'input_pipeline', 'export',
                 'predict', 'averages', 'host_call'):

@@ -1,9 +1,11 @@
 """The served-predictions check's two halves: inputs for a legacy serving
 receiver's tensors, and a SavedModel's serving_default called on them."""
+from __future__ import annotations
+
 import numpy as np
-import tensorflow as tf
 
 from kit_core.errors import KitError
+from kit_core.lazy import tensorflow as tf
 from migration_tools.pair import side
 
 # Served inputs: at most this many examples.

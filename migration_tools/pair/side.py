@@ -15,13 +15,15 @@ They are abstract base classes: a runner that leaves a question unanswered
 cannot be made (TypeError names it), and ``QUESTIONS`` (what a tape records
 and replays) is read from ``LegacySide`` itself.
 """
+from __future__ import annotations
+
 import dataclasses
 import abc
 from typing import Any, Protocol
 
 import numpy as np
-import tensorflow as tf
 
+from kit_core.lazy import tensorflow as tf
 from migration_tools.pair import optimizers
 
 
@@ -37,7 +39,21 @@ class Data:
 
   @property
   def global_batch(self) -> int:
-    return len(tf.nest.flatten(self.batches[0][0])[0])
+    return batch_size(self.batches[0][0])
+
+
+def first_array(structure):
+  """The first array of an array, or of a dict or tuple of them, in
+  tf.nest's order (a dict's keys sorted): no TensorFlow needed."""
+  while isinstance(structure, (dict, list, tuple)):
+    structure = (structure[sorted(structure)[0]] if isinstance(structure, dict)
+                 else structure[0])
+  return structure
+
+
+def batch_size(features) -> int:
+  """The examples in a batch of features (an array or a structure)."""
+  return len(first_array(features))
 
 
 def split_element(element):

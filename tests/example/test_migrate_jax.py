@@ -14,10 +14,8 @@ import pytest
 
 from conftest import REPO, last_line, run_module
 
-jax = pytest.importorskip('jax', reason='the jax profile runs these')
-
-from migrate_jax import data as data_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from migrate_jax import export as export_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from migrate_jax import data as data_lib
+from migrate_jax import export as export_lib
 
 # Commands in subprocesses and training jobs: apart from the fast tier.
 E2E = pytest.mark.e2e

@@ -295,3 +295,28 @@ def test_host_call_compares_what_the_summaries_log_or_says_why_not():
   # compared with core 0's, as a host_call that reads loss[0] logs.
   cores = [({'loss': np.array([0.5, 0.7])}, {'loss': 0.5})]
   assert checks.host_call(['loss'], cores).passed
+
+
+@pytest.mark.parametrize('per_step, ties', [
+    # One step alone over the bar, below FLIP_ATOL, of 10: a near-tie.
+    ([0, 1e-7, 0, 4e-6, 1e-7, 0, 0, 0, 0, 0], [4]),
+    # Two apart, of 20 (FLIP_SHARE): both.
+    ([0] * 3 + [4e-6] + [0] * 10 + [5e-6] + [0] * 5, [4, 15]),
+    # Two in a row: no step alone, a failure.
+    ([0] * 3 + [4e-6, 4e-6] + [0] * 5, []),
+    # Over FLIP_ATOL: a failure.
+    ([0] * 3 + [2e-4] + [0] * 6, []),
+    # Fewer than 10 steps: no share of them is a near-tie.
+    ([0, 4e-6, 0, 0, 0], []),
+    # Every step off by the same small amount: a bug, not a tie.
+    ([3e-6] * 10, []),
+])
+def test_near_ties_are_alone_small_and_few(per_step, ties):
+  assert checks.near_ties(per_step, tolerances.ONE_STEP_ATOL,
+                          tolerances.FLIP_ATOL) == ties
+  result = checks.stepwise('stepwise', np.array(per_step, float))
+  assert result.passed == bool(ties)
+  if ties:
+    assert result.figures['near_ties'] == ties
+    assert f'step {ties[0]} (' in result.message
+    assert result.max_abs_diff <= tolerances.ONE_STEP_ATOL

@@ -167,3 +167,20 @@ def test_after_a_warmup_from_0_it_says_from_which_step_it_judged():
                                    'the first whose learning rate is above 0')
   # From step 1, nothing to say.
   assert updates.check('updates', [_steps_of(before, step, step)]).message == ''
+
+
+def test_one_step_alone_over_the_bar_is_a_near_tie_and_every_step_a_bug():
+  before = _weights()
+  step = _adam_like(before)
+  flipped = {**step, 'head/kernel': step['head/kernel'] * 1.001}
+  steps = [_steps_of(before, step, flipped if n == 7 else step, number=n)
+           for n in range(1, 11)]
+  result = updates.check('updates', steps)
+  assert result.passed and result.figures['near_ties'] == [7]
+  assert 'step 7 (0.001) alone differs in the updates' in result.message
+  every = [_steps_of(before, step, flipped, number=n) for n in range(1, 11)]
+  assert updates.check('updates', every).failed
+  # Far over the bar, alone: a failure (a schedule's boundary, say).
+  far = {**step, 'head/kernel': step['head/kernel'] * 1.05}
+  steps[6] = _steps_of(before, step, far, number=7)
+  assert updates.check('updates', steps).failed

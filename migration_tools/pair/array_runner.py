@@ -1,0 +1,191 @@
+"""The port's side of a comparison for an ``array_port.ArrayPort``: its
+ArrayModel fed the legacy batches, its arrays named by the legacy names.
+
+What ``port_runner.PortRunner`` is for a Keras port under a strategy, for a
+port on any framework: the same questions (side.PortSide), answered from the
+arrays the model hands over.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kit_core.errors import KitError
+from migration_tools.pair import array_port
+from migration_tools.pair import optimizers
+from migration_tools.pair import side
+
+
+class ArrayRunner(side.PortSide):
+  """An ArrayModel on some replicas, fed the legacy batches in order."""
+
+  def __init__(self, port: array_port.ArrayPort, replicas: int, params: dict,
+               batches: list, where: str = 'the port'):
+    self.port, self.params = port, params
+    self.model = array_port.check_model(port.make(dict(params), replicas, False),
+                                        where)
+    self.strategy = None  # No tf.distribute strategy: the model places itself.
+    self._batches = batches
+    self._next = 0
+    self.pairs: dict[str, str] = {}
+    self._legacy_name: dict[str, str] = {}
+    self.slot_map: dict[str, str] | None = None
+    self._rate = 0.0
+
+  @property
+  def replicas(self) -> int:
+    return self.model.replicas
+
+  def describe_run(self) -> dict[str, Any]:
+    return {'reference': f'on {self.replicas} replica'
+                         f'{"s" if self.replicas > 1 else ""} '
+                         f'({self.port.framework})',
+            'warm_start': {}, 'optimizer': self._optimizer_kind(),
+            'rate_source': 'the rate the port\'s last step applied'}
+
+  def _optimizer_kind(self) -> str:
+    description = self.model.describe_optimizer()
+    return description.kind if description else 'not described'
+
+  # Names ---------------------------------------------------------------
+
+  def shapes(self) -> dict[str, tuple]:
+    return {n: tuple(np.shape(v)) for n, v in self.model.variables().items()}
+
+  def use_map(self, pairs: dict[str, str]) -> None:
+    self.pairs = dict(pairs)
+    self._legacy_name = {ours: theirs for theirs, ours in pairs.items()}
+
+  def _theirs(self, name: str) -> str:
+    return self._legacy_name.get(name, name)
+
+  # State ---------------------------------------------------------------
+
+  def state(self) -> dict[str, np.ndarray]:
+    return {self._theirs(n): np.asarray(v)
+            for n, v in self.model.variables().items()}
+
+  def set_state(self, values: dict[str, np.ndarray]) -> None:
+    self.model.set_variables({ours: values[theirs]
+                              for theirs, ours in self.pairs.items()})
+
+  def describe_optimizer(self) -> optimizers.Description | None:
+    return self.model.describe_optimizer()
+
+  def slot_tokens(self) -> list[str]:
+    return optimizers.slot_tokens(self.model.slots())
+
+  def use_slot_map(self, slot_map: dict[str, str]) -> None:
+    self.slot_map = dict(slot_map)
+
+  def _slot_keys(self) -> dict[tuple, tuple]:
+    """{(port variable, token): (legacy variable, legacy slot)}: through the
+    slot map, or by Keras 3's tokens for an optimizer the tables hold."""
+    keys = {}
+    description = self.model.describe_optimizer()
+    if self.slot_map is not None:
+      slot_of = {token: theirs for theirs, token in self.slot_map.items()}
+    elif description is not None:
+      slot_of = {token: slot for (kind, token), slot in
+                 optimizers.PORT_SLOTS[3].items() if kind == description.kind}
+    else:
+      slot_of = {}
+    for name, token in self.model.slots():
+      if token in slot_of:
+        keys[(name, token)] = (self._theirs(name), slot_of[token])
+    return keys
+
+  def _kind(self) -> str | None:
+    description = self.model.describe_optimizer()
+    return None if self.slot_map is not None or description is None else (
+        description.kind)
+
+  def slots(self, rate: float) -> dict[tuple, np.ndarray]:
+    kind, values = self._kind(), self.model.slots()
+    return {legacy: optimizers.to_legacy(kind, legacy[1], np.asarray(
+        values[key]), rate) for key, legacy in self._slot_keys().items()}
+
+  def set_slots(self, values: dict[tuple, np.ndarray], rate: float) -> None:
+    kind = self._kind()
+    self.model.set_slots({
+        key: optimizers.to_port(kind, legacy[1], values[legacy], rate)
+        for key, legacy in self._slot_keys().items() if legacy in values})
+
+  def averages(self) -> dict[str, np.ndarray]:
+    if self.port.averages is None:
+      return {}
+    return {self._theirs(n): np.asarray(v)
+            for n, v in self.port.averages(self.model).items()}
+
+  def set_averages(self, values: dict[str, np.ndarray]) -> None:
+    if self.port.set_averages is not None:
+      self.port.set_averages(self.model, {
+          ours: values[theirs] for theirs, ours in self.pairs.items()
+          if theirs in values})
+
+  def global_step(self) -> int:
+    return int(self.model.step_count())
+
+  def set_global_step(self, step: int) -> None:
+    self.model.set_step_count(step)
+
+  # Steps ---------------------------------------------------------------
+
+  def _take(self, features, labels) -> None:
+    expected = self._batches[self._next % len(self._batches)]
+    if features is not expected[0] or labels is not expected[1]:
+      raise KitError('the port runner takes the legacy batches in the order '
+                     f'it was given; step {self._next + 1} was asked another '
+                     'batch')
+    self._next += 1
+
+  def step(self, features, labels) -> dict:
+    self._take(features, labels)
+    taken = self.model.train_step(features, labels)
+    self._rate = float(self.model.learning_rate())
+    values = {'loss': float(taken['loss']),
+              'examples': int(taken.get('examples',
+                                        side.batch_size(features))),
+              'gradients': {self._theirs(n): np.asarray(g)
+                            for n, g in taken['gradients'].items()},
+              'learning_rate': self._rate}
+    if 'host_call' in taken:
+      values['host_call'] = {k: np.asarray(v)
+                             for k, v in taken['host_call'].items()}
+    return values
+
+  def learning_rate(self) -> float:
+    return self._rate
+
+  def step_as_trained(self, features, labels) -> float:
+    self._take(features, labels)
+    return float(self.model.train_step(features, labels)['loss'])
+
+  def predict(self, features) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v) for k, v in self.model.predict(features).items()}
+
+  def layer_outputs(self, features) -> dict[str, np.ndarray]:
+    if self.port.layer_outputs is None:
+      return {}
+    return {k: np.asarray(v).ravel() for k, v in
+            self.port.layer_outputs(self.model, features).items()}
+
+  def evaluate(self, batches: list) -> dict[str, float]:
+    return {k: float(v) for k, v in self.model.evaluate(batches).items()}
+
+  def first_pipeline_batch(self):
+    if self.port.input_batch is None:
+      return None
+    features, labels = self.port.input_batch(dict(self.params))
+    return features, labels
+
+  def train_window(self, steps: int) -> None:
+    for _ in range(steps):
+      features, labels = self._batches[self._next % len(self._batches)]
+      self._next += 1
+      self.model.train_step(features, labels)
+
+  def serve(self, base_dir: str, inputs: dict) -> dict[str, np.ndarray]:
+    path = self.port.export(self.model, base_dir)
+    return {k: np.asarray(v) for k, v in self.port.serve(path, inputs).items()}

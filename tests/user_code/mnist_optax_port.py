@@ -1,0 +1,197 @@
+"""estimator_mnist's CNN written in plain JAX with optax: no Keras, no
+TensorFlow. An ArrayPort of the kit's model that shares no code with
+migrate_jax, to show the contract is about arrays, not Keras: its
+parameters are a dict of jnp arrays named as the model_fn names its
+variables, its optimizer optax's SGD on optax's exponential decay.
+
+  migration-compare --bundle=kit_pair.npz --port=mnist_optax_port:make_port
+"""
+import functools
+
+import numpy as np
+
+from migration_tools.pair import array_port
+from migration_tools.pair import optimizers
+
+# (name, shape) in the model_fn's order: conv 5x5x32, conv 5x5x64, dense 128,
+# logits 10, on 28x28x1 images pooled twice to 7x7.
+SHAPES = (('conv1/kernel', (5, 5, 1, 32)), ('conv1/bias', (32,)),
+          ('conv2/kernel', (5, 5, 32, 64)), ('conv2/bias', (64,)),
+          ('dense/kernel', (7 * 7 * 64, 128)), ('dense/bias', (128,)),
+          ('logits/kernel', (128, 10)), ('logits/bias', (10,)))
+DECAY_STEPS, DECAY_RATE = 100000, 0.96
+
+
+def _forward(params: dict, images):
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  def conv(x, name):
+    y = jax.lax.conv_general_dilated(
+        x, params[f'{name}/kernel'], (1, 1), 'SAME',
+        dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+    return jax.nn.relu(y + params[f'{name}/bias'])
+
+  def pool(x):
+    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 2, 2, 1),
+                                 (1, 2, 2, 1), 'SAME')
+
+  y = pool(conv(pool(conv(images, 'conv1')), 'conv2'))
+  y = y.reshape(y.shape[0], -1)
+  y = jax.nn.relu(y @ params['dense/kernel'] + params['dense/bias'])
+  return y @ params['logits/kernel'] + params['logits/bias']
+
+
+def _loss(params: dict, images, labels):
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  logits = _forward(params, images)
+  log_probabilities = jax.nn.log_softmax(logits)
+  return -jnp.mean(jnp.take_along_axis(
+      log_probabilities, labels.astype(jnp.int32)[:, None], axis=1))
+
+
+class OptaxModel:
+  """The model's parameters, optax's SGD state and the step on `replicas`
+  devices: the batch laid out over them, the parameters replicated."""
+
+  def __init__(self, params: dict, replicas: int, dropout: bool):
+    del dropout  # The legacy model's dropout is left out: compared without.
+    import jax  # pylint: disable=g-import-not-at-top
+    import optax  # pylint: disable=g-import-not-at-top
+    self.replicas = replicas
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:replicas]), ('batch',))
+    self._batch = jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec('batch'))
+    self._replicated = jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec())
+    self.schedule = optax.exponential_decay(
+        params['learning_rate'], DECAY_STEPS, DECAY_RATE)
+    self._optax = optax
+    self._optimizer = optax.sgd(self.schedule)
+    keys = jax.random.split(jax.random.PRNGKey(0), len(SHAPES))
+    self.params = {name: jax.device_put(
+        0.05 * jax.random.normal(key, shape), self._replicated)
+                   for key, (name, shape) in zip(keys, SHAPES)}
+    self.state = self._optimizer.init(self.params)
+    self._jax = jax
+    self._rate = 0.0
+
+  def variables(self) -> dict[str, np.ndarray]:
+    return {name: np.asarray(self.params[name]) for name, _ in SHAPES}
+
+  def trainable(self) -> list[str]:
+    return [name for name, _ in SHAPES]
+
+  def set_variables(self, values: dict[str, np.ndarray]) -> None:
+    self.params = {**self.params, **{
+        name: self._jax.device_put(np.asarray(value, np.float32),
+                                   self._replicated)
+        for name, value in values.items()}}
+
+  def slots(self) -> dict:
+    return {}  # Plain SGD keeps none.
+
+  def set_slots(self, values: dict) -> None:
+    del values
+
+  def step_count(self) -> int:
+    return int(self._optax.tree_utils.tree_get(self.state, 'count'))
+
+  def set_step_count(self, step: int) -> None:
+    self.state = self._optax.tree_utils.tree_set(
+        self.state, count=np.asarray(step, np.int32))
+
+  def describe_optimizer(self) -> optimizers.Description:
+    return optimizers.Description(optimizers.SGD, {})
+
+  def learning_rate(self) -> float:
+    return self._rate
+
+  @functools.cached_property
+  def _step(self):
+    jax = self._jax
+
+    def step(params, state, images, labels):
+      loss, gradients = jax.value_and_grad(_loss)(params, images, labels)
+      updates, state = self._optimizer.update(gradients, state, params)
+      return loss, gradients, self._optax.apply_updates(params, updates), state
+
+    return jax.jit(step)
+
+  @functools.cached_property
+  def _logits(self):
+    return self._jax.jit(_forward)
+
+  def _on_devices(self, array):
+    return self._jax.device_put(np.asarray(array), self._batch)
+
+  def train_step(self, features, labels) -> dict:
+    self._rate = float(self.schedule(self.step_count()))
+    loss, gradients, self.params, self.state = self._step(
+        self.params, self.state, self._on_devices(features),
+        self._on_devices(labels))
+    return {'loss': float(loss), 'examples': len(labels),
+            'gradients': {k: np.asarray(v) for k, v in gradients.items()}}
+
+  def _predicted_logits(self, features) -> np.ndarray:
+    return np.asarray(self._logits(self.params, self._on_devices(features)))
+
+  def predict(self, features) -> dict[str, np.ndarray]:
+    logits = self._predicted_logits(features)
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return {'class_ids': logits.argmax(axis=1),
+            'probabilities': shifted / shifted.sum(axis=1, keepdims=True)}
+
+  def evaluate(self, batches: list) -> dict[str, float]:
+    losses, correct, count = [], 0, 0
+    for features, labels in batches:
+      losses.append(float(_loss(self.params, self._on_devices(features),
+                                self._on_devices(labels))))
+      logits = self._predicted_logits(features)
+      correct += int((logits.argmax(axis=1) == labels).sum())
+      count += len(labels)
+    return {'loss': float(np.mean(losses)), 'accuracy': correct / count}
+
+  def programs(self, features, labels) -> dict:
+    batch = (np.asarray(features), np.asarray(labels))
+    return {'the training step': (self._step, (self.params, self.state,
+                                               *batch)),
+            'predict': (self._logits, (self.params, batch[0]))}
+
+
+def make_port() -> array_port.ArrayPort:
+  import jax  # pylint: disable=g-import-not-at-top
+  import optax  # pylint: disable=g-import-not-at-top
+  return array_port.ArrayPort(
+      make=OptaxModel,
+      framework=f'JAX {jax.__version__}, optax {optax.__version__}',
+      programs=lambda model, features, labels: model.programs(features,
+                                                              labels))
+
+
+# A deliberate bug, for the tests: the loss summed over the batch where the
+# model_fn averaged it (a port that forgot to divide by the global batch).
+def _summed_loss(params: dict, images, labels):
+  return _loss(params, images, labels) * len(labels)
+
+
+class _SummedLoss(OptaxModel):
+
+  @functools.cached_property
+  def _step(self):
+    jax = self._jax
+
+    def step(params, state, images, labels):
+      loss, gradients = jax.value_and_grad(_summed_loss)(params, images,
+                                                         labels)
+      updates, state = self._optimizer.update(gradients, state, params)
+      return (loss / len(labels), gradients,
+              self._optax.apply_updates(params, updates), state)
+
+    return jax.jit(step)
+
+
+def summed_loss() -> array_port.ArrayPort:
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  return dataclasses.replace(make_port(), make=_SummedLoss)
