@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from conftest import REPO, last_line, run_module
-
 from migrate_jax import data as data_lib
 from migrate_jax import export as export_lib
 
