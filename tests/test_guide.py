@@ -44,7 +44,7 @@ def _defined_names(path: str) -> set:
 def _all_flags() -> set:
   defined = set()
   for package in ('kit_core', 'mnist_common', 'estimator_mnist', 'migrate',
-                  'migration_tools', 'benchmarks'):
+                  'migrate_jax', 'migration_tools', 'benchmarks'):
     for path in glob.glob(os.path.join(REPO, package, '**', '*.py'),
                           recursive=True):
       with open(path) as f:
