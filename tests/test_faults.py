@@ -248,7 +248,10 @@ BAD_INPUTS = [
      r'^error: --report is empty', False),
     ('compare replicas with a bundle', 'migration_tools.compare',
      ('--bundle={cut_bundle}', '--replicas=a', '--report={tmp}/r.json'),
-     r'^error: --replicas with --bundle: the bundle holds the values it was '
+     r'^error: --replicas takes whole numbers, e\.g\. 1,2,4', False),
+    ('compare steps with a bundle', 'migration_tools.compare',
+     ('--bundle={cut_bundle}', '--steps=3', '--report={tmp}/r.json'),
+     r'^error: --steps with --bundle: the bundle holds the values it was '
      'recorded with; leave them out', False),
     ('compare a bundle cut short', 'migration_tools.compare',
      ('--bundle={cut_bundle}', '--report={tmp}/r.json'),

@@ -93,8 +93,9 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
   flags.DEFINE_string('bundle', None,
                       'Check the port against this golden bundle instead of '
                       'running the legacy code (no tf.estimator needed): the '
-                      'legacy flags, --params, --steps, --batch_size, '
-                      '--eval_batches and --replicas are the recorded ones.',
+                      'legacy flags, --params, --steps, --batch_size and '
+                      '--eval_batches are the recorded ones, and --replicas '
+                      'names some of the recorded counts (unset: all).',
                       **define)
   flags.DEFINE_boolean('tpu_ready', True,
                        'Also check that the port\'s step and predict compile '
@@ -124,8 +125,8 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
 
 # What a bundle was recorded with, and so what --bundle does not take.
 _RECORDED = ('legacy_model_fn', 'legacy_input_fn', 'legacy_serving_input_fn',
-             'legacy_serving_inputs', 'legacy_flags', 'params', 'steps', 'batch_size', 'eval_batches',
-             'replicas', 'warm_start_from')
+             'legacy_serving_inputs', 'legacy_flags', 'params', 'steps',
+             'batch_size', 'eval_batches', 'warm_start_from')
 
 
 def _speed(tool_flags: flags.FlagValues) -> speed_lib.Options | None:
@@ -135,7 +136,7 @@ def _speed(tool_flags: flags.FlagValues) -> speed_lib.Options | None:
                            tool_flags.speed_windows)
 
 
-def _replica_counts(values: list[str], global_batch: int) -> list[int]:
+def _parse_counts(values: list[str]) -> list[int]:
   try:
     counts = [int(r) for r in values]
   except ValueError as e:
@@ -143,6 +144,11 @@ def _replica_counts(values: list[str], global_batch: int) -> list[int]:
   if not counts or counts[0] != 1:
     raise KitError('--replicas must start with 1, the legacy single '
                    'replica reference')
+  return counts
+
+
+def _replica_counts(values: list[str], global_batch: int) -> list[int]:
+  counts = _parse_counts(values)
   for count in counts:
     sharding.per_replica_batch(global_batch, count, '--replicas')
   return counts
@@ -200,21 +206,42 @@ def _replayed(tool_flags: flags.FlagValues, workdir: str
               ) -> tuple[list, dict]:
   """Checks the port against a bundle: no legacy code runs."""
   bundle = golden.load(tool_flags.bundle)
+  counts = _recorded_counts(tool_flags, bundle)
   # Before TensorFlow or JAX starts: a port on either may follow.
   if lazy.installed('tensorflow'):
-    devices.split_cpu(max(bundle.replica_counts))
-  devices.split_xla_cpu(max(bundle.replica_counts), '--replicas')
+    devices.split_cpu(max(counts))
+  devices.split_xla_cpu(max(counts), '--replicas')
   print(f'Bundle: {tool_flags.bundle}, recorded with TensorFlow '
         f'{bundle.versions.get("tensorflow")}; replicas '
-        f'{",".join(map(str, bundle.replica_counts))}')
+        f'{",".join(map(str, counts))}')
   port = pair_lib.load_port(tool_flags)
   framework = _framework(port)
   print(f'Port: {pair_lib.port_spec(tool_flags)}, on {framework}')
   results = harness.check_bundle(bundle, port, workdir, tool_flags.tpu_ready,
-                                 _speed(tool_flags), _progress(tool_flags))
+                                 _speed(tool_flags), _progress(tool_flags),
+                                 counts)
   return results, {**bundle.options, 'bundle': tool_flags.bundle,
                    'recorded_with': bundle.versions,
                    'port_framework': framework}
+
+
+def _recorded_counts(tool_flags: flags.FlagValues,
+                     bundle: golden.Bundle) -> list[int]:
+  """The replica counts to check: the bundle's, or those of them --replicas
+  names.
+
+  Raises:
+    KitError: --replicas names a count the bundle did not record.
+  """
+  if not tool_flags['replicas'].present:
+    return list(bundle.replica_counts)
+  counts = _parse_counts(tool_flags.replicas)
+  missing = [c for c in counts if c not in bundle.replica_counts]
+  if missing:
+    raise KitError(f'--replicas={",".join(tool_flags.replicas)}: the bundle '
+                   f'recorded {",".join(map(str, bundle.replica_counts))} '
+                   'replicas only; name some of those, or record again')
+  return counts
 
 
 def _framework(port) -> str:
@@ -252,6 +279,8 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   if tool_flags.bundle and recorded:
     raise KitError(f'{", ".join(recorded)} with --bundle: the bundle holds '
                    'the values it was recorded with; leave them out')
+  if tool_flags.bundle and tool_flags['replicas'].present:
+    _parse_counts(tool_flags.replicas)  # Before the bundle is read.
   report = _check_outputs(tool_flags)
   # A signal stops the comparison with its temporary files removed, a bundle
   # half-written removed, and no report.

@@ -219,12 +219,14 @@ def check_bundle(bundle: golden.Bundle,
                  port: port_lib.Port | array_port.ArrayPort, workdir: str,
                  tpu_ready: bool = True,
                  speed: speed_lib.Options | None = None,
-                 progress: progress_lib.Progress | None = None
+                 progress: progress_lib.Progress | None = None,
+                 replica_counts: list[int] | None = None
                  ) -> list[CheckResult]:
   """compare(), the legacy side answered from a golden bundle: the same
-  checks on the replica counts it recorded, with its options."""
+  checks on the replica counts it recorded (or those of them given), with
+  its options."""
   return run_checks(ReplaySource(bundle), port, workdir,
-                    placements(port, bundle.replica_counts),
+                    placements(port, replica_counts or bundle.replica_counts),
                     Options(**bundle.options), tpu_ready, speed, progress)
 
 

@@ -1,13 +1,15 @@
 """migration-compare on the jax profile: ports on JAX checked from the golden
-bundle TF 2.15 recorded of the kit's pair (KIT_TF215_DIR), with no
-TensorFlow in the process: the kit's own Keras 3 port (the default --port
-there), a plain-JAX port with optax, and a deliberate bug."""
+bundles TF 2.15 recorded (KIT_TF215_DIR), with no TensorFlow in the process:
+of the kit's pair, its own Keras 3 port (the default --port there), a
+plain-JAX port with optax and a deliberate bug; of the BERT-shaped pair, a
+plain-JAX port and its six deliberate bugs, each failing as on TensorFlow."""
 import json
 import os
 
 import pytest
 
-from conftest import TF215_DIR, run_compare
+from bert_bugs import BERT_BUGS
+from conftest import TF215_DIR, catalogue, run_compare
 
 pytestmark = [pytest.mark.e2e, pytest.mark.from_tf215]
 
@@ -76,3 +78,32 @@ def test_a_bundle_is_read_with_numpy_alone():
                           timeout=120, check=True)
   answers, frameworks = result.stdout.split(' ', 1)
   assert int(answers) > 100 and frameworks.strip() == '[]'
+
+
+# The BERT-shaped pair: the bundle TF 2.15 recorded (6 steps, 1 and 2
+# replicas, a warm start, its own optimizer, per-replica clipping), against
+# the team's port in plain JAX (tests/user_code/bert_jax_port.py).
+def test_the_bert_port_on_jax_passes_every_check(tmp_path):
+  result, checks = run_compare(
+      tmp_path / 'report.json', f'--bundle={TF215_DIR}/bert.npz',
+      '--port=bert_jax_port:make_port')
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+  assert {'inputs (2 replicas)', 'updates (2 replicas)', 'served_predictions',
+          'tpu_ready'} <= set(checks)
+  _passed_but_dropout(checks)
+
+
+@pytest.mark.parametrize('port, failing, cause', [
+    bug if bug[0] == 'no_weight_decay' else catalogue(*bug)
+    for bug in BERT_BUGS])
+def test_each_bert_bug_fails_on_jax_as_on_tensorflow(port, failing, cause,
+                                                     tmp_path):
+  result, checks = run_compare(
+      tmp_path / 'report.json', f'--bundle={TF215_DIR}/bert.npz',
+      f'--port=bert_jax_port:{port}', '--replicas=1', '--notpu_ready')
+  assert result.returncode == 1, result.stderr[-2000:]
+  failed = [n for n, c in checks.items() if c['status'] in ('failed',
+                                                            'error')]
+  assert failed and failed[0] == failing, result.stdout
+  assert cause in checks[failing]['message'], checks[failing]['message']
+  assert f'First to fix: {failing}' in result.stdout

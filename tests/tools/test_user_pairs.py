@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bert_bugs import BERT_BUGS
 from conftest import CATALOGUE, REPO, TESTS, catalogue, run_module
 
 # Commands in subprocesses and training jobs: apart from the fast tier.
@@ -304,22 +305,6 @@ def _train_legacy(name, data_dir, estimator_dir, steps=5):
   result = subprocess.run(args, capture_output=True, text=True, check=False,
                           env={**os.environ, **ENV}, timeout=600)
   assert result.returncode == 0, result.stderr[-2000:]
-
-
-BERT_BUGS = [
-    ('no_weight_decay', 'updates (1 replica)',
-     "weight-decay term (rate 0.01) that the port's lacks"),
-    ('decay_on_layer_norm_and_bias', 'updates (1 replica)',
-     'which variables the weight decay skips (e.g. LayerNorm and bias)'),
-    ('no_clipping', 'one_step (1 replica)', 'clipping by global norm missing'),
-    ('layer_norm_epsilon_1e_6', 'updates (1 replica)',
-     'they part at bert/embeddings/LayerNorm (port: '
-     'bert_classifier/embeddings/LayerNorm)'),
-    ('no_warmup', 'one_step (1 replica)',
-     "the legacy rate is 0 there, as a warmup from 0 starts: compare the "
-     "port's warmup"),
-    ('bias_corrected_adam', 'updates (1 replica)', "Adam's bias correction"),
-]
 
 
 @pytest.mark.parametrize('port, failing, cause', [
