@@ -38,6 +38,7 @@ import numpy as np
 
 from kit_core.errors import KitError
 from migration_tools.pair import optimizers
+from migration_tools.pair import variable_map
 
 GUIDE = 'docs/MIGRATION.md, "To JAX"'
 
@@ -157,15 +158,7 @@ def check_array_port(port: Any, where: str) -> ArrayPort:
     if (getattr(port, first) is None) != (getattr(port, second) is None):
       raise KitError(f'--port {where}: ArrayPort.{first} and .{second} go '
                      f'together; give both or neither (see {GUIDE})')
-  for field in ('variable_map', 'output_map', 'metric_map', 'slot_map',
-                'not_compared'):
-    value = getattr(port, field)
-    if field == 'variable_map' and value is None:
-      continue
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-      raise KitError(f'--port {where}: ArrayPort.{field} must be a dict of '
-                     'strings')
+  variable_map.check_maps(port, f'--port {where}: ArrayPort.')
   return port
 
 

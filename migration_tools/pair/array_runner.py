@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from kit_core.errors import KitError
 from migration_tools.pair import array_port
 from migration_tools.pair import optimizers
 from migration_tools.pair import side
@@ -133,11 +132,7 @@ class ArrayRunner(side.PortSide):
   # Steps ---------------------------------------------------------------
 
   def _take(self, features, labels) -> None:
-    expected = self._batches[self._next % len(self._batches)]
-    if features is not expected[0] or labels is not expected[1]:
-      raise KitError('the port runner takes the legacy batches in the order '
-                     f'it was given; step {self._next + 1} was asked another '
-                     'batch')
+    side.check_in_order(self._batches, self._next, features, labels)
     self._next += 1
 
   def step(self, features, labels) -> dict:

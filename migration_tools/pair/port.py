@@ -74,6 +74,7 @@ from kit_core.errors import one_line
 from kit_core.lazy import tensorflow as tf
 from migration_tools.pair import array_port
 from migration_tools.pair import loading
+from migration_tools.pair import variable_map
 
 GUIDE = 'docs/MIGRATION.md, "Plug your own pair in"'
 
@@ -214,16 +215,7 @@ def check_port(port: Any, where: str) -> Port:
                    f'lacks {", ".join(missing)}: implement the Trainer '
                    'protocol of migration_tools/pair/port.py (see '
                    f'{GUIDE})')
-  for field in ('variable_map', 'output_map', 'metric_map', 'slot_map',
-                'not_compared'):
-    value = getattr(port, field)
-    if field == 'variable_map' and value is None:
-      continue
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-      raise KitError(f'the port\'s {field} must be a dict of strings ' + (
-          '{legacy variable name or pattern: why it is left out}'
-          if field == 'not_compared' else '{legacy name: port name}'))
+  variable_map.check_maps(port, 'the port\'s ')
   return port
 
 

@@ -16,7 +16,6 @@ import tensorflow as tf
 
 from kit_core import keras_compat
 from kit_core import process
-from kit_core.errors import KitError
 from migration_tools import outputs as outputs_lib
 from migration_tools.pair import optimizers
 from migration_tools.pair import port as port_lib
@@ -275,11 +274,7 @@ class PortRunner(side.PortSide):
   def _take(self, features, labels) -> None:
     """The batch the next step takes must be this one: the runner feeds
     the legacy batches in order through a distributed dataset made once."""
-    expected = self._batches[self._next % len(self._batches)]
-    if features is not expected[0] or labels is not expected[1]:
-      raise KitError('the port runner takes the legacy batches in the order '
-                     f'it was given; step {self._next + 1} was asked another '
-                     'batch')
+    side.check_in_order(self._batches, self._next, features, labels)
     self._next += 1
 
   def step(self, features, labels) -> dict:

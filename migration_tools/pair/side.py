@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from kit_core.errors import KitError
 from kit_core.lazy import tensorflow as tf
 from migration_tools.pair import optimizers
 
@@ -54,6 +55,19 @@ def first_array(structure):
 def batch_size(features) -> int:
   """The examples in a batch of features (an array or a structure)."""
   return len(first_array(features))
+
+
+def check_in_order(batches: list, taken: int, features, labels) -> None:
+  """A port runner feeds the legacy batches in order: the batch a step is
+  asked to take must be the next one (taken so far: `taken`).
+
+  Raises:
+    KitError: another batch was asked.
+  """
+  expected = batches[taken % len(batches)]
+  if features is not expected[0] or labels is not expected[1]:
+    raise KitError('the port runner takes the legacy batches in the order '
+                   f'it was given; step {taken + 1} was asked another batch')
 
 
 def split_element(element):

@@ -122,3 +122,22 @@ def resolve(legacy: dict[str, tuple], port: dict[str, tuple],
           f'{" ..." if len(side) > 6 else ""}); give each Keras layer a fixed '
           'name (name=...) and map the legacy names onto those')
   return Resolved(dict(given), {k: 'given' for k in given})
+
+
+MAP_FIELDS = ('variable_map', 'output_map', 'metric_map', 'slot_map',
+              'not_compared')
+
+
+def check_maps(port, owner: str) -> None:
+  """Raises KitError unless every map of a port (a Port or an ArrayPort)
+  is a dict of strings (variable_map may be None: inferred); owner starts
+  the message ("the port's ", "--port X: ArrayPort.")."""
+  for field in MAP_FIELDS:
+    value = getattr(port, field)
+    if field == 'variable_map' and value is None:
+      continue
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+      raise KitError(f'{owner}{field} must be a dict of strings ' + (
+          '{legacy variable name or pattern: why it is left out}'
+          if field == 'not_compared' else '{legacy name: port name}'))
