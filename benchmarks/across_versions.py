@@ -4,8 +4,8 @@
       [--report=across_versions.json] [-- THROUGHPUT FLAGS]
 
 Runs benchmarks/throughput.py once with each Python (each install profile of
-the README: TF 2.15.1 with tf.estimator, TF 2.21 with Keras 3), one after the
-other, each in its own process, on the same data; flags after "--" go to every
+the README: TF 2.15.1 with tf.estimator, TF 2.21 with Keras 3; with the jax
+profile's, benchmarks/throughput_jax.py), one after the other, each in its own process, on the same data; flags after "--" go to every
 run as they are (--windows=5, --trainers=estimator,custom_many, ...). Then
 prints one table: each trainer's examples/s under each TensorFlow, its ratio
 to the first Python's TPUEstimator (the legacy baseline), its fraction of the
@@ -39,6 +39,7 @@ flags.DEFINE_string('report', 'across_versions.json', 'Where the JSON goes.')
 FLAGS = flags.FLAGS
 
 THROUGHPUT = os.path.join(REPO, 'benchmarks', 'throughput.py')
+THROUGHPUT_JAX = os.path.join(REPO, 'benchmarks', 'throughput_jax.py')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,18 +71,27 @@ def _python_path(python: str) -> str:
   return path
 
 
+def _has_tensorflow(python: str) -> bool:
+  return subprocess.run(
+      [python, '-c', 'import importlib.util, sys; '
+       'sys.exit(importlib.util.find_spec("tensorflow") is None)'],
+      check=False).returncode == 0
+
+
 def run_one(python: str, throughput_args: list[str], report: str) -> dict:
-  """throughput.py under python; its stderr (progress) shows as it runs."""
-  command = [python, THROUGHPUT, f'--report={report}', '--skip_unavailable',
+  """throughput.py under python (throughput_jax.py under a Python with no
+  TensorFlow: the jax profile's); its stderr (progress) shows as it runs."""
+  script = THROUGHPUT if _has_tensorflow(python) else THROUGHPUT_JAX
+  command = [python, script, f'--report={report}', '--skip_unavailable',
              *throughput_args]
   result = subprocess.run(command, cwd=REPO, stdout=subprocess.PIPE,
                           text=True, check=False,
                           env={'TF_CPP_MIN_LOG_LEVEL': '2', **os.environ,
                                'PYTHONPATH': REPO})
   if result.returncode:
-    raise KitError(f'benchmarks/throughput.py under {python} exited with '
-                   f'{result.returncode} (its output is above); nothing was '
-                   'written')
+    raise KitError(f'benchmarks/{os.path.basename(script)} under {python} '
+                   f'exited with {result.returncode} (its output is above); '
+                   'nothing was written')
   return paths.read_json(report)
 
 
@@ -118,7 +128,8 @@ def _ratio(value: float | None) -> str:
 
 def markdown(reports: list[dict], table: list[Row]) -> str:
   """The table, then each run's ceilings and machine."""
-  versions = [f'TF {r["machine"]["tensorflow"]}' for r in reports]
+  versions = [r['machine'].get('framework') or
+              f'TF {r["machine"]["tensorflow"]}' for r in reports]
   header = ['trainer']
   for i, version in enumerate(versions):
     header += [f'{version} examples/s', f'vs {versions[0]} TPUEstimator',
@@ -165,8 +176,8 @@ def main(argv: list[str]) -> None:
     reports = []
     with tempfile.TemporaryDirectory() as tmp:
       for i, python in enumerate(pythons):
-        print(f'[{i + 1}/{len(pythons)}] benchmarks/throughput.py under '
-              f'{python}', file=sys.stderr, flush=True)
+        print(f'[{i + 1}/{len(pythons)}] the trainers under {python}',
+              file=sys.stderr, flush=True)
         report = run_one(python, throughput_args,
                          os.path.join(tmp, f'{i}.json'))
         report['python'] = python

@@ -31,6 +31,7 @@ from absl import app
 from absl import flags
 import tensorflow as tf
 
+import flops as flops_lib  # pylint: disable=g-bad-import-order
 from kit_core import atomic  # pylint: disable=g-import-not-at-top
 from kit_core import cpu  # pylint: disable=g-import-not-at-top
 from migrate import model as model_lib  # pylint: disable=g-import-not-at-top
@@ -55,34 +56,6 @@ def matmul_flops_per_second(size: int, dtype: tf.DType = tf.float32,
     matmul(a, b).numpy()
     times.append(time.perf_counter() - start)
   return 2 * size ** 3 / statistics.median(times)
-
-
-def _forward_flops(layer: tf.keras.layers.Layer) -> int | None:
-  """Multiply-adds x 2 of one example through layer; None: not counted."""
-  if isinstance(layer, tf.keras.layers.Conv2D):
-    _, height, width, out = layer.output.shape
-    kernel_h, kernel_w, inputs, _ = layer.kernel.shape
-    return 2 * height * width * out * kernel_h * kernel_w * inputs
-  if isinstance(layer, tf.keras.layers.Dense):
-    inputs, out = layer.kernel.shape
-    return 2 * inputs * out
-  return None
-
-
-def training_flops_per_example(model: tf.keras.Model) -> dict:
-  """Multiply-adds x 2 of each layer's forward pass, from its shapes.
-
-  Training costs the forward pass, the weight gradients (as much again) and
-  the input gradients (as much again, except for the first layer, whose input
-  needs none). Pooling, activations and the loss are left out: they are small
-  next to the convolutions.
-  """
-  layers = {layer.name: _forward_flops(layer) for layer in model.layers}
-  layers = {name: flops for name, flops in layers.items() if flops}
-  forward = sum(layers.values())
-  first = next(iter(layers.values()))
-  return {'forward_by_layer': layers, 'forward': forward,
-          'training': 3 * forward - first}
 
 
 # ------------------------------------------------- the kernels, one by one --
@@ -156,7 +129,7 @@ def training_parts(model: tf.keras.Model, batch: int) -> list[Part]:
   layers; the first layer has no input gradient (its input needs none), as
   training_flops_per_example counts it."""
   parts = []
-  counted = [layer for layer in model.layers if _forward_flops(layer)]
+  counted = [layer for layer in model.layers if flops_lib.forward_flops(layer)]
   for layer in counted:
     builder = (_conv_parts if isinstance(layer, tf.keras.layers.Conv2D)
                else _dense_parts)
@@ -164,7 +137,7 @@ def training_parts(model: tf.keras.Model, batch: int) -> list[Part]:
       if name == 'input gradient' and layer is counted[0]:
         continue
       parts.append(Part(layer.name, name, layer.compute_dtype,
-                        _forward_flops(layer) * batch, run,
+                        flops_lib.forward_flops(layer) * batch, run,
                         tuple(int(d) for d in shape)))
   return parts
 
@@ -198,7 +171,7 @@ def kernels_alone(precision: str, batch: int, repeats: int = 10) -> dict:
                     'dtype': part.dtype, 'seconds': seconds,
                     'flops_per_second': part.flops / seconds})
   seconds = sum(k['seconds'] for k in kernels)
-  flops = training_flops_per_example(model)['training'] * batch
+  flops = flops_lib.training_flops_per_example(model)['training'] * batch
   return {'kernels': kernels, 'seconds_per_step': seconds,
           'examples_per_second': batch / seconds,
           'flops_per_second': flops / seconds}

@@ -38,6 +38,7 @@ import tensorflow as tf
 # trainers splits the CPU in two at import, before any TF op.
 import trainers  # pylint: disable=g-bad-import-order
 import ceilings  # pylint: disable=g-bad-import-order
+import flops as flops_lib  # pylint: disable=g-bad-import-order
 
 from estimator_mnist import data as estimator_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from kit_core import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -104,7 +105,7 @@ def run(info, batch: int, window_steps: int, windows: int,
                    f'--steps_per_execution={steps_per_execution}')
   by_id = trainers.by_id(steps_per_execution)
   selected = trainers.select(by_id, only, skip_unavailable)
-  flops = ceilings.training_flops_per_example(model_lib.build_model())
+  flops = flops_lib.training_flops_per_example(model_lib.build_model())
   matmul, alone = {}, {}
   for precision, dtype in ceilings.CEILING_DTYPES.items():
     matmul[precision] = ceilings.matmul_flops_per_second(matmul_size, dtype)

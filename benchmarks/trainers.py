@@ -218,7 +218,14 @@ def select(by_id: dict, ids: list[str], skip_unavailable: bool = False
            ) -> list[str]:
   """The ids asked for (all of them if none), or KitError naming the
   unknown ones. skip_unavailable: leave out, with a line, the TPUEstimator
-  trainers on a TensorFlow without tf.estimator instead of failing."""
+  trainers on a TensorFlow without tf.estimator, and the JAX ones
+  (throughput_jax.py's), instead of failing."""
+  on_jax = [key for key in ids if key.startswith('jax_')]
+  if on_jax and skip_unavailable:
+    # Across profiles the same --trainers go to every run (across_versions).
+    logging.info('leaving out %s: JAX trainers run in '
+                 'benchmarks/throughput_jax.py', ', '.join(on_jax))
+    ids = [key for key in ids if key not in on_jax]
   missing = [key for key in ids if key in NEED_ESTIMATOR and key not in by_id]
   if missing and skip_unavailable:
     logging.info('leaving out %s: TensorFlow %s has no tf.estimator',
