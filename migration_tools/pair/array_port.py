@@ -5,7 +5,8 @@ in its process.
 ``port.Port`` hands the harness Keras objects and a Trainer that runs under
 a tf.distribute strategy. A port that left TensorFlow is handed over as an
 ``ArrayPort`` instead: one function builds an ``ArrayModel`` on a number of
-replicas, with dropout off, and everything crosses as numpy arrays, named by the port:
+replicas, with dropout off, and everything crosses as numpy arrays, named by
+the port:
 
   variables      {name: array} of the model's state (weights, batch-norm
                  statistics), in creation order; ``trainable`` names the
@@ -166,7 +167,7 @@ def check_model(model: Any, where: str) -> ArrayModel:
   """The model make() returned, if it has every method of ArrayModel."""
   missing = [name for name in MODEL_MEMBERS if not hasattr(model, name)]
   if missing:
-    raise KitError(f'--port {where}: the model ArrayPort.make returned '
+    raise KitError(f'{where}: the model ArrayPort.make returned '
                    f'({type(model).__name__}) lacks {", ".join(missing)}: '
                    'implement the ArrayModel protocol of '
                    f'migration_tools/pair/array_port.py (see {GUIDE})')

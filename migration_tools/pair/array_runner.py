@@ -21,9 +21,11 @@ class ArrayRunner(side.PortSide):
 
   def __init__(self, port: array_port.ArrayPort, replicas: int, params: dict,
                batches: list, where: str = 'the port'):
+    """Builds the model (dropout off) on `replicas` devices; where names
+    the port in a message."""
     self.port, self.params = port, params
-    self.model = array_port.check_model(port.make(dict(params), replicas, False),
-                                        where)
+    self.model = array_port.check_model(
+        port.make(dict(params), replicas, False), where)
     self.strategy = None  # No tf.distribute strategy: the model places itself.
     self._batches = batches
     self._next = 0

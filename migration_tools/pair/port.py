@@ -195,8 +195,9 @@ def check_port(port: Any, where: str) -> Port:
   """
   if not isinstance(port, Port):
     raise KitError(f'--port {where} returned a {type(port).__name__}, not a '
-                   'migration_tools.pair.port.Port (or an array_port.ArrayPort, '
-                   'for a port on JAX); return Port(build_model=..., '
+                   'migration_tools.pair.port.Port (or an '
+                   'array_port.ArrayPort, for a port on JAX); return '
+                   'Port(build_model=..., '
                    f'...) (see {GUIDE})')
   for field in ('build_model', 'make_optimizer', 'input_pipeline', 'export',
                 'predict', 'averages', 'host_call'):

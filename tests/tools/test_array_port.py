@@ -111,7 +111,7 @@ def test_batches_are_taken_in_the_legacy_order():
 def test_a_model_without_the_contracts_methods_is_one_line():
   port = array_port.ArrayPort(make=lambda params, replicas, dropout: object())
   with pytest.raises(KitError, match=r'lacks replicas, variables, trainable'):
-    array_runner.ArrayRunner(port, 1, {}, BATCHES, where='mine:make_port')
+    array_runner.ArrayRunner(port, 1, {}, BATCHES, where='--port mine:port')
 
 
 @pytest.mark.parametrize('fields, message', [
