@@ -32,6 +32,7 @@ from absl import flags
 import tensorflow as tf
 
 import flops as flops_lib  # pylint: disable=g-bad-import-order
+import timing  # pylint: disable=g-bad-import-order
 from kit_core import atomic  # pylint: disable=g-import-not-at-top
 from kit_core import cpu  # pylint: disable=g-import-not-at-top
 from migrate import model as model_lib  # pylint: disable=g-import-not-at-top
@@ -142,19 +143,6 @@ def training_parts(model: tf.keras.Model, batch: int) -> list[Part]:
   return parts
 
 
-def median_seconds(run: Callable[[], tf.Tensor], repeats: int) -> float:
-  """The median time of run() after two warm-up calls (tracing, oneDNN's
-  first-call setup). On a CPU a tf.function returns once its ops are done."""
-  run()
-  run()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    run()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
-
-
 def kernels_alone(precision: str, batch: int, repeats: int = 10) -> dict:
   """Each kernel of the kit's CNN in precision timed alone, and the step
   they allow: examples/s and FLOP/s if the step ran nothing else."""
@@ -166,7 +154,7 @@ def kernels_alone(precision: str, batch: int, repeats: int = 10) -> dict:
     if shape != part.shape:
       raise AssertionError(f'{part.layer} {part.part} returned {shape}, '
                            f'not {part.shape}')
-    seconds = median_seconds(part.run, repeats)
+    seconds = timing.median_seconds(part.run, repeats)
     kernels.append({'layer': part.layer, 'part': part.part,
                     'dtype': part.dtype, 'seconds': seconds,
                     'flops_per_second': part.flops / seconds})

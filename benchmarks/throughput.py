@@ -39,6 +39,7 @@ import tensorflow as tf
 import trainers  # pylint: disable=g-bad-import-order
 import ceilings  # pylint: disable=g-bad-import-order
 import flops as flops_lib  # pylint: disable=g-bad-import-order
+import timing  # pylint: disable=g-bad-import-order
 
 from estimator_mnist import data as estimator_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from kit_core import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -84,7 +85,7 @@ def input_pipeline(dataset, batch: int, window_steps: int,
     for _ in range(window_steps):
       next(iterator)
     stamps.append(time.perf_counter())
-  return trainers.median_rate(stamps, window_steps, batch)
+  return timing.median_rate(stamps, window_steps, batch)
 
 
 # ------------------------------------------------------------------- main --

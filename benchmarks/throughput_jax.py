@@ -16,7 +16,6 @@ asserted on timing.
 """
 import os
 import platform
-import statistics
 import sys
 import time
 
@@ -28,6 +27,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 import flops as flops_lib  # pylint: disable=g-bad-import-order,wrong-import-position
+import timing  # pylint: disable=g-bad-import-order,wrong-import-position
 from kit_core import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
 from kit_core import cpu  # pylint: disable=g-import-not-at-top,wrong-import-position
 from kit_core import devices  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -68,13 +68,8 @@ def matmul_flops_per_second(size: int, dtype: str, repeats: int = 10) -> float:
   a = jax.random.normal(jax.random.PRNGKey(0), (size, size)).astype(dtype)
   b = jax.random.normal(jax.random.PRNGKey(1), (size, size)).astype(dtype)
   matmul = jax.jit(lambda x, y: jnp.sum(x @ y))
-  matmul(a, b).block_until_ready()  # Compiles and warms up.
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    matmul(a, b).block_until_ready()
-    times.append(time.perf_counter() - start)
-  return 2 * size ** 3 / statistics.median(times)
+  return 2 * size ** 3 / timing.median_seconds(
+      lambda: matmul(a, b).block_until_ready(), repeats)
 
 
 def time_trainer(info, precision: str, batch: int, window_steps: int,
@@ -101,9 +96,7 @@ def time_trainer(info, precision: str, batch: int, window_steps: int,
 
   model.fit(data_lib.Steps(batches, 0, (windows + 1) * window_steps),
             epochs=1, verbose=0, callbacks=[Stamp()])
-  rates = [window_steps * batch / (b - a) for a, b in zip(stamps, stamps[1:])]
-  return {'examples_per_second': statistics.median(rates),
-          'window_rates': rates}
+  return timing.median_rate(stamps, window_steps, batch)
 
 
 def run(info, batch: int, window_steps: int, windows: int,

@@ -11,13 +11,14 @@ among them. Importing this module splits the CPU into two logical devices
 import dataclasses
 from functools import partial
 import importlib.util
-import statistics
 import tempfile
 import time
 from typing import Callable
 
 from absl import logging
 import tensorflow as tf
+
+import timing  # pylint: disable=g-bad-import-order
 
 # Two logical CPUs for the 2-replica runs: must precede every TF op.
 from kit_core import devices  # pylint: disable=g-bad-import-order
@@ -39,14 +40,6 @@ class Trainer:
   label: str
   run: Callable[..., dict]
   precision: str = 'float32'  # Its math: whose matmul ceiling it is held to.
-
-
-def median_rate(stamps: list, steps_per_window: int, batch: int) -> dict:
-  """Examples/s from window-end timestamps; stamps[0] ends the warm-up."""
-  rates = [steps_per_window * batch / (b - a)
-           for a, b in zip(stamps, stamps[1:])]
-  return {'examples_per_second': statistics.median(rates),
-          'window_rates': rates}
 
 
 class _WindowHook(tf.compat.v1.train.SessionRunHook):
@@ -89,7 +82,7 @@ def estimator(info, batch: int, window_steps: int, windows: int,
       hooks, listeners = [guard, hook], [listener]
     model.train(estimator_data.train_input_fn, max_steps=steps, hooks=hooks,
                 saving_listeners=listeners)
-  return median_rate(hook.stamps, window_steps, batch)
+  return timing.median_rate(hook.stamps, window_steps, batch)
 
 
 def _model_and_data(strategy, info, batch: int, precision: str):
@@ -128,7 +121,7 @@ def fit(strategy, steps_per_execution: int, info, batch: int,
   callback = _WindowCallback(window_steps)
   model.fit(dataset, epochs=1, steps_per_epoch=window_steps * (windows + 1),
             callbacks=[callback], verbose=0)
-  return median_rate(callback.stamps, window_steps, batch)
+  return timing.median_rate(callback.stamps, window_steps, batch)
 
 
 class TapeTrainer(custom_loop.Trainer):
@@ -160,7 +153,7 @@ def custom(strategy, steps_per_call: int, info, batch: int,
       step = trainer.train_steps(iterator, steps)
     step.numpy()  # Waits for the window's last step.
     stamps.append(time.perf_counter())
-  return median_rate(stamps, window_steps, batch)
+  return timing.median_rate(stamps, window_steps, batch)
 
 
 # The trainers that run tf.estimator: only on TF 2.15.
