@@ -6,22 +6,38 @@ deleted checkpoint, still holds its training, and a restart must resume it
 rather than start at step 0 over it. A checkpoint is read in full, so that a
 truncated or corrupt one fails at once, in one line, rather than halfway
 through a restore or a conversion.
+
+Where TensorFlow is not installed (the jax profile), the state file is read
+as the text it is and a checkpoint by ``tensor_bundle``, with numpy alone.
 """
+import codecs
 import glob
 import os
 import re
 
 from absl import logging
 import numpy as np
-import tensorflow as tf
 
+from kit_core import lazy
+from kit_core import tensor_bundle
 from kit_core.errors import KitError
 from kit_core.errors import one_line
+from kit_core.lazy import tensorflow as tf
 
-# What TensorFlow raises for a checkpoint it cannot read: its OpErrors,
-# OSError, and IndexError for data cut short ('Read less bytes than
-# requested').
-READ_ERRORS = (tf.errors.OpError, OSError, IndexError)
+
+def _read_errors() -> tuple:
+  """What TensorFlow raises for a checkpoint it cannot read: its OpErrors,
+  OSError, and IndexError for data cut short ('Read less bytes than
+  requested')."""
+  return (tf.errors.OpError, OSError, IndexError)
+
+
+def __getattr__(name: str):
+  """READ_ERRORS (_read_errors), made on first use: it names TensorFlow's
+  errors, and this module loads where there is no TensorFlow."""
+  if name == 'READ_ERRORS':
+    return _read_errors()
+  raise AttributeError(name)
 
 
 STATE_FILE = 'checkpoint'
@@ -33,15 +49,12 @@ def _listed(directory: str) -> tuple[list[str], str | None]:
   be used as it is (None if it can)."""
   if not os.path.exists(os.path.join(directory, STATE_FILE)):
     return [], 'is missing'
-  try:
-    state = tf.train.get_checkpoint_state(directory)
-  except (tf.errors.OpError, ValueError, UnicodeDecodeError):
-    state = None
+  state = _read_state(directory)
   if state is None:
     return [], 'cannot be read'
-  listed = list(state.all_model_checkpoint_paths)
-  if state.model_checkpoint_path not in listed:
-    listed.append(state.model_checkpoint_path)
+  newest, listed = state
+  if newest not in listed:
+    listed.append(newest)
   listed = [p if os.path.isabs(p) else os.path.join(directory, p)
             for p in listed if p]
   gone = [p for p in listed if not os.path.exists(p + '.index')]
@@ -50,7 +63,44 @@ def _listed(directory: str) -> tuple[list[str], str | None]:
   return listed, None
 
 
-def _step(path: str) -> int:
+_STATE_LINE = re.compile(r'^(\w+): (?:"((?:[^"\\]|\\.)*)"|[-+.\w]+)$')
+
+
+def _read_state(directory: str) -> tuple[str, list[str]] | None:
+  """(model_checkpoint_path, all_model_checkpoint_paths) of the state file
+  (a CheckpointState in protobuf's text format), or None if it cannot be
+  read: by TensorFlow where it is installed, else line by line."""
+  if lazy.installed('tensorflow'):
+    try:
+      state = tf.train.get_checkpoint_state(directory)
+    except (tf.errors.OpError, ValueError, UnicodeDecodeError):
+      return None
+    return (None if state is None else
+            (state.model_checkpoint_path,
+             list(state.all_model_checkpoint_paths)))
+  newest, listed = None, []
+  try:
+    with open(os.path.join(directory, STATE_FILE), encoding='utf-8') as f:
+      lines = [line.strip() for line in f if line.strip()]
+  except (OSError, UnicodeDecodeError):
+    return None
+  for line in lines:
+    found = _STATE_LINE.match(line)
+    if not found:
+      return None
+    if found.group(2) is None:
+      continue  # A timestamp.
+    value = codecs.escape_decode(found.group(2).encode())[0].decode('utf-8')
+    value = os.path.join(directory, value)  # As TensorFlow does: if relative.
+    if found.group(1) == 'model_checkpoint_path':
+      newest = value
+    elif found.group(1) == 'all_model_checkpoint_paths':
+      listed.append(value)
+  return None if newest is None else (newest, listed)
+
+
+def step_of(path: str) -> int:
+  """The step a checkpoint's name ends with (model.ckpt-30: 30), or -1."""
   found = _NUMBERED.search(path)
   return int(found.group(1)) if found else -1
 
@@ -62,7 +112,8 @@ def find(directory: str) -> list[str]:
   paths = {p[:-len('.index')]
            for p in glob.glob(os.path.join(glob.escape(directory), '*.index'))}
   paths |= {p for p in listed if os.path.exists(p + '.index')}
-  return sorted(paths, key=lambda p: (_step(p), os.path.getmtime(p + '.index')),
+  return sorted(paths,
+                key=lambda p: (step_of(p), os.path.getmtime(p + '.index')),
                 reverse=True)
 
 
@@ -106,9 +157,14 @@ def read_all(path: str) -> dict[str, np.ndarray]:
   Raises:
     UnreadableCheckpoint: a file is missing, truncated or corrupt.
   """
+  if not lazy.installed('tensorflow'):
+    try:
+      return tensor_bundle.read(path)
+    except (tensor_bundle.BundleError, OSError) as e:
+      raise UnreadableCheckpoint(path, one_line(e)) from e
   try:
     reader = tf.train.load_checkpoint(path)
     return {name: reader.get_tensor(name)
             for name in reader.get_variable_to_shape_map()}
-  except READ_ERRORS as e:
+  except _read_errors() as e:
     raise UnreadableCheckpoint(path, one_line(e)) from e

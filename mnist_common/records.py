@@ -12,13 +12,11 @@ Examples (packed or unpacked int64 lists, map entries in any order) read.
 import struct
 from typing import Iterable, Iterator
 
-import google_crc32c
+from kit_core import wire
 
 HEADER, FOOTER = 12, 4
-_MASK_DELTA = 0xa282ead8
 # Feature's oneof, by field number (example.proto's feature.proto).
 KINDS = {1: 'bytes_list', 2: 'float_list', 3: 'int64_list'}
-_VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 
 
 class CorruptRecord(ValueError):
@@ -33,17 +31,11 @@ class NotAnExample(ValueError):
   """Bytes that are not a tf.train.Example in the wire format."""
 
 
-def masked_crc(data: bytes) -> int:
-  """TensorFlow's masked CRC-32C: a CRC of data holding CRCs stays useful."""
-  crc = google_crc32c.value(data)
-  return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xffffffff
-
-
 def frame(data: bytes) -> bytes:
   """One record as it is written to a TFRecord file."""
   header = struct.pack('<Q', len(data))
-  return b''.join((header, struct.pack('<I', masked_crc(header)), data,
-                   struct.pack('<I', masked_crc(data))))
+  return b''.join((header, struct.pack('<I', wire.masked_crc(header)), data,
+                   struct.pack('<I', wire.masked_crc(data))))
 
 
 def write(path: str, payloads: Iterable[bytes]) -> None:
@@ -68,27 +60,18 @@ def read(path: str) -> Iterator[bytes]:
     length = struct.unpack('<Q', header[:8])[0] if len(header) == HEADER else 0
     end = position + HEADER + length
     if (len(header) < HEADER or end + FOOTER > len(data) or
-        struct.unpack('<I', header[8:])[0] != masked_crc(header[:8])):
+        struct.unpack('<I', header[8:])[0] != wire.masked_crc(header[:8])):
       raise CorruptRecord(index, position)
     payload = data[position + HEADER:end]
-    if struct.unpack('<I', data[end:end + FOOTER])[0] != masked_crc(payload):
+    if struct.unpack('<I', data[end:end + FOOTER])[0] != wire.masked_crc(payload):
       raise CorruptRecord(index, position)
     yield payload
     position, index = end + FOOTER, index + 1
 
 
-def _varint(value: int) -> bytes:
-  value &= (1 << 64) - 1  # A negative int64 is its two's complement.
-  out = bytearray()
-  while value > 0x7f:
-    out.append(value & 0x7f | 0x80)
-    value >>= 7
-  out.append(value)
-  return bytes(out)
-
-
 def _field(number: int, payload: bytes) -> bytes:
-  return _varint(number << 3 | _LEN) + _varint(len(payload)) + payload
+  return (wire.varint(number << 3 | wire.LEN) + wire.varint(len(payload)) +
+          payload)
 
 
 def encode_example(features: dict[str, tuple[str, list]]) -> bytes:
@@ -99,7 +82,8 @@ def encode_example(features: dict[str, tuple[str, list]]) -> bytes:
     if kind == 'bytes_list':
       listed = b''.join(_field(1, value) for value in values)
     elif kind == 'int64_list':
-      listed = _field(1, b''.join(_varint(int(v)) for v in values))  # Packed.
+      # Packed.
+      listed = _field(1, b''.join(wire.varint(int(v)) for v in values))
     else:
       raise ValueError(f'kind {kind!r}: bytes_list or int64_list')
     number = next(n for n, k in KINDS.items() if k == kind)
@@ -108,59 +92,36 @@ def encode_example(features: dict[str, tuple[str, list]]) -> bytes:
   return _field(1, b''.join(entries))
 
 
-def _read_varint(data: bytes, position: int) -> tuple[int, int]:
-  value, shift = 0, 0
-  while True:
-    if position >= len(data) or shift > 63:
-      raise NotAnExample('a varint runs past its message')
-    byte = data[position]
-    value |= (byte & 0x7f) << shift
-    position, shift = position + 1, shift + 7
-    if not byte & 0x80:
-      return value, position
+def _fields(data: bytes):
+  try:
+    yield from wire.fields(data)
+  except wire.WireError as e:
+    raise NotAnExample(str(e)) from e
 
 
-def _fields(data: bytes) -> Iterator[tuple[int, int, object]]:
-  """(field number, wire type, value) of a message: an int, or bytes."""
-  position = 0
-  while position < len(data):
-    key, position = _read_varint(data, position)
-    number, wire = key >> 3, key & 7
-    if wire == _VARINT:
-      value, position = _read_varint(data, position)
-    elif wire in (_FIXED64, _FIXED32):
-      size = 8 if wire == _FIXED64 else 4
-      value, position = data[position:position + size], position + size
-    elif wire == _LEN:
-      size, position = _read_varint(data, position)
-      value, position = data[position:position + size], position + size
-    else:
-      raise NotAnExample(f'wire type {wire} is not used by Example')
-    if position > len(data) or number == 0:
-      raise NotAnExample('a field runs past its message')
-    yield number, wire, value
-
-
-def _int64s(wire: int, value) -> list[int]:
-  if wire == _VARINT:
+def _int64s(wire_type: int, value) -> list[int]:
+  if wire_type == wire.VARINT:
     raw = [value]
   else:  # Packed.
     raw, position = [], 0
     while position < len(value):
-      item, position = _read_varint(value, position)
+      try:
+        item, position = wire.read_varint(value, position)
+      except wire.WireError as e:
+        raise NotAnExample(str(e)) from e
       raw.append(item)
-  return [v - (1 << 64) if v >= 1 << 63 else v for v in raw]
+  return [wire.signed(v) for v in raw]
 
 
 def _values(number: int, listed: bytes) -> list:
   values = []
-  for _, wire, value in _fields(listed):
+  for _, wire_type, value in _fields(listed):
     if number == 1:
       values.append(value)
     elif number == 3:
-      values.extend(_int64s(wire, value))
+      values.extend(_int64s(wire_type, value))
     else:  # Floats: counted, never used by the kit.
-      values.extend([0.0] * (len(value) // 4 if wire == _LEN else 1))
+      values.extend([0.0] * (len(value) // 4 if wire_type == wire.LEN else 1))
   return values
 
 
@@ -172,17 +133,17 @@ def decode_example(data: bytes) -> dict[str, tuple[str | None, list]]:
     NotAnExample: the bytes are not an Example.
   """
   features = {}
-  for number, wire, value in _fields(data):
-    if number != 1 or wire != _LEN:
+  for number, wire_type, value in _fields(data):
+    if number != 1 or wire_type != wire.LEN:
       continue
     for entry_number, entry_wire, entry in _fields(value):
-      if entry_number != 1 or entry_wire != _LEN:
+      if entry_number != 1 or entry_wire != wire.LEN:
         continue
       name, kind, values = '', None, []
       for part, part_wire, part_value in _fields(entry):
-        if part == 1 and part_wire == _LEN:
+        if part == 1 and part_wire == wire.LEN:
           name = part_value.decode('utf-8', 'replace')
-        elif part == 2 and part_wire == _LEN:
+        elif part == 2 and part_wire == wire.LEN:
           for listed_number, _, listed in _fields(part_value):
             if listed_number in KINDS:
               kind, values = KINDS[listed_number], _values(listed_number,
