@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from kit_core.errors import KitError
-from migration_tools.compare import golden
+from migration_tools.pair import stored
 from migration_tools.pair import serving
 from migration_tools.pair import side
 
@@ -53,6 +53,6 @@ def test_bytes_go_into_a_bundle_and_come_back_whole(tmp_path):
   # No pickle in a bundle: strings are kept as base64, a trailing NUL too.
   values = np.array([b'\xff\xd8\xff\x00', b'', b'abc'], dtype=object)
   arrays = {}
-  encoded = golden._encode({'image_bytes': values}, arrays)  # pylint: disable=protected-access
-  decoded = golden._decode(encoded, arrays)['image_bytes']  # pylint: disable=protected-access
+  encoded = stored.encode({'image_bytes': values}, arrays)
+  decoded = stored.decode(encoded, arrays)['image_bytes']
   assert decoded.dtype == object and list(decoded) == list(values)
