@@ -9,10 +9,16 @@ devices as keras.distribution's DataParallel lays it out.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from migration_tools.pair import array_port
 from migration_tools.pair import optimizers
+
+
+# What migration-convert-checkpoint writes for this port.
+WEIGHTS_FILE = 'model.weights.h5'
 
 
 class KerasJaxModel:
@@ -163,6 +169,24 @@ class KerasJaxModel:
     return {'class_ids': logits.argmax(axis=1),
             'probabilities': np.asarray(self._keras.ops.softmax(logits))}
 
+  def save_weights(self, directory: str) -> str:
+    """Keras 3's .weights.h5 of the model, its optimizer attached: the
+    weights, the slots and the step, as model.load_weights restores them."""
+    path = os.path.join(directory, WEIGHTS_FILE)
+    self._attach_optimizer()
+    self.model.save_weights(path)
+    return path
+
+  def load_weights(self, path: str) -> None:
+    self._attach_optimizer()
+    self.model.load_weights(path)
+
+  def _attach_optimizer(self) -> None:
+    # A model saves and loads its optimizer's variables with its own once
+    # compiled with it.
+    if getattr(self.model, 'optimizer', None) is not self.optimizer:
+      self.model.compile(optimizer=self.optimizer)
+
   def evaluate(self, batches: list) -> dict[str, float]:
     """The model_fn's eval metrics: the mean loss and the accuracy."""
     losses, correct, count = [], 0, 0
@@ -221,6 +245,8 @@ def make_port() -> array_port.ArrayPort:
       input_batch=input_batch,
       programs=lambda model, features, labels: model.programs(features,
                                                               labels),
+      save_weights=lambda model, directory: model.save_weights(directory),
+      load_weights=lambda model, path: model.load_weights(path),
       # The layers keep the model_fn's names.
       variable_map={name: name for name in (
           'conv1/kernel', 'conv1/bias', 'conv2/kernel', 'conv2/bias',

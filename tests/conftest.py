@@ -67,6 +67,7 @@ collect_ignore = [] if HAS_ESTIMATOR else list(ESTIMATOR_TEST_FILES)
 # (a TensorFlow profile has no JAX), as the header says.
 HAS_JAX = importlib.util.find_spec('jax') is not None
 JAX_ONLY_TEST_FILES = ('example/test_migrate_jax.py', 'tools/test_jax_ports.py',
+                       'tools/test_convert_jax.py',
                        'bench/test_throughput_jax.py')
 if not HAS_JAX:
   collect_ignore += list(JAX_ONLY_TEST_FILES)
@@ -76,6 +77,7 @@ if not HAS_JAX:
 # profiles run them.
 JAX_TEST_FILES = ('example/test_migrate_jax.py', 'example/test_records.py',
                   'tools/test_jax_ports.py', 'tools/test_array_port.py',
+                  'tools/test_convert_jax.py',
                   'bench/test_throughput_jax.py',
                   'tools/test_checks.py', 'tools/test_updates.py',
                   'test_boundaries.py', 'test_guide.py')

@@ -12,6 +12,10 @@ OUT_DIR/bert.npz          a golden bundle of the BERT-shaped test pair (its
                           own optimizer, a warm start, 1 and 2 replicas);
 OUT_DIR/bert_converted/   its TPUEstimator checkpoint after 5 steps, converted
                           here (Keras 2 layout, adam_m/adam_v slots carried);
+OUT_DIR/kit_predictions.npz, OUT_DIR/bert_predictions.npz
+                          the legacy predictions on estimator/ and
+                          bert_estimator/ (--record_predictions), for --verify
+                          of the JAX ports' conversions;
 OUT_DIR/effnet.npz        a golden bundle of the EfficientNet-style test pair
                           (moving averages, RMSProp, a host_call, a JPEG
                           receiver; 1 and 2 replicas);
@@ -88,6 +92,10 @@ def _bert(out: str) -> dict:
        f'--estimator_dir={out}/bert_estimator',
        f'--output={out}/bert_converted', f'--params={json.dumps(params)}',
        '--verify', '--verify_examples=64')
+  _run('-m', 'migration_tools.checkpoint', *BERT_PAIR[:2],
+       f'--estimator_dir={out}/bert_estimator',
+       f'--params={json.dumps(params)}', '--verify_examples=64',
+       f'--record_predictions={out}/bert_predictions.npz')
   features = next(iter(bert_legacy.input_fn({**params, 'batch_size': 8})))
   features = {k: v.numpy() for k, v in features.items()}
   expected = {f'bert_features/{k}': v for k, v in features.items()}
@@ -164,6 +172,8 @@ def main(out: str) -> None:
   _run('-m', 'estimator_mnist', f'--model_dir={out}/estimator',
        f'--train_steps={STEPS}', '--batch_size=64', '--noenable_predict',
        '--eval_steps=0')
+  _run('-m', 'migration_tools.checkpoint', f'--estimator_dir={out}/estimator',
+       f'--record_predictions={out}/kit_predictions.npz')
   _run('-m', 'migrate', '--loop=custom', f'--model_dir={out}/port',
        f'--train_steps={STEPS}', '--batch_size=64', '--noenable_predict',
        '--eval_steps=0')

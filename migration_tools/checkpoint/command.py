@@ -24,6 +24,20 @@ same batches of the legacy input_fn to the legacy model_fn in PREDICT mode
 every output to agree (floats within tolerances.CONVERSION_ATOL, integers
 exactly).
 
+A port on JAX (an ArrayPort: ``--port`` names one, or the jax profile's
+default, the kit's Keras 3 port) gets the same variables, slots and step,
+written by its own save_weights (the kit's: a Keras 3 ``.weights.h5`` with
+the optimizer's state) or as named arrays, with no TensorFlow in the
+process (``arrays``). Its --verify compares against the legacy model_fn's
+predictions recorded on TF 2.15 (``predictions``):
+
+  migration-convert-checkpoint --estimator_dir=OLD_MODEL_DIR \
+      --legacy_model_fn=... --legacy_input_fn=... \
+      --record_predictions=P.npz                          # on TF 2.15
+  migration-convert-checkpoint --estimator_dir=OLD_MODEL_DIR \
+      --output=NEW_DIR --port=my_jax_port:make_port --verify \
+      --predictions=P.npz                                  # on JAX
+
 --keras2_dir reads a checkpoint the port wrote with Keras 2 (its layout,
 ``model/layer_with_weights-N/...``, is not Keras 3's) by the names the object
 graph kept, and writes the same weights, optimizer slots and step in the
@@ -39,22 +53,27 @@ process.quiet_tensorflow_startup()  # Before TensorFlow loads.
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
 from absl import logging
-import tensorflow as tf
-# pylint: enable=g-import-not-at-top,wrong-import-position
 
+from kit_core import checkpoint_files
 from kit_core import exits
 from kit_core import keras_compat
+from kit_core import lazy
+from kit_core import paths
 from kit_core import progress as progress_lib
 from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from kit_core.errors import one_line
+from kit_core.lazy import tensorflow as tf
 from migration_tools import cli
+from migration_tools.checkpoint import arrays
 from migration_tools.checkpoint import estimator
 from migration_tools.checkpoint import files
-from migration_tools.checkpoint import keras2
+from migration_tools.checkpoint import predictions
 from migration_tools.checkpoint import verify
+from migration_tools.pair import array_port
 from migration_tools.pair import flags as pair
 from migration_tools.pair import legacy
+# pylint: enable=g-import-not-at-top,wrong-import-position
 
 
 def define_flags(tool_flags: flags.FlagValues) -> None:
@@ -79,25 +98,38 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
   flags.DEFINE_bool('verify', False, 'Check that every output of both sides '
                     'agrees.', **define)
   flags.DEFINE_integer('verify_examples', 1000,
-                       'How many examples --verify predicts, at most.',
+                       'How many examples --verify (or '
+                       '--record_predictions) predicts, at most.',
                        lower_bound=1, **define)
+  flags.DEFINE_string('record_predictions', None,
+                      'Instead of converting: record the legacy model_fn\'s '
+                      'predictions on --estimator_dir\'s checkpoint into this '
+                      'file (.npz), on TF 2.15, for --verify --predictions '
+                      'where the legacy code cannot run (a port on JAX, a '
+                      'newer TensorFlow).', **define)
+  flags.DEFINE_string('predictions', None,
+                      'With --verify: the legacy predictions recorded by '
+                      '--record_predictions, compared instead of running '
+                      'the legacy model_fn.', **define)
   pair.define_pair_flags(tool_flags, serving=False)
-  flags.mark_flags_as_required(['output'], flag_values=tool_flags)
 
 
 def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
-  """Converts, and with --verify checks the outputs of both sides."""
+  """Converts, and with --verify checks the outputs of both sides; or, with
+  --record_predictions, records the legacy side's."""
   if args:
     raise KitError(f'unexpected arguments {args}; flags take the form '
                    '--name=value (see --help)')
   logging.set_verbosity(logging.INFO)
-  tf.get_logger().handlers.clear()
+  if lazy.installed('tensorflow'):
+    tf.get_logger().handlers.clear()
   if bool(tool_flags.estimator_dir) == bool(tool_flags.keras2_dir):
     raise KitError('give one of --estimator_dir (an Estimator checkpoint) or '
                    '--keras2_dir (the port\'s own, from TF 2.15)')
-  if tool_flags.keras2_dir and tool_flags.verify:
-    raise KitError('--verify runs the legacy model_fn: it goes with '
-                   '--estimator_dir only')
+  if tool_flags.record_predictions:
+    _record(tool_flags)
+    return
+  _check_conversion_flags(tool_flags)
   source = (('--keras2_dir', tool_flags.keras2_dir) if tool_flags.keras2_dir
             else ('--estimator_dir', tool_flags.estimator_dir))
   files.check_output(tool_flags.output, *source)  # Before any work.
@@ -107,15 +139,25 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   # No batch here: a batch_size in --params goes to the port as it is.
   params = cli.parse_params(tool_flags.params, batch_flag=None)
   port = pair.load_port(tool_flags)
+  on_arrays = isinstance(port, array_port.ArrayPort)
+  if on_arrays and tool_flags.keras2_dir:
+    raise KitError('--keras2_dir carries a port\'s TF 2.15 checkpoint to '
+                   'Keras 3 on TensorFlow; --port names a port on JAX: '
+                   'convert its --estimator_dir instead')
+  theirs = _recorded(tool_flags)  # Refused before any work if it is wrong.
+  if on_arrays and tool_flags.verify and theirs is None:
+    raise KitError('--verify of a port on JAX compares with the legacy '
+                   'predictions recorded on TF 2.15: record them there '
+                   '(--record_predictions=FILE), then add --predictions=FILE')
   fns = None  # The legacy model_fn and input_fn, when asked for.
-  if tool_flags.estimator_dir and (tool_flags.verify or
-                                   tool_flags['legacy_model_fn'].present):
+  if tool_flags.estimator_dir and (
+      (tool_flags.verify and theirs is None) or
+      tool_flags['legacy_model_fn'].present):
     legacy.require_estimator(
         '--verify and --legacy_model_fn run your model_fn',
-        'convert here without them')
-    fns = (pair.legacy_callable(tool_flags, 'legacy_model_fn'),
-           pair.legacy_callable(tool_flags, 'legacy_input_fn'))
-    cli.set_legacy_flags(tool_flags.legacy_flags)
+        'convert here without them, or verify against predictions recorded '
+        'on TF 2.15 (--record_predictions, then --predictions)')
+    fns = _legacy_fns(tool_flags)
   # A signal stops the writing (its temporary folder removed) or the
   # verification (the unverified output removed): nothing half-done stays.
   # A line at least every 30 s while a large checkpoint is read, written or
@@ -126,7 +168,8 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
     progress.now('converting: reading, pairing and writing the variables')
     path = _convert(tool_flags, port, params, fns)
   print(f'Checkpoint: {path}')
-  if tool_flags.estimator_dir and not keras_compat.is_keras3():
+  if (tool_flags.estimator_dir and not on_arrays and
+      not keras_compat.is_keras3()):
     # Keras 3 tracks a model's variables otherwise: it would restore this
     # layout in part.
     print(f'Written by Keras 2: on TF 2.16 and later (Keras 3), carry it '
@@ -134,7 +177,82 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
           f'--keras2_dir={tool_flags.output} --output=NEW_DIR')
   if tool_flags.verify:
     with progress.heartbeat():
-      _verify(tool_flags, port, params, fns, existed, progress)
+      _verify(tool_flags, port, params, fns, theirs, path, existed, progress)
+
+
+def _check_conversion_flags(tool_flags: flags.FlagValues) -> None:
+  """The flags of a conversion that cannot go together, refused in one
+  line."""
+  if not tool_flags.output:
+    raise KitError('--output is required: a new directory for the converted '
+                   'checkpoint (or --record_predictions=FILE, on TF 2.15, to '
+                   'record the legacy predictions)')
+  if tool_flags.keras2_dir and tool_flags.verify:
+    raise KitError('--verify runs the legacy model_fn: it goes with '
+                   '--estimator_dir only')
+  if tool_flags.predictions and not tool_flags.verify:
+    raise KitError('--predictions is what --verify compares with: add '
+                   '--verify')
+
+
+def _legacy_fns(tool_flags: flags.FlagValues) -> tuple:
+  """The legacy model_fn and input_fn, their flags set."""
+  fns = (pair.legacy_callable(tool_flags, 'legacy_model_fn'),
+         pair.legacy_callable(tool_flags, 'legacy_input_fn'))
+  cli.set_legacy_flags(tool_flags.legacy_flags)
+  return fns
+
+
+def _recorded(tool_flags: flags.FlagValues) -> predictions.Recorded | None:
+  """--predictions, read and checked against --estimator_dir's checkpoint
+  (and --averages_as_weights); None if not given."""
+  if not tool_flags.predictions:
+    return None
+  recorded = predictions.load(tool_flags.predictions)
+  path = checkpoint_files.latest(tool_flags.estimator_dir)
+  if path is None:
+    raise KitError(f'no checkpoint in --estimator_dir '
+                   f'{tool_flags.estimator_dir}')
+  predictions.check_matches(recorded, predictions.identity(path),
+                            tool_flags.predictions,
+                            tool_flags.averages_as_weights)
+  return recorded
+
+
+def _record(tool_flags: flags.FlagValues) -> None:
+  """--record_predictions: the legacy model_fn's predictions on the latest
+  checkpoint of --estimator_dir, written for a later --verify."""
+  if tool_flags.keras2_dir or tool_flags.output or tool_flags.verify:
+    raise KitError('--record_predictions records the legacy model_fn\'s '
+                   'predictions on --estimator_dir, and converts nothing: '
+                   'leave out --keras2_dir, --output and --verify, and '
+                   'convert in a second command with --verify '
+                   '--predictions=FILE')
+  output = paths.check_output(
+      tool_flags.record_predictions, '--record_predictions',
+      [('the input --estimator_dir', tool_flags.estimator_dir)])
+  if checkpoint_files.latest(tool_flags.estimator_dir) is None:
+    raise KitError(f'no checkpoint in --estimator_dir '
+                   f'{tool_flags.estimator_dir}')
+  legacy.require_estimator('--record_predictions runs your model_fn',
+                           'record on the estimator profile (TF 2.15)')
+  params = cli.parse_params(tool_flags.params, batch_flag=None)
+  fns = _legacy_fns(tool_flags)
+  progress = progress_lib.Progress()
+  with progress.heartbeat(), exits.interruptible(
+      'nothing was written to --record_predictions; run the same command '
+      'again'):
+    recorded = verify.legacy_predictions(
+        tool_flags.estimator_dir, *fns, params, tool_flags.verify_examples,
+        progress, tool_flags.averages_as_weights)
+    predictions.save(output, recorded)
+  print(f'Recorded the predictions of {recorded.checkpoint["name"]} (step '
+        f'{recorded.checkpoint["step"]}) on {recorded.examples} examples: '
+        f'{output}')
+  print('Verify a conversion with them where the port runs: '
+        'migration-convert-checkpoint '
+        f'--estimator_dir={tool_flags.estimator_dir} --output=NEW_DIR '
+        f'--port=... --verify --predictions={output}')
 
 
 def _convert(tool_flags: flags.FlagValues, port, params: dict,
@@ -142,24 +260,31 @@ def _convert(tool_flags: flags.FlagValues, port, params: dict,
   """Writes the converted checkpoint into --output; returns its path.
   fns: the legacy model_fn and input_fn, or None."""
   if tool_flags.keras2_dir:
+    # It reads TensorFlow's object graph: imported where TensorFlow is due.
+    from migration_tools.checkpoint import keras2  # pylint: disable=g-import-not-at-top
     return keras2.convert_keras2(tool_flags.keras2_dir, tool_flags.output,
                                  port, params)
   order = None
-  if port.variable_map is None and tool_flags['legacy_model_fn'].present:
+  if port.variable_map is None and fns is not None:
     # A map inferred by shape and order follows the legacy creation order,
     # which the checkpoint (sorted by name) does not keep.
     order = legacy.creation_order(*fns, params)
-  return estimator.convert(tool_flags.estimator_dir, tool_flags.output, port,
-                           params, not tool_flags.no_slots, order,
-                           tool_flags.averages_as_weights)
+  convert = (arrays.convert if isinstance(port, array_port.ArrayPort) else
+             estimator.convert)
+  return convert(tool_flags.estimator_dir, tool_flags.output, port, params,
+                 not tool_flags.no_slots, order,
+                 tool_flags.averages_as_weights)
 
 
 def _verify(tool_flags: flags.FlagValues, port, params: dict,
-            fns: tuple, existed: bool,
+            fns: tuple | None, theirs: predictions.Recorded | None,
+            path: str, existed: bool,
             progress: progress_lib.Progress) -> None:
   """--verify: every output of both sides agrees, or what this run wrote
   into --output is removed (also when a signal stops the verification).
 
+  theirs: the recorded legacy predictions, or None: the legacy model_fn
+    (fns) predicts now. path: what the conversion wrote.
   existed: --output was there (empty) before the run: it stays, emptied.
   """
   output = tool_flags.output
@@ -168,9 +293,15 @@ def _verify(tool_flags: flags.FlagValues, port, params: dict,
   try:
     with exits.interruptible(f'the verification was stopped and {removed}; '
                              'run the same command again'):
-      result = verify.verify(tool_flags.estimator_dir, output, port, *fns,
-                             params, tool_flags.verify_examples, progress,
-                             tool_flags.averages_as_weights)
+      if theirs is None:
+        theirs = verify.legacy_predictions(
+            tool_flags.estimator_dir, *fns, params,
+            tool_flags.verify_examples, progress,
+            tool_flags.averages_as_weights)
+      if isinstance(port, array_port.ArrayPort):
+        result = arrays.verify(path, port, theirs, params, progress)
+      else:
+        result = verify.verify(output, port, theirs, params, progress)
   except Interrupted:
     _remove_written(output, existed)
     raise

@@ -3,18 +3,19 @@ model variable by the variable map, the optimizer's slots in the port's
 convention (``optimizers``: TF 1 Momentum and Adam by their tables, any other
 optimizer's '<variable>/<slot>' through a slot map), the global step as the
 optimizer's step."""
+from __future__ import annotations
+
 import dataclasses
 
 from absl import logging
-import tensorflow as tf
 
 from kit_core import checkpoint_files
 from kit_core.errors import KitError
+from kit_core.lazy import tensorflow as tf
 from migration_tools.checkpoint import files
 from migration_tools.pair import legacy_state
 from migration_tools.pair import optimizers
 from migration_tools.pair import port as port_lib
-from migration_tools.pair import variable_map as variable_map_lib
 
 STEP_NAME = 'global_step'  # -> optimizer.iterations
 
@@ -82,6 +83,28 @@ def read_checkpoint(estimator_dir: str) -> LegacyCheckpoint:
   step = int(reader.get_tensor(STEP_NAME)) if STEP_NAME in names else 0
   return LegacyCheckpoint(path, model, slots, kinds.pop() if kinds else None,
                           step, averages)
+
+
+def weights(checkpoint: LegacyCheckpoint, averages_as_weights: bool) -> dict:
+  """{legacy name: value} the port's variables get: the raw weights, or
+  with averages_as_weights the moving averages in their place.
+
+  Raises:
+    KitError: averages_as_weights, and the checkpoint holds none.
+  """
+  values = dict(checkpoint.model)
+  if averages_as_weights:
+    if not checkpoint.averages:
+      raise KitError(f'--averages_as_weights: {checkpoint.path} holds no '
+                     'moving average (<variable>/ExponentialMovingAverage); '
+                     'convert its weights without it')
+    values.update(checkpoint.averages)
+  elif checkpoint.averages:
+    logging.info('%d moving averages in %s are not carried: the port gets '
+                 'the raw weights (--averages_as_weights writes the averages '
+                 'as the weights, as the Estimator evaluated and exported '
+                 'them)', len(checkpoint.averages), checkpoint.path)
+  return values
 
 
 def _current_rate(optimizer) -> float:
@@ -173,30 +196,8 @@ def convert(estimator_dir: str, output: str, port: port_lib.Port,
   checkpoint = read_checkpoint(estimator_dir)
   model, optimizer = files.build(port, params)
   ours = port_lib.state_variables(model)
-  pairs = port.variable_map
-  if pairs is None:
-    ranks = {name: i for i, name in enumerate(order or ())}
-    shapes = {k: checkpoint.model[k].shape for k in sorted(
-        checkpoint.model, key=lambda k: (ranks.get(k, len(ranks)), k))}
-    try:
-      pairs = variable_map_lib.infer(shapes,
-          {k: tuple(v.shape) for k, v in ours.items()}).pairs
-    except KitError as e:
-      raise KitError(f'the checkpoint does not match the port\'s model: {e}'
-                     ) from e
-  files.check_pairs(checkpoint.model, ours, pairs)
-  values = dict(checkpoint.model)
-  if averages_as_weights:
-    if not checkpoint.averages:
-      raise KitError(f'--averages_as_weights: {checkpoint.path} holds no '
-                     'moving average (<variable>/ExponentialMovingAverage); '
-                     'convert its weights without it')
-    values.update(checkpoint.averages)
-  elif checkpoint.averages:
-    logging.info('%d moving averages in %s are not carried: the port gets '
-                 'the raw weights (--averages_as_weights writes the averages '
-                 'as the weights, as the Estimator evaluated and exported '
-                 'them)', len(checkpoint.averages), checkpoint.path)
+  pairs = files.pairs(checkpoint.model, ours, port.variable_map, order)
+  values = weights(checkpoint, averages_as_weights)
   for name, target in pairs.items():
     ours[target].assign(values[name])
   optimizer.iterations.assign(checkpoint.step)

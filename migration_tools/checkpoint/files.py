@@ -1,16 +1,19 @@
 """What both converters share: a checkpoint read whole (a truncated or
 corrupt one fails in one line), the port built with its slots, the pairs
 checked, and the new checkpoint written whole into a new folder."""
+from __future__ import annotations
+
 import os
 
 import numpy as np
-import tensorflow as tf
 
 from kit_core import atomic
 from kit_core import checkpoint_files
 from kit_core import paths
 from kit_core.errors import KitError
+from kit_core.lazy import tensorflow as tf
 from migration_tools.pair import port as port_lib
+from migration_tools.pair import variable_map as variable_map_lib
 
 OBJECT_GRAPH_KEY = '_CHECKPOINTABLE_OBJECT_GRAPH'
 
@@ -54,13 +57,38 @@ def check_output(output: str, source_flag: str, source: str) -> str:
   return output
 
 
+def pairs(values: dict, ours: dict, given: dict[str, str] | None,
+          order: list[str] | None) -> dict[str, str]:
+  """{legacy name: port name} of the checkpoint's values and the port's
+  variables (ours, anything with a shape): given, else inferred from names
+  and shapes, in the legacy creation order if known (order; else the
+  checkpoint's sorted order); checked whole (check_pairs).
+
+  Raises:
+    KitError: the map cannot be inferred, or does not fit.
+  """
+  found = given
+  if found is None:
+    ranks = {name: i for i, name in enumerate(order or ())}
+    shapes = {k: tuple(values[k].shape) for k in sorted(
+        values, key=lambda k: (ranks.get(k, len(ranks)), k))}
+    try:
+      found = variable_map_lib.infer(
+          shapes, {k: tuple(v.shape) for k, v in ours.items()}).pairs
+    except KitError as e:
+      raise KitError(f'the checkpoint does not match the port\'s model: {e}'
+                     ) from e
+  check_pairs(values, ours, found)
+  return found
+
+
 def check_pairs(values: dict, ours: dict, pairs: dict[str, str]) -> None:
   """Raises KitError listing every missing, extra or wrong-shaped variable."""
   missing = sorted(set(pairs) - set(values))
   extra = sorted(set(values) - set(pairs))
   unmapped = sorted(set(ours) - set(pairs.values()))
   shapes = [f'{name} {list(values[name].shape)} -> '
-            f'{pairs[name]} {ours[pairs[name]].shape.as_list()}'
+            f'{pairs[name]} {list(ours[pairs[name]].shape)}'
             for name in sorted(set(pairs) & set(values))
             if values[name].shape != tuple(ours[pairs[name]].shape)]
   problems = [f'{label}: {", ".join(items)}' for label, items in (

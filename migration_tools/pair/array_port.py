@@ -33,11 +33,14 @@ map, slot map, output map and metric map as a Keras port's
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 
 from kit_core.errors import KitError
+from kit_core.errors import one_line
 from migration_tools.pair import optimizers
 from migration_tools.pair import variable_map
 
@@ -123,6 +126,12 @@ class ArrayPort:
     arguments)}: the jit-compiled functions of the training step and of
     predict, with arguments of the shapes they run on, for tpu_ready
     (compare/tpu_ready_jax.py); None: tpu_ready is SKIP.
+  save_weights: optional (model, directory) -> the path of the file the
+    port restores from, written into that (new) directory: the model's
+    variables, the optimizer's slots and step (the kit's Keras port: Keras's
+    .weights.h5, its optimizer included); load_weights: (model, that path).
+    Both or neither; neither: migration-convert-checkpoint writes named
+    arrays (write_state), which the port reads with read_state.
   The maps are ``port.Port``'s.
   """
   make: Callable[[dict, int, bool], ArrayModel]
@@ -135,6 +144,8 @@ class ArrayPort:
   layer_outputs: Callable[[ArrayModel, Any], dict] | None = None
   programs: Callable[[ArrayModel, Any, Any], dict] | None = None
   input_batch: Callable[[dict], tuple] | None = None
+  save_weights: Callable[[ArrayModel, str], str] | None = None
+  load_weights: Callable[[ArrayModel, str], None] | None = None
   variable_map: dict[str, str] | None = None
   output_map: dict[str, str] = dataclasses.field(default_factory=dict)
   metric_map: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -155,7 +166,8 @@ def check_array_port(port: Any, where: str) -> ArrayPort:
   if not callable(port.make):
     raise KitError(f'--port {where}: ArrayPort.make must be a callable '
                    f'(params, replicas, dropout) -> ArrayModel (see {GUIDE})')
-  for first, second in (('export', 'serve'), ('averages', 'set_averages')):
+  for first, second in (('export', 'serve'), ('averages', 'set_averages'),
+                        ('save_weights', 'load_weights')):
     if (getattr(port, first) is None) != (getattr(port, second) is None):
       raise KitError(f'--port {where}: ArrayPort.{first} and .{second} go '
                      f'together; give both or neither (see {GUIDE})')
@@ -172,3 +184,52 @@ def check_model(model: Any, where: str) -> ArrayModel:
                    'implement the ArrayModel protocol of '
                    f'migration_tools/pair/array_port.py (see {GUIDE})')
   return model
+
+
+STATE_FILE = 'state-{step}.npz'
+_MANIFEST = '__manifest__'
+
+
+def write_state(model: ArrayModel, directory: str) -> str:
+  """Writes the model's variables, the optimizer's slots and step into
+  directory as named arrays (one .npz: each array under a short key, the
+  names in a JSON manifest); returns the file's path. What the converter
+  writes for a port without save_weights."""
+  arrays, names = {}, {'variables': [], 'slots': []}
+  for index, (name, value) in enumerate(model.variables().items()):
+    arrays[f'v{index}'] = np.asarray(value)
+    names['variables'].append(name)
+  for index, (key, value) in enumerate(model.slots().items()):
+    arrays[f's{index}'] = np.asarray(value)
+    names['slots'].append(list(key))
+  names['step'] = int(model.step_count())
+  arrays[_MANIFEST] = np.array(json.dumps(names))
+  path = os.path.join(directory, STATE_FILE.format(step=names['step']))
+  with open(path, 'wb') as f:
+    np.savez(f, **arrays)
+  return path
+
+
+def read_state(model: ArrayModel, path: str) -> None:
+  """Sets the model's variables, slots and step from write_state's file.
+
+  Raises:
+    KitError: the file is not one write_state wrote.
+  """
+  try:
+    with np.load(path, allow_pickle=False) as found:
+      arrays = {k: found[k] for k in found.files}
+    names = json.loads(str(arrays[_MANIFEST]))
+    variables = {name: arrays[f'v{i}']
+                 for i, name in enumerate(names['variables'])}
+    slots = {tuple(key): arrays[f's{i}']
+             for i, key in enumerate(names['slots'])}
+    step = names['step']
+  except Exception as e:  # pylint: disable=broad-except
+    # A cut or damaged .npz raises OSError, BadZipFile, EOFError, zlib.error
+    # or ValueError; another file lacks the manifest or its keys.
+    raise KitError(f'{path} is not a state the converter wrote '
+                   f'({one_line(e)}); convert again') from e
+  model.set_variables(variables)
+  model.set_slots(slots)
+  model.set_step_count(step)

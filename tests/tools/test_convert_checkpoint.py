@@ -12,6 +12,7 @@ import tensorflow as tf
 from conftest import last_line, run_module
 from estimator_mnist import data as estimator_data
 from estimator_mnist import model as estimator_model
+from kit_core import progress as progress_lib
 from kit_core.errors import KitError
 from kit_pair import mnist as kit_pair
 from migrate import model as model_lib
@@ -82,6 +83,15 @@ def test_weights_are_carried_exactly(estimator_dir, tmp_path):
         variable.numpy(), reader.get_tensor(variable.name.removesuffix(':0')))
 
 
+def _verify(estimator_dir, output, port, data):
+  """--verify on 64 examples: the legacy model_fn's, then the port's."""
+  params = {**PARAMS, 'data_dir': data.data_dir}
+  theirs = verify.legacy_predictions(
+      estimator_dir, estimator_model.model_fn, estimator_data.eval_input_fn,
+      params, 64, progress_lib.Progress(None))
+  return verify.verify(output, port, theirs, params)
+
+
 def test_mis_mapped_kernel_fails_verification(estimator_dir, fake_data_dir,
                                               tmp_path):
   # Two same-shaped variables swapped: shapes pass, predictions must not.
@@ -102,10 +112,7 @@ def test_mis_mapped_kernel_fails_verification(estimator_dir, fake_data_dir,
   checkpoint.write(tf.train.latest_checkpoint(output))
   with pytest.raises(KitError, match=r'verification failed: probabilities '
                      r'differs .* or a kernel transposed'):
-    verify.verify(estimator_dir, output, PORT,
-                              estimator_model.model_fn,
-                              estimator_data.eval_input_fn,
-                              {**PARAMS, 'data_dir': fake_data_dir.data_dir}, 64)
+    _verify(estimator_dir, output, PORT, fake_data_dir)
 
 
 def test_a_nan_output_never_verifies(estimator_dir, fake_data_dir, tmp_path):
@@ -123,10 +130,9 @@ def test_a_nan_output_never_verifies(estimator_dir, fake_data_dir, tmp_path):
       '(640 of 640 values) on 64 examples (allowed 1e-06); is a variable '
       'missing from the checkpoint, or did the port or the legacy weights '
       'diverge?')):
-    verify.verify(estimator_dir, output,
-                  dataclasses.replace(PORT, predict=nan_probabilities),
-                  estimator_model.model_fn, estimator_data.eval_input_fn,
-                  {**PARAMS, 'data_dir': fake_data_dir.data_dir}, 64)
+    _verify(estimator_dir, output,
+            dataclasses.replace(PORT, predict=nan_probabilities),
+            fake_data_dir)
 
 
 def test_mismatched_checkpoint_lists_every_problem(tmp_path):

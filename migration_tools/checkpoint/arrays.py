@@ -1,0 +1,159 @@
+"""An Estimator checkpoint carried over to a port on JAX (an
+``array_port.ArrayPort``), and --verify on it, with no TensorFlow in the
+process: the checkpoint read by kit_core/tensor_bundle.py, the legacy
+predictions from a recording made on TF 2.15 (predictions.py).
+
+What is carried is what the TensorFlow converter carries (estimator.py):
+every model variable through the variable map (given or inferred), the
+optimizer's slots (a TF 1 optimizer's by the tables, in Keras 3's
+convention; any other's '<variable>/<slot>' through Port.slot_map, equal
+names or creation order), the global step as the optimizer's. They are set
+through the ArrayModel and written by the port's own save_weights (the
+kit's Keras port: a Keras 3 ``.weights.h5``, optimizer included), or as
+named arrays (array_port.write_state).
+"""
+from __future__ import annotations
+
+import os
+
+from absl import logging
+import numpy as np
+
+from kit_core import atomic
+from kit_core import progress as progress_lib
+from kit_core.errors import KitError
+from migration_tools import outputs as outputs_lib
+from migration_tools.checkpoint import estimator
+from migration_tools.checkpoint import files
+from migration_tools.checkpoint import predictions
+from migration_tools.checkpoint import verify as verify_lib
+from migration_tools.pair import array_port
+from migration_tools.pair import array_runner
+from migration_tools.pair import optimizers
+
+VERIFY_BATCH = 64  # Examples the port predicts at a time.
+
+
+def _params(params: dict | None, batch: int) -> dict:
+  """The params a port's make() gets, as TPUEstimator completed them."""
+  return {**(params or {}), 'batch_size': batch, 'use_tpu': False}
+
+
+def _carry_slots(checkpoint: estimator.LegacyCheckpoint,
+                 runner: array_runner.ArrayRunner,
+                 given: dict[str, str]) -> int:
+  """Sets the port's slots from the checkpoint's; returns how many.
+
+  Raises:
+    KitError: the slots do not pair one to one.
+  """
+  description = runner.describe_optimizer()
+  if checkpoint.kind is not None:
+    theirs = description.kind if description else 'not described'
+    if theirs != checkpoint.kind:
+      raise KitError(f'the checkpoint holds {checkpoint.kind} slots and the '
+                     f'port\'s optimizer is {theirs}: give the port the '
+                     'legacy optimizer, or convert the model alone '
+                     '(--no_slots)')
+  else:
+    slot_map = optimizers.pair_slots(checkpoint.slots, runner.model.slots(),
+                                     given)
+    if slot_map.legacy_only:
+      raise KitError(f'the checkpoint\'s slots '
+                     f'{", ".join(slot_map.legacy_only)} pair with none of '
+                     'the port optimizer\'s ('
+                     f'{", ".join(slot_map.port_only) or "it has none"}): '
+                     'pair them (ArrayPort.slot_map), or convert the model '
+                     'alone (--no_slots)')
+    logging.info('Slots paired: %s', slot_map)
+    runner.use_slot_map(slot_map.pairs)
+  ours = set(runner.slots(1.0))  # Which (variable, slot) the port keeps.
+  missing = sorted('/'.join(k) for k in ours - set(checkpoint.slots))
+  extra = sorted('/'.join(k) for k in set(checkpoint.slots) - ours)
+  if missing or extra:
+    raise KitError('the optimizer slots do not pair (' + '; '.join(
+        f'{label}: {", ".join(items[:4])}' + (' ...' if len(items) > 4 else '')
+        for label, items in (('not in the checkpoint', missing),
+                             ('not in the port', extra)) if items) +
+                   '): give the port the legacy optimizer, or convert the '
+                   'model alone (--no_slots)')
+  if any(optimizers.scale(checkpoint.kind, slot, 0.0) !=
+         optimizers.scale(checkpoint.kind, slot, 1.0)
+         for _, slot in checkpoint.slots):
+    raise KitError(f'{checkpoint.kind} slots are carried to Keras\'s by the '
+                   'learning rate at the checkpoint\'s step, which an '
+                   'ArrayModel gives only after a step: convert the model '
+                   'alone (--no_slots)')
+  runner.set_slots(checkpoint.slots, 1.0)  # No slot left scales by the rate.
+  return len(ours)
+
+
+def convert(estimator_dir: str, output: str, port: array_port.ArrayPort,
+            params: dict | None = None, slots: bool = True,
+            order: list[str] | None = None,
+            averages_as_weights: bool = False) -> str:
+  """Writes the checkpoint for the port into the new directory output;
+  returns the path of the file the port restores from. The arguments are
+  estimator.convert's.
+
+  Raises:
+    KitError: as estimator.convert; nothing is left at output.
+  """
+  output = files.check_output(output, '--estimator_dir', estimator_dir)
+  checkpoint = estimator.read_checkpoint(estimator_dir)
+  runner = array_runner.ArrayRunner(port, 1, _params(params, 1), [],
+                                    where='--port')
+  pairs = files.pairs(checkpoint.model, runner.model.variables(),
+                      port.variable_map, order)
+  runner.use_map(pairs)
+  runner.set_state(estimator.weights(checkpoint, averages_as_weights))
+  runner.set_global_step(checkpoint.step)
+  carried = 0
+  if slots and checkpoint.slots:
+    carried = _carry_slots(checkpoint, runner, port.slot_map)
+  elif checkpoint.slots:
+    logging.info('--no_slots: the %d optimizer slots of %s are dropped; the '
+                 'optimizer starts afresh at step %d', len(checkpoint.slots),
+                 checkpoint.path, checkpoint.step)
+  os.makedirs(os.path.dirname(output), exist_ok=True)
+  save = port.save_weights or array_port.write_state
+  with atomic.temporary_path(output, directory=True) as tmp:
+    written = os.path.relpath(save(runner.model, tmp), tmp)
+  path = os.path.join(output, written)
+  logging.info('Converted %s (step %d, %d variables%s, %d slots) into %s',
+               checkpoint.path, checkpoint.step, len(pairs),
+               ' as their moving averages' if averages_as_weights else '',
+               carried, path)
+  return path
+
+
+def verify(path: str, port: array_port.ArrayPort,
+           theirs: predictions.Recorded, params: dict | None,
+           progress: progress_lib.Progress | None = None
+           ) -> verify_lib.Verification:
+  """The port, restored from path (convert's), predicts the recorded
+  features; every output must agree with the recorded ones (verify.judge).
+
+  Raises:
+    KitError: an output differs, or the port lacks one.
+  """
+  progress = progress or progress_lib.Progress(None)
+  progress.now(f'verify: the port predicting on {path}')
+  model = array_port.check_model(
+      port.make(_params(params, theirs.batch), 1, False), '--port')
+  (port.load_weights or array_port.read_state)(model, path)
+  batches = []
+  for start in range(0, theirs.examples, VERIFY_BATCH):
+    features = _rows(theirs.features, start, start + VERIFY_BATCH)
+    batches.append(outputs_lib.as_dict(model.predict(features)))
+    progress.now(f'verify: {min(start + VERIFY_BATCH, theirs.examples)} of '
+                 f'{theirs.examples} examples predicted')
+  ours = {name: np.concatenate([np.asarray(b[name]) for b in batches])
+          for name in batches[0]}
+  return verify_lib.judge(theirs, ours, port.output_map)
+
+
+def _rows(features, start: int, end: int):
+  if isinstance(features, dict):
+    return {k: v[start:end] for k, v in features.items()}
+  return features[start:end]

@@ -1,0 +1,135 @@
+"""The legacy model_fn's predictions on an Estimator checkpoint, recorded on
+TF 2.15 so that --verify runs where the legacy code cannot (a port on JAX,
+the newest TensorFlow):
+
+  migration-convert-checkpoint --estimator_dir=D --legacy_model_fn=... \\
+      --legacy_input_fn=... --record_predictions=P.npz     # on TF 2.15
+  migration-convert-checkpoint --estimator_dir=D --output=O --port=... \\
+      --verify --predictions=P.npz                          # anywhere
+
+A recording is one ``.npz`` (pair/stored.py): the features the legacy
+input_fn gave, every output the model_fn predicted on them, and which
+checkpoint predicted them (its file name, step and the SHA-256 of its index,
+which holds every tensor's CRC), so that a recording of another checkpoint
+is refused rather than compared.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+
+import numpy as np
+
+from kit_core import atomic
+from kit_core import checkpoint_files
+from kit_core import paths
+from kit_core.errors import KitError
+from kit_core.errors import one_line
+from migration_tools.pair import stored
+
+FORMAT = 1
+_MANIFEST = '__manifest__'
+RECORD_AGAIN = ('record it again on TF 2.15 with migration-convert-checkpoint '
+                '--record_predictions')
+
+
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+  """What the legacy side predicted.
+
+  checkpoint: {'name': file name, 'step': global step, 'index_sha256'}.
+  features: the input_fn's features (an array or a dict of arrays).
+  outputs: {output name: array}, the model_fn's PREDICT outputs.
+  averages: predicted on the checkpoint's moving averages.
+  batch: the batch size the model_fn predicted with.
+  versions: what recorded it ({'tensorflow': ...}).
+  """
+  checkpoint: dict
+  features: object
+  outputs: dict
+  averages: bool
+  batch: int
+  versions: dict
+
+  @property
+  def examples(self) -> int:
+    first = (next(iter(self.features.values())) if isinstance(
+        self.features, dict) else self.features)
+    return len(first)
+
+
+def identity(checkpoint_path: str) -> dict:
+  """Which checkpoint this is: its file name, the step the name gives, and
+  its index's SHA-256."""
+  with open(checkpoint_path + '.index', 'rb') as f:
+    digest = hashlib.sha256(f.read()).hexdigest()
+  return {'name': os.path.basename(checkpoint_path),
+          'step': checkpoint_files.step_of(checkpoint_path),
+          'index_sha256': digest}
+
+
+def save(path: str, recorded: Recorded) -> str:
+  """Writes the recording to path (.npz) through a temporary file."""
+  arrays = {}
+  manifest = {'format': FORMAT, 'versions': recorded.versions,
+              'checkpoint': recorded.checkpoint,
+              'averages': recorded.averages, 'batch': recorded.batch,
+              'features': stored.encode(recorded.features, arrays),
+              'outputs': stored.encode(recorded.outputs, arrays)}
+  arrays[_MANIFEST] = np.array(json.dumps(manifest))
+  paths.check_folder_exists(path, path)
+  with atomic.temporary_path(path) as tmp:
+    with open(tmp, 'wb') as f:
+      np.savez_compressed(f, **arrays)
+  return path
+
+
+def load(path: str) -> Recorded:
+  """Reads a recording written by save.
+
+  Raises:
+    KitError: no such file, not a recording, or another format.
+  """
+  try:
+    with np.load(path, allow_pickle=False) as found:
+      arrays = {k: found[k] for k in found.files}
+    manifest = json.loads(str(arrays.pop(_MANIFEST)))
+  except KeyError as e:
+    raise KitError(f'--predictions {path} is not a recording of predictions '
+                   f'(no manifest); {RECORD_AGAIN}') from e
+  except Exception as e:  # pylint: disable=broad-except
+    # A cut or damaged .npz raises OSError, BadZipFile, EOFError, zlib.error
+    # or ValueError, by where the damage is.
+    raise KitError(f'cannot read --predictions {path} ({one_line(e)}); '
+                   f'{RECORD_AGAIN}') from e
+  if manifest.get('format') != FORMAT or 'outputs' not in manifest:
+    raise KitError(f'--predictions {path} is not a recording of predictions '
+                   f'of format {FORMAT}; {RECORD_AGAIN}')
+  return Recorded(manifest['checkpoint'],
+                  stored.decode(manifest['features'], arrays),
+                  stored.decode(manifest['outputs'], arrays),
+                  manifest['averages'], manifest['batch'],
+                  manifest['versions'])
+
+
+def check_matches(recorded: Recorded, checkpoint: dict, path: str,
+                  averages: bool) -> None:
+  """Refuses a recording of another checkpoint, or of the weights where the
+  averages are converted (or the other way).
+
+  checkpoint: identity() of the checkpoint being converted.
+  """
+  if recorded.checkpoint['index_sha256'] != checkpoint['index_sha256']:
+    raise KitError(
+        f'--predictions {path} was recorded from {recorded.checkpoint["name"]}'
+        f' (step {recorded.checkpoint["step"]}), not from the '
+        f'{checkpoint["name"]} (step {checkpoint["step"]}) that '
+        f'--estimator_dir holds: {RECORD_AGAIN} on this checkpoint')
+  if recorded.averages != averages:
+    said = ('on the moving averages' if recorded.averages else
+            'on the raw weights')
+    raise KitError(f'--predictions {path} was recorded {said}: convert with '
+                   f'{"" if recorded.averages else "no "}'
+                   '--averages_as_weights, or record it again as you convert')
