@@ -3,6 +3,7 @@ corrupt one fails in one line), the port built with its slots, the pairs
 checked, and the new checkpoint written whole into a new folder."""
 from __future__ import annotations
 
+import collections
 import os
 
 import numpy as np
@@ -73,13 +74,36 @@ def pairs(values: dict, ours: dict, given: dict[str, str] | None,
     shapes = {k: tuple(values[k].shape) for k in sorted(
         values, key=lambda k: (ranks.get(k, len(ranks)), k))}
     try:
-      found = variable_map_lib.infer(
-          shapes, {k: tuple(v.shape) for k, v in ours.items()}).pairs
+      resolved = variable_map_lib.infer(
+          shapes, {k: tuple(v.shape) for k, v in ours.items()})
     except KitError as e:
       raise KitError(f'the checkpoint does not match the port\'s model: {e}'
                      ) from e
+    if not order:
+      _refuse_guessed_order(resolved, shapes)
+    found = resolved.pairs
   check_pairs(values, ours, found)
   return found
+
+
+def _refuse_guessed_order(resolved: variable_map_lib.Resolved,
+                          shapes: dict[str, tuple]) -> None:
+  """Variables of one shape and last name, told apart only by the order
+  the model_fn created them in, which a checkpoint (sorted by name) does
+  not keep: pairing them in the checkpoint's order would swap some (the
+  biases of query, key and value). Refused in one line."""
+  ordered = [k for k, how in resolved.how.items() if how == 'order']
+  groups = collections.Counter((shapes[k], k.rsplit('/', 1)[-1])
+                               for k in ordered)
+  guessed = [k for k in ordered if groups[(shapes[k], k.rsplit('/', 1)[-1])]
+             > 1]
+  if guessed:
+    raise KitError(
+        f'{len(guessed)} variables ({", ".join(guessed[:3])}'
+        f'{" ..." if len(guessed) > 3 else ""}) pair with the port\'s only by '
+        'the order the model_fn creates them, which the checkpoint does not '
+        'keep: give --legacy_model_fn and --legacy_input_fn (TF 2.15) for '
+        'that order, or the map (Port.variable_map, --variable_map=map.json)')
 
 
 def check_pairs(values: dict, ours: dict, pairs: dict[str, str]) -> None:

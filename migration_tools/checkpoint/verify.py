@@ -16,6 +16,7 @@ from kit_core.errors import KitError
 from kit_core.lazy import tensorflow as tf
 from migration_tools import outputs as outputs_lib
 from migration_tools import tolerances
+from migration_tools.checkpoint import files
 from migration_tools.checkpoint import predictions
 from migration_tools.pair import legacy
 from migration_tools.pair import port as port_lib
@@ -71,8 +72,12 @@ def verify(output: str, port: port_lib.Port, theirs: predictions.Recorded,
   """
   progress = progress or progress_lib.Progress(None)
   progress.now(f'verify: the port predicting on {output}')
-  model = port.build_model(legacy.model_params(params, theirs.batch))
-  tf.train.Checkpoint(model=model).restore(
+  # Restored as written (files.save): with the optimizer. On Keras 3 a
+  # restore of the model alone set some of its variables otherwise
+  # (measured: the BERT-shaped port's predictions 8e-5 off).
+  model, optimizer = files.build(port, legacy.model_params(params,
+                                                           theirs.batch))
+  tf.train.Checkpoint(model=model, optimizer=optimizer).restore(
       tf.train.latest_checkpoint(output)).expect_partial()
   features = theirs.features
   outputs = (port.predict(model, features) if port.predict else

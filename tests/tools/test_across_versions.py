@@ -19,6 +19,7 @@ from migration_tools.pair import optimizers
 from migration_tools.pair import port as port_lib
 
 sys.path.insert(0, os.path.join(TESTS, 'user_code'))
+import bert_jax_port  # pylint: disable=g-import-not-at-top,wrong-import-position
 import bert_port  # pylint: disable=g-import-not-at-top,wrong-import-position
 import wide_deep_port  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -244,3 +245,38 @@ def test_a_bert_checkpoint_converted_on_2_15_restores_here(tmp_path,
   print(f'BERT checkpoint converted on TF 2.15.1, predicting on TF '
         f'{tf.__version__}: probabilities differ by {diff:.3g}')
   assert diff <= PREDICTION_ATOL
+
+
+def test_a_bert_checkpoint_verifies_here_against_predictions_from_2_15(
+    tmp_path):
+  """Where tf.estimator may be gone, --verify compares with the legacy
+  predictions recorded on TF 2.15 (--record_predictions): the Estimator
+  checkpoint converted here, slots included, predicts as it did there."""
+  params = {'learning_rate': 1e-3, 'num_train_steps': 20,
+            'num_warmup_steps': 2, 'data_dir': _artifact('bert_data')}
+  flags = [f'--estimator_dir={_artifact("bert_estimator")}',
+           '--port=bert_port:make_port', f'--params={json.dumps(params)}',
+           '--verify',
+           f'--predictions={_artifact("bert_predictions.npz")}']
+  # Without the model_fn, the checkpoint does not say which of the
+  # same-shaped biases (query, key, value, ...) is which: refused.
+  output = tmp_path / 'converted'
+  result = run_module('migration_tools.checkpoint', *flags,
+                      f'--output={output}',
+                      env={'PYTHONPATH': TOOLS_PYTHONPATH})
+  assert result.returncode == 1
+  assert 'pair with the port\'s only by the order the model_fn creates ' \
+      'them' in last_line(result.stderr), result.stderr[-2000:]
+  assert not output.exists()
+  # With the map (the legacy names in creation order, the port's likewise).
+  model = bert_port.build_model(params)
+  legacy_names = [name for name, _ in bert_jax_port.NAMES]
+  variable_map = tmp_path / 'map.json'
+  variable_map.write_text(json.dumps(dict(zip(
+      legacy_names, port_lib.state_variables(model)))))
+  result = run_module('migration_tools.checkpoint', *flags,
+                      f'--output={output}', f'--variable_map={variable_map}',
+                      env={'PYTHONPATH': TOOLS_PYTHONPATH})
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert '(step 5, 41 variables, 82 slots)' in result.stderr
+  assert 'Verified on 64 examples: every output agrees' in result.stdout
