@@ -126,7 +126,7 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   if bool(tool_flags.estimator_dir) == bool(tool_flags.keras2_dir):
     raise KitError('give one of --estimator_dir (an Estimator checkpoint) or '
                    '--keras2_dir (the port\'s own, from TF 2.15)')
-  if tool_flags.record_predictions:
+  if tool_flags.record_predictions is not None:
     _record(tool_flags)
     return
   _check_conversion_flags(tool_flags)
@@ -183,7 +183,7 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
 def _check_conversion_flags(tool_flags: flags.FlagValues) -> None:
   """The flags of a conversion that cannot go together, refused in one
   line."""
-  if not tool_flags.output:
+  if tool_flags.output is None:
     raise KitError('--output is required: a new directory for the converted '
                    'checkpoint (or --record_predictions=FILE, on TF 2.15, to '
                    'record the legacy predictions)')
@@ -222,7 +222,8 @@ def _recorded(tool_flags: flags.FlagValues) -> predictions.Recorded | None:
 def _record(tool_flags: flags.FlagValues) -> None:
   """--record_predictions: the legacy model_fn's predictions on the latest
   checkpoint of --estimator_dir, written for a later --verify."""
-  if tool_flags.keras2_dir or tool_flags.output or tool_flags.verify:
+  if (tool_flags.keras2_dir or tool_flags.output is not None or
+      tool_flags.verify):
     raise KitError('--record_predictions records the legacy model_fn\'s '
                    'predictions on --estimator_dir, and converts nothing: '
                    'leave out --keras2_dir, --output and --verify, and '
