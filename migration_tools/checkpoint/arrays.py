@@ -47,36 +47,19 @@ def _carry_slots(checkpoint: estimator.LegacyCheckpoint,
   Raises:
     KitError: the slots do not pair one to one.
   """
-  description = runner.describe_optimizer()
   if checkpoint.kind is not None:
-    theirs = description.kind if description else 'not described'
-    if theirs != checkpoint.kind:
-      raise KitError(f'the checkpoint holds {checkpoint.kind} slots and the '
-                     f'port\'s optimizer is {theirs}: give the port the '
-                     'legacy optimizer, or convert the model alone '
-                     '(--no_slots)')
+    description = runner.describe_optimizer()
+    files.check_slot_kind(checkpoint.kind,
+                          description.kind if description else
+                          'not described')
   else:
     slot_map = optimizers.pair_slots(checkpoint.slots, runner.model.slots(),
                                      given)
-    if slot_map.legacy_only:
-      raise KitError(f'the checkpoint\'s slots '
-                     f'{", ".join(slot_map.legacy_only)} pair with none of '
-                     'the port optimizer\'s ('
-                     f'{", ".join(slot_map.port_only) or "it has none"}): '
-                     'pair them (ArrayPort.slot_map), or convert the model '
-                     'alone (--no_slots)')
+    files.check_slot_map(slot_map, 'ArrayPort')
     logging.info('Slots paired: %s', slot_map)
     runner.use_slot_map(slot_map.pairs)
-  ours = set(runner.slots(1.0))  # Which (variable, slot) the port keeps.
-  missing = sorted('/'.join(k) for k in ours - set(checkpoint.slots))
-  extra = sorted('/'.join(k) for k in set(checkpoint.slots) - ours)
-  if missing or extra:
-    raise KitError('the optimizer slots do not pair (' + '; '.join(
-        f'{label}: {", ".join(items[:4])}' + (' ...' if len(items) > 4 else '')
-        for label, items in (('not in the checkpoint', missing),
-                             ('not in the port', extra)) if items) +
-                   '): give the port the legacy optimizer, or convert the '
-                   'model alone (--no_slots)')
+  ours = runner.slots(1.0)  # The (variable, slot) the port keeps.
+  files.check_slots(ours, checkpoint.slots)
   if any(optimizers.scale(checkpoint.kind, slot, 0.0) !=
          optimizers.scale(checkpoint.kind, slot, 1.0)
          for _, slot in checkpoint.slots):

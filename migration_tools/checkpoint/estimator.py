@@ -119,20 +119,13 @@ def _port_slots(checkpoint: LegacyCheckpoint, optimizer,
   """{(legacy name, legacy slot): port slot variable} for the checkpoint's
   slots: by the tables for their kind, else through a slot map."""
   if checkpoint.kind is not None or not checkpoint.slots:
-    theirs = optimizers.describe_port(optimizer).kind
-    if checkpoint.slots and checkpoint.kind != theirs:
-      raise KitError(f'the checkpoint holds {checkpoint.kind} slots and the '
-                     f'port\'s optimizer is {theirs}: give the port the legacy '
-                     'optimizer, or convert the model alone (--no_slots)')
+    if checkpoint.slots:
+      files.check_slot_kind(checkpoint.kind,
+                            optimizers.describe_port(optimizer).kind)
     return optimizers.port_slots(optimizer, names)
   found = optimizers.port_slot_variables(optimizer, names)
   slot_map = optimizers.pair_slots(checkpoint.slots, found, given)
-  if slot_map.legacy_only:
-    raise KitError(f'the checkpoint\'s slots {", ".join(slot_map.legacy_only)}'
-                   ' pair with none of the port optimizer\'s ('
-                   f'{", ".join(slot_map.port_only) or "it has none"}): pair '
-                   'them (Port.slot_map), or convert the model alone '
-                   '(--no_slots)')
+  files.check_slot_map(slot_map, 'Port')
   logging.info('Slots paired: %s', slot_map)
   return optimizers.map_slots(found, slot_map.pairs)
 
@@ -142,15 +135,7 @@ def _carry_slots(checkpoint: LegacyCheckpoint, optimizer,
   """Assigns the checkpoint's slots to the port optimizer's; returns how
   many. names: {port variable name: legacy name}."""
   ours = _port_slots(checkpoint, optimizer, names, given)
-  missing = sorted('/'.join(k) for k in set(ours) - set(checkpoint.slots))
-  extra = sorted('/'.join(k) for k in set(checkpoint.slots) - set(ours))
-  if missing or extra:
-    raise KitError('the optimizer slots do not pair (' + '; '.join(
-        f'{label}: {", ".join(items[:4])}' + (' ...' if len(items) > 4 else '')
-        for label, items in (('not in the checkpoint', missing),
-                             ('not in the port', extra)) if items) +
-                   '): give the port the legacy optimizer, or convert the '
-                   'model alone (--no_slots)')
+  files.check_slots(ours, checkpoint.slots)
   kind = checkpoint.kind
   rate = _current_rate(optimizer) if ours and kind else 0.0
   for key, variable in ours.items():

@@ -13,6 +13,7 @@ from kit_core import checkpoint_files
 from kit_core import paths
 from kit_core.errors import KitError
 from kit_core.lazy import tensorflow as tf
+from migration_tools.pair import optimizers
 from migration_tools.pair import port as port_lib
 from migration_tools.pair import variable_map as variable_map_lib
 
@@ -133,3 +134,37 @@ def save(model, optimizer, output: str, step: int) -> str:
     tf.train.CheckpointManager(checkpoint, tmp, max_to_keep=1).save(
         checkpoint_number=step)
   return tf.train.latest_checkpoint(output)
+
+
+def check_slot_kind(legacy_kind: str, port_kind: str) -> None:
+  """Raises KitError unless the checkpoint's slots (a TF 1 optimizer's, by
+  the tables) are the port optimizer's kind."""
+  if legacy_kind != port_kind:
+    raise KitError(f'the checkpoint holds {legacy_kind} slots and the '
+                   f'port\'s optimizer is {port_kind}: give the port the '
+                   'legacy optimizer, or convert the model alone (--no_slots)')
+
+
+def check_slot_map(slot_map: optimizers.SlotMap, owner: str) -> None:
+  """Raises KitError if a slot of the checkpoint pairs with none of the
+  port's; owner names where a map is given ('Port', 'ArrayPort')."""
+  if slot_map.legacy_only:
+    raise KitError(f'the checkpoint\'s slots {", ".join(slot_map.legacy_only)}'
+                   ' pair with none of the port optimizer\'s ('
+                   f'{", ".join(slot_map.port_only) or "it has none"}): pair '
+                   f'them ({owner}.slot_map), or convert the model alone '
+                   '(--no_slots)')
+
+
+def check_slots(ours, theirs) -> None:
+  """Raises KitError listing the (variable, slot) keys that one side has
+  and the other lacks: the port's (ours) and the checkpoint's (theirs)."""
+  missing = sorted('/'.join(k) for k in set(ours) - set(theirs))
+  extra = sorted('/'.join(k) for k in set(theirs) - set(ours))
+  if missing or extra:
+    raise KitError('the optimizer slots do not pair (' + '; '.join(
+        f'{label}: {", ".join(items[:4])}' + (' ...' if len(items) > 4 else '')
+        for label, items in (('not in the checkpoint', missing),
+                             ('not in the port', extra)) if items) +
+                   '): give the port the legacy optimizer, or convert the '
+                   'model alone (--no_slots)')

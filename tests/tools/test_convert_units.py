@@ -1,14 +1,19 @@
 """The checkpoint converter's mapping and slot logic, fast: a tiny name-based
 checkpoint written here, a toy port, no model_fn run and no training.
 tests/tools/test_convert_checkpoint.py runs the command end to end."""
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from kit_core.errors import KitError
+from migration_tools.checkpoint import arrays
 from migration_tools.checkpoint import estimator
 from migration_tools.checkpoint import files
+from migration_tools.pair import array_port
 from migration_tools.pair import port as port_lib
+from toy_array_model import Linear
 
 RATE = 0.1
 KERNEL = np.arange(6, dtype=np.float32).reshape(3, 2) / 10
@@ -158,3 +163,60 @@ def test_averages_as_weights_without_averages_is_refused(tmp_path):
     estimator.convert(str(tmp_path), str(tmp_path / 'out'), _port(), {},
                       averages_as_weights=True)
   assert not (tmp_path / 'out').exists()
+
+
+# To a port on arrays (checkpoint/arrays.py), the toy of test_array_port.
+class _OwnOptimizer(Linear):
+  """The toy, its optimizer one the kit does not know: slots by name."""
+
+  def describe_optimizer(self):
+    return None
+
+  def slots(self):
+    return {('dense/w', 'acc'): self.velocity.copy()}
+
+  def set_slots(self, values):
+    self.velocity = np.array(values[('dense/w', 'acc')], np.float32)
+
+
+def _array_port(model=Linear) -> array_port.ArrayPort:
+  return array_port.ArrayPort(make=model,
+                              variable_map={'dense/kernel': 'dense/w'})
+
+
+def test_an_array_port_gets_weights_slots_and_step_as_named_arrays(tmp_path):
+  (tmp_path / 'ckpt').mkdir()
+  accumulator = np.full((3, 2), 4.0, np.float32)
+  _name_based(tmp_path / 'ckpt', {'dense/kernel': KERNEL,
+                                  'dense/kernel/acc': accumulator})
+  path = arrays.convert(str(tmp_path / 'ckpt'), str(tmp_path / 'out'),
+                        _array_port(_OwnOptimizer), {'learning_rate': RATE})
+  assert path == str(tmp_path / 'out' / 'state-7.npz')
+  model = _OwnOptimizer({'learning_rate': RATE}, 1, False)
+  array_port.read_state(model, path)
+  np.testing.assert_array_equal(model.variables()['dense/w'], KERNEL)
+  np.testing.assert_array_equal(model.slots()[('dense/w', 'acc')],
+                                accumulator)
+  assert model.step_count() == 7
+
+
+def test_an_array_port_refuses_what_it_cannot_carry(tmp_path):
+  (tmp_path / 'ckpt').mkdir()
+  _name_based(tmp_path / 'ckpt', {
+      'dense/kernel': KERNEL,
+      'dense/kernel/Momentum': np.full((3, 2), 2.0, np.float32)})
+  # TF 1's Momentum slot is Keras's times -rate: a rate an ArrayModel gives
+  # only after a step.
+  with pytest.raises(KitError, match=r'Momentum slots are carried to '
+                     r'Keras\'s by the learning rate .* \(--no_slots\)'):
+    arrays.convert(str(tmp_path / 'ckpt'), str(tmp_path / 'out'),
+                   _array_port(), {'learning_rate': RATE})
+  assert not (tmp_path / 'out').exists()
+  # The same checkpoint into a port of another optimizer.
+  with pytest.raises(KitError, match='the checkpoint holds Momentum slots and '
+                     'the port\'s optimizer is not described'):
+    arrays.convert(str(tmp_path / 'ckpt'), str(tmp_path / 'out'),
+                   _array_port(_OwnOptimizer), {'learning_rate': RATE})
+  path = arrays.convert(str(tmp_path / 'ckpt'), str(tmp_path / 'out'),
+                        _array_port(), {'learning_rate': RATE}, slots=False)
+  assert os.path.basename(path) == 'state-7.npz'
