@@ -8,6 +8,7 @@ training, and refuses with one line; ``--skip_resource_checks`` overrides.
 import os
 
 from kit_core.errors import KitError
+from kit_core.room import available_memory
 
 # Peak bytes per example over the bytes of its forward pass's tensors
 # (forward_bytes): what the backward pass keeps and makes, and oneDNN's
@@ -21,18 +22,6 @@ USABLE_FRACTION = 0.8
 # simulation of TPU cores and starts being a hang.
 MAX_CPU_DEVICES = 64
 _SKIP = 'or pass --skip_resource_checks to try anyway'
-
-
-def available_memory() -> int | None:
-  """MemAvailable of /proc/meminfo in bytes; None where there is none."""
-  try:
-    with open('/proc/meminfo') as f:
-      for line in f:
-        if line.startswith('MemAvailable:'):
-          return int(line.split()[1]) * 1024
-  except (OSError, ValueError, IndexError):
-    pass
-  return None
 
 
 def _gib(count: float) -> str:

@@ -2,6 +2,7 @@
 outputs that may destroy no input, one trainer per model_dir, signals that
 end a block in one line."""
 import os
+import re
 import signal
 
 import pytest
@@ -10,6 +11,7 @@ import tensorflow as tf
 from kit_core import checkpoint_files
 from kit_core import exits
 from kit_core import paths
+from kit_core import room
 from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 
@@ -135,3 +137,27 @@ def test_a_file_written_whole_gets_the_mode_the_umask_gives(tmp_path):
     assert (tmp_path / 'report.txt').stat().st_mode & 0o777 == 0o640
   finally:
     os.umask(before)
+
+
+def test_room_refuses_only_what_clearly_does_not_fit(tmp_path):
+  estimate = room.Estimate('the bundle', 10_000_000, 4_000_000,
+                           '5 arrays of 2 MB')
+  target = str(tmp_path / 'new' / 'bundle.npz')  # Its folder not made yet.
+  room.check(estimate, '--record_bundle', target, 'record less',
+             free=8_000_000, available=3_200_000)  # 80%: may fit.
+  with pytest.raises(KitError, match=re.escape(
+      '--record_bundle: the bundle would take about 10.0 MB (5 arrays of 2 '
+      f'MB) and {tmp_path}/new has 7.9 MB free; record less, or write it to '
+      'another disk')):
+    room.check(estimate, '--record_bundle', target, 'record less',
+               free=7_900_000, available=10**12)
+  with pytest.raises(KitError, match=re.escape(
+      '--output: the bundle would hold about 4.0 MB in memory (5 arrays of 2 '
+      'MB) and 3.1 MB is available; run it where more memory is free')):
+    room.check(estimate, '--output', target, '', free=10**12,
+               available=3_100_000)
+  # Read from the system: the nearest folder that exists.
+  assert room.free_disk(target) == room.free_disk(str(tmp_path)) > 0
+  assert room.available_memory() > 0
+  assert [room.size_text(n) for n in (512, 2048, 3_800_000_000)] == [
+      '512 bytes', '2.0 kB', '3.8 GB']

@@ -183,7 +183,9 @@ def test_a_read_only_folder_in_a_trained_model_dir_keeps_it_whole(
 def test_the_converter_on_a_full_disk_keeps_the_folders_above_its_output(
     tmp_path):
   source = estimator_checkpoint(tmp_path / 'estimator')
-  with tmpfs(tmp_path / 'disk', '1m') as disk:
+  # Room enough by the estimate (the checkpoint is 1.8 MB, refused below
+  # 80% of that), too little for the write.
+  with tmpfs(tmp_path / 'disk', '1600k') as disk:
     parent = disk / 'run-1_temp' / '.tmp-12345678'
     made = _users_things(parent)
     result = run_module('migration_tools.checkpoint',
@@ -196,6 +198,38 @@ def test_the_converter_on_a_full_disk_keeps_the_folders_above_its_output(
     assert not (parent / 'converted').exists()
     assert not [n for n in os.listdir(parent) if n.startswith('.tmp-') and
                 n != '.tmp-12345678']
+
+
+@pytest.mark.e2e
+@pytest.mark.estimator
+@pytest.mark.parametrize('module, args, said', [
+    ('migration_tools.checkpoint', ['--output=DISK/converted',
+                                    '--estimator_dir=ESTIMATOR'],
+     r'--output: the converted checkpoint would take about 1\.8 MB '
+     r'\(model\.ckpt-1 is 1\.8 MB, read whole and held again by the '
+     r'port\'s variables\) and \S+ has 1\.0 MB free; write it to another '
+     r'disk$'),
+    ('migration_tools.compare', ['--record_bundle=DISK/kit.npz',
+                                 '--steps=3', '--replicas=1',
+                                 '--report=TMP/r.json'],
+     r'--record_bundle: the bundle would take about 14\.7 MB \(at least '
+     r'8\.1 model-sized arrays of 1\.8 MB at --steps=3 on 1 replica count\) and '
+     r'\S+ has 1\.0 MB free; record --steps=1, or a scaled-down configuration '
+     r'of the same code \(fewer layers, a smaller hidden size\), or write it '
+     r'to another disk$'),
+])
+def test_too_small_a_disk_is_refused_before_any_work_with_the_estimate(
+    tmp_path, module, args, said):
+  source = estimator_checkpoint(tmp_path / 'estimator')
+  with tmpfs(tmp_path / 'disk', '1m') as disk:
+    result = run_module(module, *[
+        a.replace('DISK', str(disk)).replace('ESTIMATOR', source).replace(
+            'TMP', str(tmp_path)) for a in args])
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert re.search(said, last_line(result.stderr)), last_line(
+        result.stderr)
+    assert os.listdir(disk) == []  # Nothing written.
+    assert 'PASS' not in result.stdout  # No check ran.
 
 
 @pytest.mark.e2e

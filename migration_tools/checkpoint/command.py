@@ -133,6 +133,7 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   source = (('--keras2_dir', tool_flags.keras2_dir) if tool_flags.keras2_dir
             else ('--estimator_dir', tool_flags.estimator_dir))
   files.check_output(tool_flags.output, *source)  # Before any work.
+  files.check_room(source[1], tool_flags.output)
   # An empty --output the user made stays; one this run makes goes, if the
   # verification fails.
   existed = os.path.isdir(tool_flags.output)

@@ -4,6 +4,7 @@ checked, and the new checkpoint written whole into a new folder."""
 from __future__ import annotations
 
 import collections
+import glob
 import os
 
 import numpy as np
@@ -11,6 +12,7 @@ import numpy as np
 from kit_core import atomic
 from kit_core import checkpoint_files
 from kit_core import paths
+from kit_core import room
 from kit_core.errors import KitError
 from kit_core.lazy import tensorflow as tf
 from migration_tools.pair import optimizers
@@ -32,6 +34,26 @@ class CheckedReader:
 
   def get_tensor(self, name: str):
     return self._values[name]
+
+
+def estimate(checkpoint_path: str) -> room.Estimate:
+  """What converting the checkpoint at checkpoint_path writes (about its
+  own size) and holds (it is read whole, then held again by the port's
+  variables and slots: twice its size)."""
+  size = room.files_size(glob.glob(glob.escape(checkpoint_path) + '.data-*') +
+                         [checkpoint_path + '.index'])
+  return room.Estimate(
+      'the converted checkpoint', size, 2 * size,
+      f'{os.path.basename(checkpoint_path)} is {room.size_text(size)}, read '
+      'whole and held again by the port\'s variables')
+
+
+def check_room(source_dir: str, output: str) -> None:
+  """Refuses before any work a conversion the disk under output, or the
+  memory, clearly cannot hold (room.check)."""
+  path = checkpoint_files.latest(source_dir)
+  if path is not None:
+    room.check(estimate(path), '--output', output, '')
 
 
 def build(port: port_lib.Port, params: dict | None):

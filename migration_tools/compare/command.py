@@ -48,6 +48,7 @@ from kit_core import exits
 from kit_core import lazy
 from kit_core import paths
 from kit_core import progress as progress_lib
+from kit_core import room
 from kit_core import sharding
 from kit_core.errors import KitError
 from kit_core.lazy import tensorflow as tf
@@ -194,6 +195,15 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
                            speed=_speed(tool_flags),
                            progress=_progress(tool_flags)), {
                                **dataclasses.asdict(options)}
+  # Before any work: room for the bundle, by the model's shapes.
+  expected = golden.estimate(
+      legacy.model_bytes(pair.model_fn, pair.input_fn, options.params),
+      options.steps, len(counts))
+  room.check(expected, '--record_bundle', tool_flags.record_bundle,
+             'record --steps=1, or a scaled-down configuration of the same '
+             'code (fewer layers, a smaller hidden size)')
+  print(f'Recording a bundle of about {room.size_text(expected.disk)} '
+        f'({expected.basis})')
   results, bundle = harness.record_bundle(pair, port, workdir, counts,
                                           options, tool_flags.tpu_ready,
                                           _speed(tool_flags),

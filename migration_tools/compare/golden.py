@@ -20,6 +20,7 @@ import numpy as np
 
 from kit_core import atomic
 from kit_core import paths
+from kit_core import room
 from kit_core.errors import KitError
 from kit_core.errors import one_line
 from migration_tools.pair import stored
@@ -31,6 +32,30 @@ from migration_tools.pair.recorded import Tape
 # on the weights, the serving inputs (strings as base64).
 FORMAT = 3
 _MANIFEST = '__manifest__'
+# A bundle's size in model-sized arrays (the model_fn's variables' bytes),
+# per recorded replica count: at --steps=1, and for each further step. The
+# least a model holds, one without optimizer slots (the kit's pair, plain
+# SGD: 4.42, then 1.85 a step); each slot adds about 1.2 a step (Adam's two:
+# 4.2 a step, from 100k parameters up). Measured with python
+# benchmarks/bundle_size.py and the kit's pair (docs/EQUIVALENCE.md, "Bundle
+# sizes"). The slots are not known before any work, so the estimate is the
+# least the bundle takes, and refuses nothing that would fit.
+ARRAYS_AT_ONE_STEP = 4.4
+ARRAYS_PER_STEP = 1.85
+
+
+def estimate(model_bytes: int, steps: int, replica_counts: int
+             ) -> room.Estimate:
+  """The least a bundle takes on disk and in memory (the tape is held
+  whole until it is written), from the model's bytes."""
+  arrays = replica_counts * (ARRAYS_AT_ONE_STEP +
+                             ARRAYS_PER_STEP * (steps - 1))
+  size = int(arrays * model_bytes)
+  return room.Estimate(
+      'the bundle', size, size,
+      f'at least {arrays:.1f} model-sized arrays of '
+      f'{room.size_text(model_bytes)} at --steps={steps} on {replica_counts} '
+      f'replica count{"s" if replica_counts > 1 else ""}')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -147,6 +147,23 @@ def creation_order(model_fn, input_fn, params: dict) -> list[str]:
   Raises:
     KitError: as read_input_fn, if the input_fn fails.
   """
+  return list(_predict_variables(model_fn, input_fn, params))
+
+
+def model_bytes(model_fn, input_fn, params: dict) -> int:
+  """The bytes of the model_fn's variables (PREDICT mode: the weights and
+  the model's state, no optimizer slot), from their shapes: what the tools
+  reckon their disk and memory in, before any work.
+
+  Raises:
+    KitError: as read_input_fn, if the input_fn fails.
+  """
+  return sum(_predict_variables(model_fn, input_fn, params).values())
+
+
+def _predict_variables(model_fn, input_fn, params: dict) -> dict[str, int]:
+  """{variable name: bytes} of the model_fn in PREDICT mode, in creation
+  order, the global step left out; its graph is built and dropped."""
   try:
     dataset = input_fn(input_params(params, 1))
   except Interrupted:  # A signal stops the command; never a finding.
@@ -155,10 +172,11 @@ def creation_order(model_fn, input_fn, params: dict) -> list[str]:
     raise KitError(f'the legacy input_fn raised {one_line(e)}') from e
   spec = side.split_element(dataset.element_spec)
   with tf.Graph().as_default():
-    tf.compat.v1.train.create_global_step()
+    step = tf.compat.v1.train.create_global_step()
     model_fn(_placeholders(spec[0], 1), None,
              tf.compat.v1.estimator.ModeKeys.PREDICT, model_params(params, 1))
-    return [v.op.name for v in tf.compat.v1.global_variables()]
+    return {v.op.name: v.shape.num_elements() * v.dtype.base_dtype.size
+            for v in tf.compat.v1.global_variables() if v is not step}
 
 
 class _Graph:
