@@ -151,20 +151,48 @@ class UnreadableCheckpoint(KitError):
     self.reason = reason
 
 
+class Reader:
+  """A checkpoint's tensors, each read when asked: ``shapes`` {name:
+  shape}, ``read(name)``. By TensorFlow where it is installed, else by
+  tensor_bundle; either way each tensor is checked against its CRC as it is
+  read, and a failure is one line.
+
+  Raises (on construction and on read): UnreadableCheckpoint.
+  """
+
+  def __init__(self, path: str):
+    self.path = path
+    try:
+      if lazy.installed('tensorflow'):
+        self._reader = tf.train.load_checkpoint(path)
+        self.shapes = {name: tuple(shape) for name, shape in
+                       self._reader.get_variable_to_shape_map().items()}
+        self._read = self._reader.get_tensor
+      else:
+        self._reader = tensor_bundle.BundleReader(path)
+        self.shapes = dict(self._reader.shapes)
+        self._read = self._reader.read
+    except self._errors() as e:
+      raise UnreadableCheckpoint(path, one_line(e)) from e
+
+  @staticmethod
+  def _errors() -> tuple:
+    return ((*_read_errors(), tensor_bundle.BundleError)
+            if lazy.installed('tensorflow') else
+            (tensor_bundle.BundleError, OSError))
+
+  def read(self, name: str) -> np.ndarray:
+    try:
+      return self._read(name)
+    except self._errors() as e:
+      raise UnreadableCheckpoint(self.path, one_line(e)) from e
+
+
 def read_all(path: str) -> dict[str, np.ndarray]:
   """Every tensor of the checkpoint at path, by name (each CRC checked).
 
   Raises:
     UnreadableCheckpoint: a file is missing, truncated or corrupt.
   """
-  if not lazy.installed('tensorflow'):
-    try:
-      return tensor_bundle.read(path)
-    except (tensor_bundle.BundleError, OSError) as e:
-      raise UnreadableCheckpoint(path, one_line(e)) from e
-  try:
-    reader = tf.train.load_checkpoint(path)
-    return {name: reader.get_tensor(name)
-            for name in reader.get_variable_to_shape_map()}
-  except _read_errors() as e:
-    raise UnreadableCheckpoint(path, one_line(e)) from e
+  reader = Reader(path)
+  return {name: reader.read(name) for name in reader.shapes}

@@ -142,34 +142,39 @@ def _dtype(code: int, name: str):
                     'read this checkpoint with TensorFlow')
 
 
-def read(prefix: str) -> dict[str, np.ndarray]:
-  """Every tensor of the checkpoint at prefix, by name, each CRC checked.
+class BundleReader:
+  """A checkpoint's index read once; each tensor read from its data file
+  when asked, and checked against its CRC: a reader holds no more of the
+  checkpoint than the tensor it returns.
 
-  Raises:
-    BundleError: a file missing, truncated or corrupt, or a tensor this
-      reader does not read (string, sliced).
-    OSError: a file cannot be opened.
+  Raises (on construction and on read): BundleError, as read; OSError.
   """
-  try:
-    table = read_index(prefix + '.index')
-    shards = _num_shards(table.pop('', b''))
-    entries = {name: _entry(value) for name, value in table.items()}
-  except wire.WireError as e:
-    raise BundleError(f'the index file is corrupt ({e})') from e
-  data = {}
-  values = {}
-  for name, entry in entries.items():
-    if entry['slices']:
-      raise BundleError(f'{name} is saved in slices (a partitioned '
-                        'variable), which this reader does not assemble; '
-                        'read this checkpoint with TensorFlow')
+
+  def __init__(self, prefix: str):
+    self._prefix = prefix
+    try:
+      table = read_index(prefix + '.index')
+      self._shards = _num_shards(table.pop('', b''))
+      self._entries = {name: _entry(value) for name, value in table.items()}
+    except wire.WireError as e:
+      raise BundleError(f'the index file is corrupt ({e})') from e
+    for name, entry in self._entries.items():
+      if entry['slices']:
+        raise BundleError(f'{name} is saved in slices (a partitioned '
+                          'variable), which this reader does not assemble; '
+                          'read this checkpoint with TensorFlow')
+    self.shapes = {name: tuple(entry['shape'])
+                   for name, entry in self._entries.items()}
+
+  def read(self, name: str) -> np.ndarray:
+    """The tensor name holds (KeyError if none)."""
+    entry = self._entries[name]
     dtype = _dtype(entry['dtype'], name)
-    shard = entry['shard']
-    if shard not in data:
-      path = f'{prefix}.data-{shard:05d}-of-{shards:05d}'
-      with open(path, 'rb') as f:
-        data[shard] = f.read()
-    raw = data[shard][entry['offset']:entry['offset'] + entry['size']]
+    path = (f'{self._prefix}.data-{entry["shard"]:05d}-of-'
+            f'{self._shards:05d}')
+    with open(path, 'rb') as f:
+      f.seek(entry['offset'])
+      raw = f.read(entry['size'])
     if len(raw) != entry['size']:
       raise BundleError(f'{name} runs past the end of its data file '
                         '(truncated)')
@@ -179,6 +184,17 @@ def read(prefix: str) -> dict[str, np.ndarray]:
     if count * dtype.itemsize != len(raw):
       raise BundleError(f'{name} holds {len(raw)} bytes, not the '
                         f'{count * dtype.itemsize} of its shape')
-    values[name] = np.frombuffer(raw, dtype.newbyteorder('<')).astype(
+    return np.frombuffer(raw, dtype.newbyteorder('<')).astype(
         dtype).reshape(entry['shape'])
-  return values
+
+
+def read(prefix: str) -> dict[str, np.ndarray]:
+  """Every tensor of the checkpoint at prefix, by name, each CRC checked.
+
+  Raises:
+    BundleError: a file missing, truncated or corrupt, or a tensor this
+      reader does not read (string, sliced).
+    OSError: a file cannot be opened.
+  """
+  reader = BundleReader(prefix)
+  return {name: reader.read(name) for name in reader.shapes}

@@ -206,8 +206,8 @@ def test_the_converter_on_a_full_disk_keeps_the_folders_above_its_output(
     ('migration_tools.checkpoint', ['--output=DISK/converted',
                                     '--estimator_dir=ESTIMATOR'],
      r'--output: the converted checkpoint would take about 1\.8 MB '
-     r'\(model\.ckpt-1 is 1\.8 MB, read whole and held again by the '
-     r'port\'s variables\) and \S+ has 1\.0 MB free; write it to another '
+     r'\(model\.ckpt-1 is 1\.8 MB, held by the port\'s variables and slots\) '
+     r'and \S+ has 1\.0 MB free; write it to another '
      r'disk$'),
     ('migration_tools.compare', ['--record_bundle=DISK/kit.npz',
                                  '--steps=3', '--replicas=1',

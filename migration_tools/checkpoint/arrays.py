@@ -86,7 +86,7 @@ def convert(estimator_dir: str, output: str, port: array_port.ArrayPort,
   checkpoint = estimator.read_checkpoint(estimator_dir)
   runner = array_runner.ArrayRunner(port, 1, _params(params, 1), [],
                                     where='--port')
-  pairs = files.pairs(checkpoint.model, runner.model.variables(),
+  pairs = files.pairs(checkpoint.model.shapes, runner.model.variables(),
                       port.variable_map, order)
   runner.use_map(pairs)
   runner.set_state(estimator.weights(checkpoint, averages_as_weights))

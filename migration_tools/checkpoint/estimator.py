@@ -22,7 +22,9 @@ STEP_NAME = 'global_step'  # -> optimizer.iterations
 
 @dataclasses.dataclass(frozen=True)
 class LegacyCheckpoint:
-  """A name-based checkpoint, split as the converter reads it.
+  """A name-based checkpoint, split as the converter reads it. Each value
+  is read from the files when asked (files.Tensors): a conversion holds no
+  more of the checkpoint than the tensor it carries.
 
   model: {variable name: value}, in the checkpoint's (sorted) order.
   slots: {(variable name, slot): value}; kind: their optimizer's, by the
@@ -34,15 +36,16 @@ class LegacyCheckpoint:
     exported in place of the weights when its scaffold restored them.
   """
   path: str
-  model: dict
-  slots: dict
+  model: files.Tensors
+  slots: files.Tensors
   kind: str | None
   step: int
-  averages: dict = dataclasses.field(default_factory=dict)
+  averages: files.Tensors
 
 
 def read_checkpoint(estimator_dir: str) -> LegacyCheckpoint:
-  """The latest checkpoint in estimator_dir, split into model, slots, step.
+  """The latest checkpoint in estimator_dir, split into model, slots, step,
+  by its names and shapes (no tensor is read but the step).
 
   Raises:
     KitError: no checkpoint, or one already object-based (TF 2).
@@ -50,61 +53,64 @@ def read_checkpoint(estimator_dir: str) -> LegacyCheckpoint:
   path = checkpoint_files.latest(estimator_dir)
   if path is None:
     raise KitError(f'no checkpoint in --estimator_dir {estimator_dir}')
-  reader = files.CheckedReader(path)
-  names = reader.get_variable_to_shape_map()
-  if files.OBJECT_GRAPH_KEY in names:
+  reader = checkpoint_files.Reader(path)
+  shapes = reader.shapes
+  if files.OBJECT_GRAPH_KEY in shapes:
     raise KitError(f'{path} is already a TF 2 (object-based) checkpoint: '
                    'restore it with tf.train.Checkpoint; if the port wrote '
                    'it on TF 2.15 (Keras 2) and now runs on Keras 3, carry it '
                    'over with --keras2_dir')
-  model, slots, kinds = {}, {}, set()
-  for name in sorted(names):
+  model, slots, kinds = {}, {}, set()  # {name or key: name in the files}
+  for name in sorted(shapes):
     if (name == STEP_NAME or
         name.rpartition('/')[2] in optimizers.LEGACY_DERIVED):
       continue
-    found = optimizers.legacy_slot(name, names, names)
+    found = optimizers.legacy_slot(name, shapes, shapes)
     if found:
       kinds.add(found[1])
-      slots[(found[0], found[2])] = reader.get_tensor(name)
+      slots[(found[0], found[2])] = name
     else:
-      model[name] = reader.get_tensor(name)
+      model[name] = name
   if len(kinds) > 1:
     raise KitError(f'{path} holds slots of several optimizers '
                    f'({", ".join(sorted(kinds))}); the converter carries one')
   averages = {}
   for name in [n for n in model if n.endswith(legacy_state.AVERAGE_SUFFIX)]:
     owner = name[:-len(legacy_state.AVERAGE_SUFFIX)]
-    if owner in model and model[owner].shape == model[name].shape:
+    if owner in model and shapes[owner] == shapes[name]:
       averages[owner] = model.pop(name)
   if not slots:  # Another optimizer's: '<variable>/<slot>' of its shape.
     for key, name in optimizers.generic_slots(
-        {k: v.shape for k, v in model.items()}).items():
+        {k: shapes[k] for k in model}).items():
       slots[key] = model.pop(name)
-  step = int(reader.get_tensor(STEP_NAME)) if STEP_NAME in names else 0
-  return LegacyCheckpoint(path, model, slots, kinds.pop() if kinds else None,
-                          step, averages)
+  step = int(reader.read(STEP_NAME)) if STEP_NAME in shapes else 0
+  return LegacyCheckpoint(path, files.Tensors(reader, model),
+                          files.Tensors(reader, slots),
+                          kinds.pop() if kinds else None, step,
+                          files.Tensors(reader, averages))
 
 
-def weights(checkpoint: LegacyCheckpoint, averages_as_weights: bool) -> dict:
-  """{legacy name: value} the port's variables get: the raw weights, or
-  with averages_as_weights the moving averages in their place.
+def weights(checkpoint: LegacyCheckpoint,
+            averages_as_weights: bool) -> files.Tensors:
+  """{legacy name: value} the port's variables get, each read when asked:
+  the raw weights, or with averages_as_weights the moving averages in their
+  place.
 
   Raises:
     KitError: averages_as_weights, and the checkpoint holds none.
   """
-  values = dict(checkpoint.model)
   if averages_as_weights:
     if not checkpoint.averages:
       raise KitError(f'--averages_as_weights: {checkpoint.path} holds no '
                      'moving average (<variable>/ExponentialMovingAverage); '
                      'convert its weights without it')
-    values.update(checkpoint.averages)
-  elif checkpoint.averages:
+    return checkpoint.model.replaced(checkpoint.averages)
+  if checkpoint.averages:
     logging.info('%d moving averages in %s are not carried: the port gets '
                  'the raw weights (--averages_as_weights writes the averages '
                  'as the weights, as the Estimator evaluated and exported '
                  'them)', len(checkpoint.averages), checkpoint.path)
-  return values
+  return checkpoint.model
 
 
 def _current_rate(optimizer) -> float:
@@ -181,7 +187,7 @@ def convert(estimator_dir: str, output: str, port: port_lib.Port,
   checkpoint = read_checkpoint(estimator_dir)
   model, optimizer = files.build(port, params)
   ours = port_lib.state_variables(model)
-  pairs = files.pairs(checkpoint.model, ours, port.variable_map, order)
+  pairs = files.pairs(checkpoint.model.shapes, ours, port.variable_map, order)
   values = weights(checkpoint, averages_as_weights)
   for name, target in pairs.items():
     ours[target].assign(values[name])

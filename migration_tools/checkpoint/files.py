@@ -1,9 +1,12 @@
-"""What both converters share: a checkpoint read whole (a truncated or
-corrupt one fails in one line), the port built with its slots, the pairs
-checked, and the new checkpoint written whole into a new folder."""
+"""What both converters share: a checkpoint's tensors read one at a time
+(Tensors: a truncated or corrupt one fails in one line, and nothing is
+written), the port built with its slots, the pairs checked, the room
+reckoned before any work, and the new checkpoint written whole into a new
+folder."""
 from __future__ import annotations
 
 import collections
+import collections.abc
 import glob
 import os
 
@@ -22,6 +25,33 @@ from migration_tools.pair import variable_map as variable_map_lib
 OBJECT_GRAPH_KEY = '_CHECKPOINTABLE_OBJECT_GRAPH'
 
 
+class Tensors(collections.abc.Mapping):
+  """{key: tensor} of a checkpoint, each read from the files when asked
+  (checkpoint_files.Reader), never held: the converters carry one tensor at
+  a time. shapes: {key: shape}, known without reading."""
+
+  def __init__(self, reader: checkpoint_files.Reader, names: dict):
+    """names: {key: the tensor's name in the checkpoint}."""
+    self._reader, self._names = reader, dict(names)
+    self.shapes = {key: reader.shapes[name] for key, name in names.items()}
+
+  def __getitem__(self, key):
+    return self._reader.read(self._names[key])
+
+  def __contains__(self, key) -> bool:  # Without reading it.
+    return key in self._names
+
+  def __iter__(self):
+    return iter(self._names)
+
+  def __len__(self) -> int:
+    return len(self._names)
+
+  def replaced(self, others: 'Tensors') -> 'Tensors':
+    """These, the keys others holds read from others' tensors instead."""
+    return Tensors(self._reader, {**self._names, **others._names})  # pylint: disable=protected-access
+
+
 class CheckedReader:
   """A checkpoint reader over checkpoint_files.read_all: a truncated or
   corrupt checkpoint fails here, in one line, not halfway through."""
@@ -37,15 +67,15 @@ class CheckedReader:
 
 
 def estimate(checkpoint_path: str) -> room.Estimate:
-  """What converting the checkpoint at checkpoint_path writes (about its
-  own size) and holds (it is read whole, then held again by the port's
-  variables and slots: twice its size)."""
+  """What converting the checkpoint at checkpoint_path writes and holds:
+  about its own size each (the port's variables and slots; the
+  checkpoint's tensors are read one at a time)."""
   size = room.files_size(glob.glob(glob.escape(checkpoint_path) + '.data-*') +
                          [checkpoint_path + '.index'])
   return room.Estimate(
-      'the converted checkpoint', size, 2 * size,
-      f'{os.path.basename(checkpoint_path)} is {room.size_text(size)}, read '
-      'whole and held again by the port\'s variables')
+      'the converted checkpoint', size, size,
+      f'{os.path.basename(checkpoint_path)} is {room.size_text(size)}, held '
+      'by the port\'s variables and slots')
 
 
 def check_room(source_dir: str, output: str) -> None:
@@ -81,12 +111,13 @@ def check_output(output: str, source_flag: str, source: str) -> str:
   return output
 
 
-def pairs(values: dict, ours: dict, given: dict[str, str] | None,
+def pairs(shapes: dict, ours: dict, given: dict[str, str] | None,
           order: list[str] | None) -> dict[str, str]:
-  """{legacy name: port name} of the checkpoint's values and the port's
-  variables (ours, anything with a shape): given, else inferred from names
-  and shapes, in the legacy creation order if known (order; else the
-  checkpoint's sorted order); checked whole (check_pairs).
+  """{legacy name: port name} of the checkpoint's variables ({name:
+  shape}) and the port's (ours, anything with a shape): given, else
+  inferred from names and shapes, in the legacy creation order if known
+  (order; else the checkpoint's sorted order); checked whole
+  (check_pairs).
 
   Raises:
     KitError: the map cannot be inferred, or does not fit.
@@ -94,18 +125,18 @@ def pairs(values: dict, ours: dict, given: dict[str, str] | None,
   found = given
   if found is None:
     ranks = {name: i for i, name in enumerate(order or ())}
-    shapes = {k: tuple(values[k].shape) for k in sorted(
-        values, key=lambda k: (ranks.get(k, len(ranks)), k))}
+    ordered = {k: tuple(shapes[k]) for k in sorted(
+        shapes, key=lambda k: (ranks.get(k, len(ranks)), k))}
     try:
       resolved = variable_map_lib.infer(
-          shapes, {k: tuple(v.shape) for k, v in ours.items()})
+          ordered, {k: tuple(v.shape) for k, v in ours.items()})
     except KitError as e:
       raise KitError(f'the checkpoint does not match the port\'s model: {e}'
                      ) from e
     if not order:
-      _refuse_guessed_order(resolved, shapes)
+      _refuse_guessed_order(resolved, ordered)
     found = resolved.pairs
-  check_pairs(values, ours, found)
+  check_pairs(shapes, ours, found)
   return found
 
 
@@ -129,19 +160,21 @@ def _refuse_guessed_order(resolved: variable_map_lib.Resolved,
         'that order, or the map (Port.variable_map, --variable_map=map.json)')
 
 
-def check_pairs(values: dict, ours: dict, pairs: dict[str, str]) -> None:
-  """Raises KitError listing every missing, extra or wrong-shaped variable."""
-  missing = sorted(set(pairs) - set(values))
-  extra = sorted(set(values) - set(pairs))
+def check_pairs(shapes: dict, ours: dict, pairs: dict[str, str]) -> None:
+  """Raises KitError listing every missing, extra or wrong-shaped variable:
+  shapes {legacy name: shape} against ours {port name: anything with a
+  shape}."""
+  missing = sorted(set(pairs) - set(shapes))
+  extra = sorted(set(shapes) - set(pairs))
   unmapped = sorted(set(ours) - set(pairs.values()))
-  shapes = [f'{name} {list(values[name].shape)} -> '
-            f'{pairs[name]} {list(ours[pairs[name]].shape)}'
-            for name in sorted(set(pairs) & set(values))
-            if values[name].shape != tuple(ours[pairs[name]].shape)]
+  wrong = [f'{name} {list(shapes[name])} -> '
+           f'{pairs[name]} {list(ours[pairs[name]].shape)}'
+           for name in sorted(set(pairs) & set(shapes))
+           if tuple(shapes[name]) != tuple(ours[pairs[name]].shape)]
   problems = [f'{label}: {", ".join(items)}' for label, items in (
       ('missing from the checkpoint', missing), ('extra in the checkpoint',
                                                  extra),
-      ('model variables with no source', unmapped), ('wrong shape', shapes))
+      ('model variables with no source', unmapped), ('wrong shape', wrong))
               if items]
   if problems:
     raise KitError('the checkpoint does not match the port\'s model; ' +

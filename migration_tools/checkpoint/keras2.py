@@ -144,7 +144,8 @@ def convert_keras2(model_dir: str, output: str, port: port_lib.Port,
   model, optimizer = files.build(port, params)
   ours = port_lib.state_variables(model)
   pairs = {name: name for name in checkpoint.model if name in ours}
-  files.check_pairs(checkpoint.model, ours, pairs)
+  files.check_pairs({k: v.shape for k, v in checkpoint.model.items()}, ours,
+                    pairs)
   for name, value in checkpoint.model.items():
     ours[name].assign(value)
   optimizer.iterations.assign(checkpoint.step)

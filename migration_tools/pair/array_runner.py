@@ -67,9 +67,11 @@ class ArrayRunner(side.PortSide):
     return {self._theirs(n): np.asarray(v)
             for n, v in self.model.variables().items()}
 
-  def set_state(self, values: dict[str, np.ndarray]) -> None:
-    self.model.set_variables({ours: values[theirs]
-                              for theirs, ours in self.pairs.items()})
+  def set_state(self, values) -> None:
+    # One at a time: values may read each from a file (the converter's),
+    # and no second copy of the model is made.
+    for theirs, ours in self.pairs.items():
+      self.model.set_variables({ours: values[theirs]})
 
   def describe_optimizer(self) -> optimizers.Description | None:
     return self.model.describe_optimizer()
@@ -107,11 +109,12 @@ class ArrayRunner(side.PortSide):
     return {legacy: optimizers.to_legacy(kind, legacy[1], np.asarray(
         values[key]), rate) for key, legacy in self._slot_keys().items()}
 
-  def set_slots(self, values: dict[tuple, np.ndarray], rate: float) -> None:
+  def set_slots(self, values, rate: float) -> None:
     kind = self._kind()
-    self.model.set_slots({
-        key: optimizers.to_port(kind, legacy[1], values[legacy], rate)
-        for key, legacy in self._slot_keys().items() if legacy in values})
+    for key, legacy in self._slot_keys().items():  # One at a time.
+      if legacy in values:
+        self.model.set_slots({key: optimizers.to_port(
+            kind, legacy[1], values[legacy], rate)})
 
   def averages(self) -> dict[str, np.ndarray]:
     if self.port.averages is None:

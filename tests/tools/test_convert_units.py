@@ -97,7 +97,7 @@ def test_without_slots_the_optimizer_starts_afresh_at_the_step(tmp_path):
 def test_a_given_map_pairs_by_name_and_a_wrong_one_lists_every_mismatch():
   ours = {'out/kernel': tf.Variable(np.zeros((3, 2))),
           'out/bias': tf.Variable(np.zeros(2))}
-  theirs = {'dense/kernel': KERNEL, 'dense/bias': BIAS}
+  theirs = {'dense/kernel': KERNEL.shape, 'dense/bias': BIAS.shape}
   files.check_pairs(theirs, ours, {'dense/kernel': 'out/kernel',
                                    'dense/bias': 'out/bias'})
   with pytest.raises(KitError) as raised:
