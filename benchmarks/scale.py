@@ -1,0 +1,188 @@
+r"""The tools at the size of the models teams have: the BERT-shaped test pair
+(tests/user_code/bert_*.py) at growing sizes, up to BERT-base.
+
+  python benchmarks/scale.py [--sizes=tiny,small,medium,base] [--work_dir=DIR]
+
+On the estimator profile (TF 2.15), for each size: trains the legacy
+model_fn one step with TPUEstimator (so the checkpoint holds the weights,
+Adam's two slots and the step, 12 bytes a parameter), then runs
+`migration-convert-checkpoint --verify` on it into the Keras port, each in
+its own process, and prints a line per size as it ends and the table at the
+end: parameters, the checkpoint's size, the conversion's wall time, its peak
+resident memory (the process's own, from wait4) and that over the
+checkpoint's size. A size is the encoder's hidden width, layers, heads,
+sequence length and vocabulary; `base` is BERT-base's.
+
+The sizes reach the pair's code through the environment
+(KIT_SCALE_BERT=hidden,layers,heads,seq,vocab), read by a two-line module
+this script writes into its work folder, as a team would wrap its model.
+"""
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from kit_core import exits  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core import progress as progress_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core import room  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core import tensor_bundle  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+# hidden, layers, heads, sequence, vocabulary.
+SIZES = {'tiny': (16, 2, 2, 8, 40), 'small': (128, 2, 2, 32, 1000),
+         'medium': (256, 4, 4, 64, 8000), 'base': (768, 12, 12, 128, 30522)}
+flags.DEFINE_list('sizes', list(SIZES), f'Sizes, of {", ".join(SIZES)}.')
+flags.DEFINE_string('work_dir', None, 'Where the checkpoints go; unset: a '
+                    'new temporary folder, removed at the end.')
+flags.DEFINE_integer('verify_examples', 64, 'Examples --verify predicts.')
+FLAGS = flags.FLAGS
+
+# The pair's sizes are its module's constants, set before its code runs.
+_WRAPPER = '''import os
+import bert_legacy
+(bert_legacy.HIDDEN, bert_legacy.LAYERS, bert_legacy.HEADS, bert_legacy.SEQ,
+ bert_legacy.VOCAB) = map(int, os.environ['KIT_SCALE_BERT'].split(','))
+bert_legacy.INTERMEDIATE = 4 * bert_legacy.HIDDEN
+from bert_legacy import input_fn, model_fn, write_data
+from bert_port import make_port
+'''
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  size: str
+  parameters: int
+  checkpoint_bytes: int
+  seconds: float
+  peak_bytes: int
+
+
+def _run(args: list[str], env: dict) -> tuple[float, int, str]:
+  """(seconds, peak resident bytes, output) of one command; exits on its
+  failure with its last lines."""
+  start = time.monotonic()
+  process = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env,
+                             stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+  lines = []
+  try:
+    for line in process.stdout:  # Read as it comes: no pipe fills up.
+      lines.append(line)
+    _, status, usage = os.wait4(process.pid, 0)
+  except BaseException:  # A signal (exits.Interrupted): the child goes too.
+    process.kill()
+    process.wait()
+    raise
+  process.returncode = os.waitstatus_to_exitcode(status)
+  seconds = time.monotonic() - start
+  if process.returncode:
+    sys.exit(f'{" ".join(args[:3])} failed ({process.returncode}):\n' +
+             ''.join(lines[-20:]))
+  return seconds, usage.ru_maxrss * 1024, ''.join(lines)
+
+
+def _parameters(prefix: str) -> int:
+  """The model's parameters in the checkpoint: all but slots and step."""
+  shapes = tensor_bundle.BundleReader(prefix).shapes
+  return sum(int(np.prod(shape)) for name, shape in
+             shapes.items() if name != 'global_step' and
+             not name.endswith(('/adam_m', '/adam_v')))
+
+
+def _measure(size: str, work_dir: str, progress) -> Row:
+  env = {**os.environ, 'KIT_SCALE_BERT': ','.join(map(str, SIZES[size])),
+         'PYTHONPATH': os.pathsep.join([work_dir, REPO,
+                                        os.path.join(REPO, 'tests'),
+                                        os.path.join(REPO, 'tests',
+                                                     'user_code')]),
+         'TF_CPP_MIN_LOG_LEVEL': '2'}
+  data_dir = os.path.join(work_dir, size, 'data')
+  estimator_dir = os.path.join(work_dir, size, 'estimator')
+  params = json.dumps({'data_dir': data_dir, 'learning_rate': 1e-3,
+                       'num_train_steps': 20, 'num_warmup_steps': 2})
+  progress.now(f'{size}: writing the data')
+  os.makedirs(data_dir, exist_ok=True)
+  _run(['-c', 'import sys, scaled_bert; scaled_bert.write_data(sys.argv[1], '
+        'examples=128, pretrained=False)', data_dir], env)
+  progress.now(f'{size}: one TPUEstimator step, for the checkpoint')
+  _run([os.path.join(REPO, 'tests', 'user_code', 'estimator_train.py'),
+        '--pair_module=scaled_bert', f'--estimator_dir={estimator_dir}',
+        f'--pair_params={params}', '--train_steps=1', '--global_batch=2'],
+       env)
+  progress.now(f'{size}: migration-convert-checkpoint --verify')
+  seconds, peak, output = _run(
+      ['-m', 'migration_tools.checkpoint', f'--estimator_dir={estimator_dir}',
+       f'--output={os.path.join(work_dir, size, "converted")}',
+       '--legacy_model_fn=scaled_bert:model_fn',
+       '--legacy_input_fn=scaled_bert:input_fn',
+       '--port=scaled_bert:make_port', f'--params={params}', '--verify',
+       f'--verify_examples={FLAGS.verify_examples}'], env)
+  if 'every output agrees' not in output:
+    sys.exit(f'{size}: the conversion did not verify:\n{output[-2000:]}')
+  prefix = os.path.join(estimator_dir, 'model.ckpt-1')
+  size_bytes = room.files_size([prefix + '.index'] + [
+      os.path.join(estimator_dir, p) for p in os.listdir(estimator_dir)
+      if p.startswith('model.ckpt-1.data-')])
+  return Row(size, _parameters(prefix), size_bytes, seconds, peak)
+
+
+def _table(rows: list[Row]) -> str:
+  """The table; the smallest size's peak stands for the process's own
+  (TensorFlow loaded, the graphs built), which the others' growth is over."""
+  base = min(rows, key=lambda r: r.checkpoint_bytes)
+  lines = ['| size | parameters | checkpoint (weights + Adam slots) | '
+           'convert --verify | peak resident memory | peak / checkpoint | '
+           f'growth over {base.size}\'s peak / checkpoint |',
+           '| --- | ---: | ---: | ---: | ---: | ---: | ---: |']
+  for row in rows:
+    growth = (row.peak_bytes - base.peak_bytes) / row.checkpoint_bytes
+    lines.append(f'| {row.size} {SIZES[row.size]} | {row.parameters:,} | '
+                 f'{room.size_text(row.checkpoint_bytes)} | '
+                 f'{row.seconds:.0f} s | {room.size_text(row.peak_bytes)} | '
+                 f'{row.peak_bytes / row.checkpoint_bytes:.2f}x | '
+                 f'{"-" if row is base else f"{growth:.2f}x"} |')
+  return '\n'.join(lines)
+
+
+def main(argv):
+  del argv
+  exits.exit_with_one_line(_main)
+
+
+def _main() -> None:
+  unknown = [s for s in FLAGS.sizes if s not in SIZES]
+  if unknown:
+    sys.exit(f'--sizes: unknown {", ".join(unknown)}; give some of '
+             f'{", ".join(SIZES)}')
+  with tempfile.TemporaryDirectory() as temporary:
+    work_dir = FLAGS.work_dir or temporary
+    os.makedirs(work_dir, exist_ok=True)
+    with open(os.path.join(work_dir, 'scaled_bert.py'), 'w',
+              encoding='utf-8') as f:
+      f.write(_WRAPPER)
+    rows = []
+    progress = progress_lib.Progress()
+    for size in FLAGS.sizes:
+      with progress.heartbeat(), exits.interruptible(
+          f'the measurement of {size} was stopped; nothing was printed for '
+          'it'):
+        row = _measure(size, work_dir, progress)
+      rows.append(row)
+      print(f'{size}: {row.parameters:,} parameters, checkpoint '
+            f'{room.size_text(row.checkpoint_bytes)}, converted and verified '
+            f'in {row.seconds:.0f} s, peak {room.size_text(row.peak_bytes)}',
+            flush=True)
+  print(_table(rows))
+
+
+if __name__ == '__main__':
+  app.run(main)
