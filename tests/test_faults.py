@@ -94,11 +94,12 @@ def _cut_bundle(path):
 def _incomplete_bundle(path):
   """A manifest whose arrays are not in the file."""
   from migration_tools.compare import golden  # pylint: disable=g-import-not-at-top
+  from migration_tools.pair import stored  # pylint: disable=g-import-not-at-top
   manifest = {'format': golden.FORMAT, 'versions': {}, 'options': {},
               'replica_counts': [1], 'serving': None, 'batches': [],
               'shards': {}, 'answers': {'x': {'__array__': 'a0', 'scalar':
                                               False}}}
-  np.savez(path, **{golden._MANIFEST: np.array(json.dumps(manifest))})  # pylint: disable=protected-access
+  np.savez(path, **{stored.MANIFEST: np.array(json.dumps(manifest))})
   return path
 
 

@@ -17,20 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 
-import numpy as np
-
-from kit_core import atomic
 from kit_core import checkpoint_files
-from kit_core import paths
 from kit_core.errors import KitError
 from kit_core.errors import one_line
 from migration_tools.pair import stored
 
 FORMAT = 1
-_MANIFEST = '__manifest__'
 RECORD_AGAIN = ('record it again on TF 2.15 with migration-convert-checkpoint '
                 '--record_predictions')
 
@@ -78,12 +72,7 @@ def save(path: str, recorded: Recorded) -> str:
               'averages': recorded.averages, 'batch': recorded.batch,
               'features': stored.encode(recorded.features, arrays),
               'outputs': stored.encode(recorded.outputs, arrays)}
-  arrays[_MANIFEST] = np.array(json.dumps(manifest))
-  paths.check_folder_exists(path, path)
-  with atomic.temporary_path(path) as tmp:
-    with open(tmp, 'wb') as f:
-      np.savez_compressed(f, **arrays)
-  return path
+  return stored.save(path, manifest, arrays)
 
 
 def load(path: str) -> Recorded:
@@ -93,18 +82,12 @@ def load(path: str) -> Recorded:
     KitError: no such file, not a recording, or another format.
   """
   try:
-    with np.load(path, allow_pickle=False) as found:
-      arrays = {k: found[k] for k in found.files}
-    manifest = json.loads(str(arrays.pop(_MANIFEST)))
-  except KeyError as e:
-    raise KitError(f'--predictions {path} is not a recording of predictions '
-                   f'(no manifest); {RECORD_AGAIN}') from e
+    manifest, arrays = stored.load(path)
   except Exception as e:  # pylint: disable=broad-except
-    # A cut or damaged .npz raises OSError, BadZipFile, EOFError, zlib.error
-    # or ValueError, by where the damage is.
     raise KitError(f'cannot read --predictions {path} ({one_line(e)}); '
                    f'{RECORD_AGAIN}') from e
-  if manifest.get('format') != FORMAT or 'outputs' not in manifest:
+  if (manifest is None or manifest.get('format') != FORMAT or
+      'outputs' not in manifest):
     raise KitError(f'--predictions {path} is not a recording of predictions '
                    f'of format {FORMAT}; {RECORD_AGAIN}')
   return Recorded(manifest['checkpoint'],

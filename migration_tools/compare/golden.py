@@ -14,12 +14,7 @@ port on JAX is checked with no TensorFlow in its process.
 from __future__ import annotations
 
 import dataclasses
-import json
 
-import numpy as np
-
-from kit_core import atomic
-from kit_core import paths
 from kit_core import room
 from kit_core.errors import KitError
 from kit_core.errors import one_line
@@ -31,7 +26,6 @@ from migration_tools.pair.recorded import Tape
 # the state beyond the weights (train_variables, averages), the evaluation
 # on the weights, the serving inputs (strings as base64).
 FORMAT = 3
-_MANIFEST = '__manifest__'
 # A bundle's size in model-sized arrays (the model_fn's variables' bytes),
 # per recorded replica count: at --steps=1, and for each further step. The
 # least a model holds, one without optimizer slots (the kit's pair, plain
@@ -88,12 +82,7 @@ def save(path: str, bundle: Bundle) -> str:
       'shards': bundle.tape.shards,
       'answers': {k: stored.encode(v, arrays) for k, v in
                   bundle.tape.answers.items()}}
-  arrays[_MANIFEST] = np.array(json.dumps(manifest))
-  paths.check_folder_exists(path, path)
-  with atomic.temporary_path(path) as tmp:
-    with open(tmp, 'wb') as f:
-      np.savez_compressed(f, **arrays)
-  return path
+  return stored.save(path, manifest, arrays)
 
 
 def load(path: str) -> Bundle:
@@ -103,18 +92,14 @@ def load(path: str) -> Bundle:
     KitError: no such file, not a bundle, or a format this kit cannot read.
   """
   try:
-    with np.load(path, allow_pickle=False) as found:
-      arrays = {k: found[k] for k in found.files}
+    manifest, arrays = stored.load(path)
   except Exception as e:  # pylint: disable=broad-except
-    # A cut or damaged .npz raises OSError, BadZipFile, EOFError, zlib.error
-    # or ValueError, by where the damage is.
     raise KitError(f'cannot read the bundle {path} ({one_line(e)}); record '
                    'it again with migration-compare --record_bundle') from e
-  if _MANIFEST not in arrays:
+  if manifest is None:
     raise KitError(f'{path} is not a golden bundle (no manifest); record one '
                    'with migration-compare --record_bundle')
   try:
-    manifest = json.loads(str(arrays[_MANIFEST]))
     if manifest.get('format') != FORMAT:
       raise KitError(f'{path} is a bundle of format '
                      f'{manifest.get("format")}; this kit reads format '

@@ -12,13 +12,41 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import json
 
 import numpy as np
 
+from kit_core import atomic
 from kit_core import lazy
+from kit_core import paths
 from kit_core.errors import KitError
 from kit_core.lazy import tensorflow as tf
 from migration_tools.pair import optimizers
+
+
+MANIFEST = '__manifest__'
+
+
+def save(path: str, manifest: dict, arrays: dict) -> str:
+  """Writes arrays, and manifest (JSON, what encode made of the rest) as
+  the entry MANIFEST, to path (.npz, compressed) through a temporary file,
+  so that a stopped write leaves nothing; returns path."""
+  arrays = {**arrays, MANIFEST: np.array(json.dumps(manifest))}
+  paths.check_folder_exists(path, path)
+  with atomic.temporary_path(path) as tmp:
+    with open(tmp, 'wb') as f:
+      np.savez_compressed(f, **arrays)
+  return path
+
+
+def load(path: str) -> tuple[dict | None, dict]:
+  """(manifest, or None if the file has none; the other arrays) of what
+  save wrote. Raises what numpy raises for a file it cannot read: OSError,
+  BadZipFile, EOFError, zlib.error or ValueError, by where the damage is."""
+  with np.load(path, allow_pickle=False) as found:
+    arrays = {k: found[k] for k in found.files}
+  manifest = arrays.pop(MANIFEST, None)
+  return (None if manifest is None else json.loads(str(manifest))), arrays
 
 
 @dataclasses.dataclass(frozen=True)
