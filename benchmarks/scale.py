@@ -1,7 +1,9 @@
 r"""The tools at the size of the models teams have: the BERT-shaped test pair
-(tests/user_code/bert_*.py) at growing sizes, up to BERT-base.
+(tests/user_code/bert_*.py) at growing sizes, up to BERT-base; and the
+scanner on a large tree.
 
   python benchmarks/scale.py [--sizes=tiny,small,medium,base] [--work_dir=DIR]
+  python benchmarks/scale.py --sizes= --scan_tree=DIR
 
 On the estimator profile (TF 2.15), for each size: trains the legacy
 model_fn one step with TPUEstimator (so the checkpoint holds the weights,
@@ -13,6 +15,12 @@ resident memory (the process's own, from wait4) and that over the
 checkpoint's size. A size is the encoder's hidden width, layers, heads,
 sequence length and vocabulary; `base` is BERT-base's.
 
+--scan_tree times `migration-scan` (text and SARIF) and `tf_upgrade_v2`
+(the estimator profile has it beside its Python) on the same tree, each in
+its own process: files per second and peak resident memory. The tree is
+the user's (benchmarks/README.md says which public trees, at which commits,
+and how they were fetched); nothing of it is committed.
+
 The sizes reach the pair's code through the environment
 (KIT_SCALE_BERT=hidden,layers,heads,seq,vocab), read by a two-line module
 this script writes into its work folder, as a team would wrap its model.
@@ -20,6 +28,7 @@ this script writes into its work folder, as a team would wrap its model.
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,6 +53,11 @@ flags.DEFINE_list('sizes', list(SIZES), f'Sizes, of {", ".join(SIZES)}.')
 flags.DEFINE_string('work_dir', None, 'Where the checkpoints go; unset: a '
                     'new temporary folder, removed at the end.')
 flags.DEFINE_integer('verify_examples', 64, 'Examples --verify predicts.')
+flags.DEFINE_string('scan_tree', None, 'Also time the scanner and '
+                    'tf_upgrade_v2 on this tree.')
+flags.DEFINE_integer('scan_runs', 3, 'Runs of each tool on --scan_tree; '
+                     'the fastest counts (the first reads a cold disk).',
+                     lower_bound=1)
 flags.DEFINE_bool('verify', True, 'Convert with --verify; --noverify: the '
                   'conversion alone.')
 FLAGS = flags.FLAGS
@@ -68,11 +82,14 @@ class Row:
   peak_bytes: int
 
 
-def _run(args: list[str], env: dict) -> tuple[float, int, str]:
-  """(seconds, peak resident bytes, output) of one command; exits on its
-  failure with its last lines."""
+def _run(args: list[str], env: dict, allowed: tuple = (0,)
+         ) -> tuple[float, int, str]:
+  """(seconds, peak resident bytes, output) of one command (a Python one
+  unless args[0] is a path); exits on an exit code not allowed, with its
+  last lines."""
   start = time.monotonic()
-  process = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env,
+  command = args if os.path.isabs(args[0]) else [sys.executable, *args]
+  process = subprocess.Popen(command, cwd=REPO, env=env,
                              stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
   lines = []
@@ -86,7 +103,7 @@ def _run(args: list[str], env: dict) -> tuple[float, int, str]:
     raise
   process.returncode = os.waitstatus_to_exitcode(status)
   seconds = time.monotonic() - start
-  if process.returncode:
+  if process.returncode not in allowed:
     sys.exit(f'{" ".join(args[:3])} failed ({process.returncode}):\n' +
              ''.join(lines[-20:]))
   return seconds, usage.ru_maxrss * 1024, ''.join(lines)
@@ -139,6 +156,39 @@ def _measure(size: str, work_dir: str, progress) -> Row:
   return Row(size, _parameters(prefix), size_bytes, seconds, peak)
 
 
+def _scan(tree: str, work_dir: str, progress) -> str:
+  """The scanner (text, SARIF) and tf_upgrade_v2 on tree: a table."""
+  python = sum(name.endswith('.py') for _, _, names in os.walk(tree)
+               for name in names)
+  upgrade = os.path.join(os.path.dirname(sys.executable), 'tf_upgrade_v2')
+  env = {**os.environ, 'PYTHONPATH': REPO}
+  runs = [('migration-scan, text', ['-m', 'migration_tools.scanner', tree,
+                                    f'--output={work_dir}/scan.txt']),
+          ('migration-scan, SARIF', ['-m', 'migration_tools.scanner', tree,
+                                     '--format=sarif',
+                                     f'--output={work_dir}/scan.sarif']),
+          ('tf_upgrade_v2', [upgrade, '--intree', tree, '--outtree',
+                             f'{work_dir}/upgraded', '--reportfile',
+                             f'{work_dir}/upgrade.txt'])]
+  lines = [f'{python:,} Python files in {tree}; the fastest of '
+           f'{FLAGS.scan_runs} runs each', '',
+           '| tool | seconds | Python files / s | peak resident memory |',
+           '| --- | ---: | ---: | ---: |']
+  for label, args in runs:
+    times, peaks = [], []
+    for attempt in range(FLAGS.scan_runs):
+      progress.now(f'scan: {label}, run {attempt + 1} of {FLAGS.scan_runs}')
+      shutil.rmtree(f'{work_dir}/upgraded', ignore_errors=True)
+      # The scanner exits 1 when it finds something: not a failure here.
+      seconds, peak, _ = _run(args, env, allowed=(0, 1))
+      times.append(seconds)
+      peaks.append(peak)
+    seconds, peak = min(times), max(peaks)  # The fastest; the largest.
+    lines.append(f'| {label} | {seconds:.1f} | {python / seconds:,.0f} | '
+                 f'{room.size_text(peak)} |')
+  return '\n'.join(lines)
+
+
 def _table(rows: list[Row]) -> str:
   """The table; the smallest size's peak stands for the process's own
   (TensorFlow loaded, the graphs built), which the others' growth is over."""
@@ -168,6 +218,9 @@ def _main() -> None:
   if unknown:
     sys.exit(f'--sizes: unknown {", ".join(unknown)}; give some of '
              f'{", ".join(SIZES)}')
+  if FLAGS.scan_tree and not os.path.isdir(FLAGS.scan_tree):
+    sys.exit(f'--scan_tree {FLAGS.scan_tree} is not a folder; give the tree '
+             'to scan')
   with tempfile.TemporaryDirectory() as temporary:
     work_dir = FLAGS.work_dir or temporary
     os.makedirs(work_dir, exist_ok=True)
@@ -187,7 +240,14 @@ def _main() -> None:
             f'{" and verified" if FLAGS.verify else ""} in {row.seconds:.0f} '
             f's, peak {room.size_text(row.peak_bytes)}',
             flush=True)
-  print(_table(rows))
+    if FLAGS.scan_tree:
+      with progress.heartbeat(), exits.interruptible(
+          'the scan timing was stopped'):
+        scans = _scan(os.path.abspath(FLAGS.scan_tree), work_dir, progress)
+  if rows:
+    print(_table(rows))
+  if FLAGS.scan_tree:
+    print(scans)
 
 
 if __name__ == '__main__':
