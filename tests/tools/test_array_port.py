@@ -6,7 +6,6 @@ import pytest
 from kit_core.errors import KitError
 from migration_tools.pair import array_port
 from migration_tools.pair import array_runner
-from migration_tools.pair import optimizers
 from toy_array_model import Linear
 
 BATCHES = [(np.ones((4, 3), np.float32), np.zeros(4, np.int32)),
