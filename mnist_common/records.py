@@ -63,7 +63,8 @@ def read(path: str) -> Iterator[bytes]:
         struct.unpack('<I', header[8:])[0] != wire.masked_crc(header[:8])):
       raise CorruptRecord(index, position)
     payload = data[position + HEADER:end]
-    if struct.unpack('<I', data[end:end + FOOTER])[0] != wire.masked_crc(payload):
+    footer = struct.unpack('<I', data[end:end + FOOTER])[0]
+    if footer != wire.masked_crc(payload):
       raise CorruptRecord(index, position)
     yield payload
     position, index = end + FOOTER, index + 1

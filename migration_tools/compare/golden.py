@@ -104,7 +104,8 @@ def load(path: str) -> Bundle:
       raise KitError(f'{path} is a bundle of format '
                      f'{manifest.get("format")}; this kit reads format '
                      f'{FORMAT}: record it again')
-    tape = Tape({k: stored.decode(v, arrays) for k, v in manifest['answers'].items()},
+    tape = Tape({k: stored.decode(v, arrays)
+                 for k, v in manifest['answers'].items()},
                 dict(manifest['shards']))
     return Bundle(stored.decode(manifest['options'], arrays),
                   manifest['replica_counts'], manifest['serving'],
