@@ -6,7 +6,12 @@ dataset and no model.
   process           ending the kit's processes promptly
   atomic, stale     files written whole, and what a killed run left removed
   paths             output folders checked before any work
-  checkpoint_files  a checkpoint read whole, or one clear error
+  checkpoint_files  checkpoints found by their files and read, a tensor at a
+                    time or whole, or one clear error
+  tensor_bundle     a TensorFlow checkpoint read with numpy alone; wire: the
+                    protocol-buffer wire format and TensorFlow's masked CRC
+  room              disk and memory reckoned before the work, refused in one
+                    line when clearly short
   devices, cpu      logical CPU devices (replicas); what the CPU can do
   sharding          the per-replica share of a global batch
   keras_compat      the few places Keras 2 and Keras 3 differ
