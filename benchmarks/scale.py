@@ -82,13 +82,13 @@ class Row:
   peak_bytes: int
 
 
-def _run(args: list[str], env: dict, allowed: tuple = (0,)
-         ) -> tuple[float, int, str]:
-  """(seconds, peak resident bytes, output) of one command (a Python one
-  unless args[0] is a path); exits on an exit code not allowed, with its
-  last lines."""
+def _run(args: list[str], env: dict, allowed: tuple = (0,),
+         python: bool = True) -> tuple[float, int, str]:
+  """(seconds, peak resident bytes, output) of one command: this Python's
+  with args, or (python=False) args itself; exits on an exit code not
+  allowed, with its last lines."""
   start = time.monotonic()
-  command = args if os.path.isabs(args[0]) else [sys.executable, *args]
+  command = [sys.executable, *args] if python else args
   process = subprocess.Popen(command, cwd=REPO, env=env,
                              stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
@@ -180,7 +180,8 @@ def _scan(tree: str, work_dir: str, progress) -> str:
       progress.now(f'scan: {label}, run {attempt + 1} of {FLAGS.scan_runs}')
       shutil.rmtree(f'{work_dir}/upgraded', ignore_errors=True)
       # The scanner exits 1 when it finds something: not a failure here.
-      seconds, peak, _ = _run(args, env, allowed=(0, 1))
+      seconds, peak, _ = _run(args, env, allowed=(0, 1),
+                              python=args[0] != upgrade)
       times.append(seconds)
       peaks.append(peak)
     seconds, peak = min(times), max(peaks)  # The fastest; the largest.
