@@ -182,3 +182,21 @@ def test_kernels_bad_trainer_fails_in_one_line(tmp_path):
   assert last_line(result.stderr).startswith(
       "error: --trainers: unknown ['nope']; known: [")
   assert not report.exists()
+
+
+@pytest.mark.estimator
+def test_scale_converts_verifies_and_times_the_scanner(tmp_path):
+  # The smallest size and the test corpus: the table's rows, no timing.
+  result = _run('--sizes=tiny', f'--work_dir={tmp_path}', '--scan_runs=1',
+                f'--scan_tree={os.path.join(REPO, "tests", "legacy_sources")}',
+                script='scale.py')
+  assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+  assert re.search(r'^tiny: 7,715 parameters, checkpoint 96\.\d kB, '
+                   r'converted and verified in \d+ s', result.stdout, re.M)
+  assert re.search(r'^\| tiny \(16, 2, 2, 8, 40\) \| 7,715 \|', result.stdout,
+                   re.M), result.stdout
+  for tool in ('migration-scan, text', 'migration-scan, SARIF',
+               'tf_upgrade_v2'):
+    assert re.search(rf'^\| {tool} \| [\d.]+ \| [\d,]+ \| ', result.stdout,
+                     re.M), result.stdout
+  assert (tmp_path / 'scan.sarif').exists()
