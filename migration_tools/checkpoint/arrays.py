@@ -29,14 +29,10 @@ from migration_tools.checkpoint import predictions
 from migration_tools.checkpoint import verify as verify_lib
 from migration_tools.pair import array_port
 from migration_tools.pair import array_runner
+from migration_tools.pair import legacy
 from migration_tools.pair import optimizers
 
 VERIFY_BATCH = 64  # Examples the port predicts at a time.
-
-
-def _params(params: dict | None, batch: int) -> dict:
-  """The params a port's make() gets, as TPUEstimator completed them."""
-  return {**(params or {}), 'batch_size': batch, 'use_tpu': False}
 
 
 def _carry_slots(checkpoint: estimator.LegacyCheckpoint,
@@ -84,7 +80,7 @@ def convert(estimator_dir: str, output: str, port: array_port.ArrayPort,
   """
   output = files.check_output(output, '--estimator_dir', estimator_dir)
   checkpoint = estimator.read_checkpoint(estimator_dir)
-  runner = array_runner.ArrayRunner(port, 1, _params(params, 1), [],
+  runner = array_runner.ArrayRunner(port, 1, legacy.model_params(params or {}, 1), [],
                                     where='--port')
   pairs = files.pairs(checkpoint.model.shapes, runner.model.variables(),
                       port.variable_map, order)
@@ -123,7 +119,7 @@ def verify(path: str, port: array_port.ArrayPort,
   progress = progress or progress_lib.Progress(None)
   progress.now(f'verify: the port predicting on {path}')
   model = array_port.check_model(
-      port.make(_params(params, theirs.batch), 1, False), '--port')
+      port.make(legacy.model_params(params or {}, theirs.batch), 1, False), '--port')
   (port.load_weights or array_port.read_state)(model, path)
   batches = []
   for start in range(0, theirs.examples, VERIFY_BATCH):

@@ -54,7 +54,6 @@ process.quiet_tensorflow_startup()  # Before TensorFlow loads.
 from absl import flags
 from absl import logging
 
-from kit_core import checkpoint_files
 from kit_core import exits
 from kit_core import keras_compat
 from kit_core import lazy
@@ -210,10 +209,7 @@ def _recorded(tool_flags: flags.FlagValues) -> predictions.Recorded | None:
   if not tool_flags.predictions:
     return None
   recorded = predictions.load(tool_flags.predictions)
-  path = checkpoint_files.latest(tool_flags.estimator_dir)
-  if path is None:
-    raise KitError(f'no checkpoint in --estimator_dir '
-                   f'{tool_flags.estimator_dir}')
+  path = files.latest(tool_flags.estimator_dir)
   predictions.check_matches(recorded, predictions.identity(path),
                             tool_flags.predictions,
                             tool_flags.averages_as_weights)
@@ -233,9 +229,7 @@ def _record(tool_flags: flags.FlagValues) -> None:
   output = paths.check_output(
       tool_flags.record_predictions, '--record_predictions',
       [('the input --estimator_dir', tool_flags.estimator_dir)])
-  if checkpoint_files.latest(tool_flags.estimator_dir) is None:
-    raise KitError(f'no checkpoint in --estimator_dir '
-                   f'{tool_flags.estimator_dir}')
+  files.latest(tool_flags.estimator_dir)  # Refused now if there is none.
   legacy.require_estimator('--record_predictions runs your model_fn',
                            'record on the estimator profile (TF 2.15)')
   params = cli.parse_params(tool_flags.params, batch_flag=None)

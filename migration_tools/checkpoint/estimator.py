@@ -50,9 +50,7 @@ def read_checkpoint(estimator_dir: str) -> LegacyCheckpoint:
   Raises:
     KitError: no checkpoint, or one already object-based (TF 2).
   """
-  path = checkpoint_files.latest(estimator_dir)
-  if path is None:
-    raise KitError(f'no checkpoint in --estimator_dir {estimator_dir}')
+  path = files.latest(estimator_dir)
   reader = checkpoint_files.Reader(path)
   shapes = reader.shapes
   if files.OBJECT_GRAPH_KEY in shapes:

@@ -66,6 +66,18 @@ class CheckedReader:
     return self._values[name]
 
 
+def latest(estimator_dir: str) -> str:
+  """The newest checkpoint of --estimator_dir, by its files.
+
+  Raises:
+    KitError: there is none.
+  """
+  path = checkpoint_files.latest(estimator_dir)
+  if path is None:
+    raise KitError(f'no checkpoint in --estimator_dir {estimator_dir}')
+  return path
+
+
 def estimate(checkpoint_path: str) -> room.Estimate:
   """What converting the checkpoint at checkpoint_path writes and holds:
   about its own size each (the port's variables and slots; the
