@@ -55,13 +55,14 @@ def _record(width: int, depth: int, steps: int, workdir: str) -> tuple:
   pair = harness.LegacyPair(bert_legacy.model_fn, bert_legacy.input_fn,
                             bert_legacy.serving_input_receiver_fn)
   options = harness.Options(steps, FLAGS.batch_size, 4, params)
-  results, bundle = harness.record_bundle(pair, bert_port.make_port(),
-                                          workdir, [1, 2], options)
-  failed = [r.name for r in results if r.failed]
-  if failed:
-    raise SystemExit(f'error: the pair failed {failed} at {width}x{depth}')
-  path = golden.save(os.path.join(workdir, f'b_{width}_{depth}_{steps}.npz'),
-                     bundle)
+  path = os.path.join(workdir, f'b_{width}_{depth}_{steps}.npz')
+  with golden.recording(path) as tape:
+    results, bundle = harness.record_bundle(pair, bert_port.make_port(),
+                                            workdir, [1, 2], options, tape)
+    failed = [r.name for r in results if r.failed]
+    if failed:
+      raise SystemExit(f'error: the pair failed {failed} at {width}x{depth}')
+    tape.finish(bundle)
   model = bert_port.build_model(params)
   parameters = sum(int(tf.size(v)) for v in model.trainable_variables)
   return parameters, os.path.getsize(path)

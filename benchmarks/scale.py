@@ -3,17 +3,26 @@ r"""The tools at the size of the models teams have: the BERT-shaped test pair
 scanner on a large tree.
 
   python benchmarks/scale.py [--sizes=tiny,small,medium,base] [--work_dir=DIR]
+      [--compare_steps=1,5] [--newest_python=.venv-newest/bin/python]
   python benchmarks/scale.py --sizes= --scan_tree=DIR
 
-On the estimator profile (TF 2.15), for each size: trains the legacy
-model_fn one step with TPUEstimator (so the checkpoint holds the weights,
-Adam's two slots and the step, 12 bytes a parameter), then runs
-`migration-convert-checkpoint --verify` on it into the Keras port, each in
-its own process, and prints a line per size as it ends and the table at the
-end: parameters, the checkpoint's size, the conversion's wall time, its peak
-resident memory (the process's own, from wait4) and that over the
-checkpoint's size. A size is the encoder's hidden width, layers, heads,
-sequence length and vocabulary; `base` is BERT-base's.
+On the estimator profile (TF 2.15), for each size, each tool in its own
+process, a line as each ends and the tables at the end:
+
+- the conversion: trains the legacy model_fn one step with TPUEstimator (so
+  the checkpoint holds the weights, Adam's two slots and the step, 12 bytes
+  a parameter), then runs `migration-convert-checkpoint --verify` on it into
+  the Keras port: wall time, peak resident memory (the process's own, from
+  wait4) and that over the checkpoint's size;
+- the comparison, at each of --compare_steps on one replica:
+  `migration-compare` live, then with `--record_bundle`, and the bundle
+  replayed (`--bundle`) by --newest_python's TensorFlow: wall time, peak
+  resident memory, the bundle's size, each time over the legacy model_fn's
+  own training time for as many steps (TPUEstimator, in this run), and
+  where the time went (the report's phases, kit_core/timing.py).
+
+A size is the encoder's hidden width, layers, heads, sequence length and
+vocabulary; `base` is BERT-base's.
 
 --scan_tree times `migration-scan` (text and SARIF) and `tf_upgrade_v2`
 (the estimator profile has it beside its Python) on the same tree, each in
@@ -41,6 +50,7 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from kit_core import checkpoint_files  # pylint: disable=g-import-not-at-top,wrong-import-position
 from kit_core import exits  # pylint: disable=g-import-not-at-top,wrong-import-position
 from kit_core import progress as progress_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from kit_core import room  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -60,6 +70,15 @@ flags.DEFINE_integer('scan_runs', 3, 'Runs of each tool on --scan_tree; '
                      lower_bound=1)
 flags.DEFINE_bool('verify', True, 'Convert with --verify; --noverify: the '
                   'conversion alone.')
+flags.DEFINE_bool('convert', True, 'Measure the conversion; --noconvert: the '
+                  'comparisons alone.')
+flags.DEFINE_list('compare_steps', ['1', '5'], 'The steps of each '
+                  'comparison; empty: no comparison.')
+flags.DEFINE_integer('batch_size', 2, 'The global batch of the legacy '
+                     'training and of the comparisons.', lower_bound=1)
+flags.DEFINE_string('newest_python', None, 'A Python of the newest profile, '
+                    'to replay the bundles with (--bundle); unset: not '
+                    'replayed.')
 FLAGS = flags.FLAGS
 
 # The pair's sizes are its module's constants, set before its code runs.
@@ -68,7 +87,8 @@ import bert_legacy
 (bert_legacy.HIDDEN, bert_legacy.LAYERS, bert_legacy.HEADS, bert_legacy.SEQ,
  bert_legacy.VOCAB) = map(int, os.environ['KIT_SCALE_BERT'].split(','))
 bert_legacy.INTERMEDIATE = 4 * bert_legacy.HIDDEN
-from bert_legacy import input_fn, model_fn, write_data
+from bert_legacy import input_fn, model_fn, serving_input_receiver_fn
+from bert_legacy import write_data
 from bert_port import make_port
 '''
 
@@ -82,13 +102,29 @@ class Row:
   peak_bytes: int
 
 
+@dataclasses.dataclass(frozen=True)
+class CompareRow:
+  """One migration-compare run: mode is 'live', 'record' (--record_bundle)
+  or 'replay' (--bundle, on the newest profile); legacy_seconds: the legacy
+  model_fn's own training for as many steps; phases: the report's time."""
+  size: str
+  steps: int
+  mode: str
+  seconds: float
+  peak_bytes: int
+  legacy_seconds: float
+  bundle_bytes: int
+  phases: dict
+
+
 def _run(args: list[str], env: dict, allowed: tuple = (0,),
-         python: bool = True) -> tuple[float, int, str]:
+         python: bool | str = True) -> tuple[float, int, str]:
   """(seconds, peak resident bytes, output) of one command: this Python's
-  with args, or (python=False) args itself; exits on an exit code not
-  allowed, with its last lines."""
+  (or the Python python names) with args, or (python=False) args itself;
+  exits on an exit code not allowed, with its last lines."""
   start = time.monotonic()
-  command = [sys.executable, *args] if python else args
+  executable = python if isinstance(python, str) else sys.executable
+  command = [executable, *args] if python else args
   process = subprocess.Popen(command, cwd=REPO, env=env,
                              stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
@@ -117,43 +153,118 @@ def _parameters(prefix: str) -> int:
              not name.endswith(('/adam_m', '/adam_v')))
 
 
-def _measure(size: str, work_dir: str, progress) -> Row:
-  env = {**os.environ, 'KIT_SCALE_BERT': ','.join(map(str, SIZES[size])),
-         'PYTHONPATH': os.pathsep.join([work_dir, REPO,
-                                        os.path.join(REPO, 'tests'),
-                                        os.path.join(REPO, 'tests',
-                                                     'user_code')]),
-         'TF_CPP_MIN_LOG_LEVEL': '2'}
-  data_dir = os.path.join(work_dir, size, 'data')
-  estimator_dir = os.path.join(work_dir, size, 'estimator')
-  params = json.dumps({'data_dir': data_dir, 'learning_rate': 1e-3,
-                       'num_train_steps': 20, 'num_warmup_steps': 2})
+def _env(size: str, work_dir: str) -> dict:
+  return {**os.environ, 'KIT_SCALE_BERT': ','.join(map(str, SIZES[size])),
+          'PYTHONPATH': os.pathsep.join([work_dir, REPO,
+                                         os.path.join(REPO, 'tests'),
+                                         os.path.join(REPO, 'tests',
+                                                      'user_code')]),
+          'TF_CPP_MIN_LOG_LEVEL': '2'}
+
+
+def _params(size: str, work_dir: str) -> str:
+  return json.dumps({'data_dir': os.path.join(work_dir, size, 'data'),
+                     'learning_rate': 1e-3, 'num_train_steps': 20,
+                     'num_warmup_steps': 2})
+
+
+def _write_data(size: str, work_dir: str, progress) -> None:
   progress.now(f'{size}: writing the data')
+  data_dir = os.path.join(work_dir, size, 'data')
   os.makedirs(data_dir, exist_ok=True)
   _run(['-c', 'import sys, scaled_bert; scaled_bert.write_data(sys.argv[1], '
-        'examples=128, pretrained=False)', data_dir], env)
-  progress.now(f'{size}: one TPUEstimator step, for the checkpoint')
-  _run([os.path.join(REPO, 'tests', 'user_code', 'estimator_train.py'),
-        '--pair_module=scaled_bert', f'--estimator_dir={estimator_dir}',
-        f'--pair_params={params}', '--train_steps=1', '--global_batch=2'],
-       env)
+        'examples=128, pretrained=False)', data_dir], _env(size, work_dir))
+
+
+def _train(size: str, steps: int, work_dir: str, progress) -> float:
+  """Trains the legacy model_fn with TPUEstimator for steps, from scratch,
+  into WORK/SIZE/estimator-STEPS; returns the seconds it took."""
+  progress.now(f'{size}: {steps} TPUEstimator step(s)')
+  estimator_dir = os.path.join(work_dir, size, f'estimator-{steps}')
+  shutil.rmtree(estimator_dir, ignore_errors=True)
+  seconds, _, _ = _run(
+      [os.path.join(REPO, 'tests', 'user_code', 'estimator_train.py'),
+       '--pair_module=scaled_bert', f'--estimator_dir={estimator_dir}',
+       f'--pair_params={_params(size, work_dir)}', f'--train_steps={steps}',
+       f'--global_batch={FLAGS.batch_size}'], _env(size, work_dir))
+  return seconds
+
+
+def _compare(size: str, steps: int, legacy_seconds: float, work_dir: str,
+             progress) -> list[CompareRow]:
+  """migration-compare live, recording, and replayed, at steps."""
+  folder = os.path.join(work_dir, size, f'compare-{steps}')
+  os.makedirs(folder, exist_ok=True)
+  bundle = os.path.join(folder, 'bundle.npz')
+  live = ['-m', 'migration_tools.compare',
+          '--legacy_model_fn=scaled_bert:model_fn',
+          '--legacy_input_fn=scaled_bert:input_fn',
+          '--legacy_serving_input_fn=scaled_bert:serving_input_receiver_fn',
+          f'--params={_params(size, work_dir)}', f'--steps={steps}',
+          f'--batch_size={FLAGS.batch_size}']
+  runs = [('live', live, True), ('record', [*live, f'--record_bundle={bundle}'],
+                                 True)]
+  if FLAGS.newest_python:
+    runs.append(('replay', ['-m', 'migration_tools.compare',
+                            f'--bundle={bundle}'], FLAGS.newest_python))
+  rows = []
+  for mode, args, python in runs:
+    progress.now(f'{size}: migration-compare {mode}, --steps={steps}')
+    report = os.path.join(folder, f'{mode}.json')
+    seconds, peak, _ = _run(
+        [*args, '--port=scaled_bert:make_port', '--replicas=1',
+         f'--report={report}'], _env(size, work_dir), python=python)
+    with open(report, encoding='utf-8') as f:
+      phases = json.load(f)['time']
+    rows.append(CompareRow(
+        size, steps, mode, seconds, peak, legacy_seconds,
+        os.path.getsize(bundle) if mode != 'live' else 0, phases))
+    print(f'{size}: compare {mode} --steps={steps} in {seconds:.0f} s '
+          f'({seconds / legacy_seconds:.1f}x the legacy training), peak '
+          f'{room.size_text(peak)}', flush=True)
+  return rows
+
+
+def _convert(size: str, work_dir: str, progress) -> Row:
+  """The conversion (and --verify) of the one-step checkpoint."""
+  estimator_dir = os.path.join(work_dir, size, 'estimator-1')
+  output = os.path.join(work_dir, size, 'converted')
+  shutil.rmtree(output, ignore_errors=True)
   progress.now(f'{size}: migration-convert-checkpoint'
                f'{" --verify" if FLAGS.verify else ""}')
-  seconds, peak, output = _run(
+  seconds, peak, printed = _run(
       ['-m', 'migration_tools.checkpoint', f'--estimator_dir={estimator_dir}',
-       f'--output={os.path.join(work_dir, size, "converted")}',
-       '--legacy_model_fn=scaled_bert:model_fn',
+       f'--output={output}', '--legacy_model_fn=scaled_bert:model_fn',
        '--legacy_input_fn=scaled_bert:input_fn',
-       '--port=scaled_bert:make_port', f'--params={params}',
+       '--port=scaled_bert:make_port', f'--params={_params(size, work_dir)}',
        *([f'--verify_examples={FLAGS.verify_examples}', '--verify']
-         if FLAGS.verify else [])], env)
-  if FLAGS.verify and 'every output agrees' not in output:
-    sys.exit(f'{size}: the conversion did not verify:\n{output[-2000:]}')
-  prefix = os.path.join(estimator_dir, 'model.ckpt-1')
+         if FLAGS.verify else [])], _env(size, work_dir))
+  if FLAGS.verify and 'every output agrees' not in printed:
+    sys.exit(f'{size}: the conversion did not verify:\n{printed[-2000:]}')
+  prefix = checkpoint_files.latest(estimator_dir)
   size_bytes = room.files_size([prefix + '.index'] + [
       os.path.join(estimator_dir, p) for p in os.listdir(estimator_dir)
-      if p.startswith('model.ckpt-1.data-')])
-  return Row(size, _parameters(prefix), size_bytes, seconds, peak)
+      if p.startswith(os.path.basename(prefix) + '.data-')])
+  row = Row(size, _parameters(prefix), size_bytes, seconds, peak)
+  print(f'{size}: {row.parameters:,} parameters, checkpoint '
+        f'{room.size_text(row.checkpoint_bytes)}, converted'
+        f'{" and verified" if FLAGS.verify else ""} in {row.seconds:.0f} '
+        f's, peak {room.size_text(row.peak_bytes)}', flush=True)
+  return row
+
+
+def _measure(size: str, steps: list[int], work_dir: str, progress
+             ) -> tuple[Row | None, list[CompareRow]]:
+  """Everything measured at one size."""
+  _write_data(size, work_dir, progress)
+  trained = {1: _train(size, 1, work_dir, progress)}
+  row = _convert(size, work_dir, progress) if FLAGS.convert else None
+  compared = []
+  for count in steps:
+    if count not in trained:
+      trained[count] = _train(size, count, work_dir, progress)
+    compared += _compare(size, count, trained[count], work_dir, progress)
+  return row, compared
 
 
 def _scan(tree: str, work_dir: str, progress) -> str:
@@ -190,6 +301,36 @@ def _scan(tree: str, work_dir: str, progress) -> str:
   return '\n'.join(lines)
 
 
+def _compare_table(rows: list[CompareRow]) -> str:
+  """The comparisons: a row each, and the memory of the most steps over
+  that of the fewest, by mode and size."""
+  lines = ['| size | steps | migration-compare | wall | / legacy training | '
+           'peak resident memory | bundle | where the time went |',
+           '| --- | ---: | --- | ---: | ---: | ---: | ---: | --- |']
+  for row in rows:
+    phases = {k: v for k, v in row.phases.items() if k != 'total'}
+    went = ', '.join(f'{k} {v:.0f} s' for k, v in sorted(
+        phases.items(), key=lambda kv: -kv[1])[:4])
+    lines.append(
+        f'| {row.size} | {row.steps} | {row.mode} | {row.seconds:.0f} s | '
+        f'{row.seconds / row.legacy_seconds:.1f}x | '
+        f'{room.size_text(row.peak_bytes)} | '
+        f'{room.size_text(row.bundle_bytes) if row.bundle_bytes else "-"} | '
+        f'{went} |')
+  growth = []
+  for size in dict.fromkeys(r.size for r in rows):
+    for mode in dict.fromkeys(r.mode for r in rows):
+      runs = sorted((r for r in rows if r.size == size and r.mode == mode),
+                    key=lambda r: r.steps)
+      if len(runs) > 1:
+        ratio = runs[-1].peak_bytes / runs[0].peak_bytes
+        growth.append(f'{size} {mode}: {ratio:.2f}x at {runs[-1].steps} '
+                      f'steps over {runs[0].steps}')
+  if growth:
+    lines += ['', 'Peak memory: ' + '; '.join(growth) + '.']
+  return '\n'.join(lines)
+
+
 def _table(rows: list[Row]) -> str:
   """The table; the smallest size's peak stands for the process's own
   (TensorFlow loaded, the graphs built), which the others' growth is over."""
@@ -214,6 +355,17 @@ def main(argv):
   exits.exit_with_one_line(_main)
 
 
+def _steps() -> list[int]:
+  try:
+    steps = sorted({int(v) for v in FLAGS.compare_steps})
+  except ValueError:
+    steps = [0]
+  if any(v < 1 for v in steps):
+    sys.exit(f'--compare_steps takes whole numbers from 1, e.g. 1,5 (not '
+             f'{",".join(FLAGS.compare_steps)})')
+  return steps
+
+
 def _main() -> None:
   unknown = [s for s in FLAGS.sizes if s not in SIZES]
   if unknown:
@@ -222,31 +374,33 @@ def _main() -> None:
   if FLAGS.scan_tree and not os.path.isdir(FLAGS.scan_tree):
     sys.exit(f'--scan_tree {FLAGS.scan_tree} is not a folder; give the tree '
              'to scan')
+  if FLAGS.newest_python and not os.access(FLAGS.newest_python, os.X_OK):
+    sys.exit(f'--newest_python {FLAGS.newest_python} is not a program; give '
+             'the newest profile\'s Python (.venv-newest/bin/python)')
+  steps = _steps()
   with tempfile.TemporaryDirectory() as temporary:
     work_dir = FLAGS.work_dir or temporary
     os.makedirs(work_dir, exist_ok=True)
     with open(os.path.join(work_dir, 'scaled_bert.py'), 'w',
               encoding='utf-8') as f:
       f.write(_WRAPPER)
-    rows = []
+    rows, compared = [], []
     progress = progress_lib.Progress()
     for size in FLAGS.sizes:
       with progress.heartbeat(), exits.interruptible(
-          f'the measurement of {size} was stopped; nothing was printed for '
-          'it'):
-        row = _measure(size, work_dir, progress)
-      rows.append(row)
-      print(f'{size}: {row.parameters:,} parameters, checkpoint '
-            f'{room.size_text(row.checkpoint_bytes)}, converted'
-            f'{" and verified" if FLAGS.verify else ""} in {row.seconds:.0f} '
-            f's, peak {room.size_text(row.peak_bytes)}',
-            flush=True)
+          f'the measurement of {size} was stopped; its table rows are not '
+          'printed'):
+        row, runs = _measure(size, steps, work_dir, progress)
+      rows += [row] if row else []
+      compared += runs
     if FLAGS.scan_tree:
       with progress.heartbeat(), exits.interruptible(
           'the scan timing was stopped'):
         scans = _scan(os.path.abspath(FLAGS.scan_tree), work_dir, progress)
   if rows:
     print(_table(rows))
+  if compared:
+    print(_compare_table(compared))
   if FLAGS.scan_tree:
     print(scans)
 

@@ -12,6 +12,7 @@ dataset and no model.
                     protocol-buffer wire format and TensorFlow's masked CRC
   room              disk and memory reckoned before the work, refused in one
                     line when clearly short
+  timing            where a long command's time goes, by phase
   devices, cpu      logical CPU devices (replicas); what the CPU can do
   sharding          the per-replica share of a global batch
   keras_compat      the few places Keras 2 and Keras 3 differ

@@ -12,6 +12,7 @@ from kit_core import checkpoint_files
 from kit_core import exits
 from kit_core import paths
 from kit_core import room
+from kit_core import timing
 from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 
@@ -161,3 +162,26 @@ def test_room_refuses_only_what_clearly_does_not_fit(tmp_path):
   assert room.available_memory() > 0
   assert [room.size_text(n) for n in (512, 2048, 3_800_000_000)] == [
       '512 bytes', '2.0 kB', '3.8 GB']
+
+
+def test_timing_counts_each_second_once_for_the_innermost_phase():
+  now = [0.0]
+  ledger = timing.Ledger(clock=lambda: now[0])
+  with ledger.spent('graph building'):
+    now[0] += 2
+    with ledger.spent('Session.run'):
+      now[0] += 3
+    now[0] += 1
+  with ledger.spent('Session.run'):
+    now[0] += 4
+  now[0] += 5  # No phase claims it.
+  assert ledger.totals() == {'Session.run': 7, 'graph building': 3,
+                             'other': 5, 'total': 15}
+  assert ledger.line() == ('Time: 15 s: 7 s Session.run, 3 s graph building, '
+                           '5 s other')
+  with pytest.raises(ValueError), ledger.spent('exports'):
+    now[0] += 1
+    raise ValueError  # A phase that raises still counts.
+  assert ledger.totals()['exports'] == 1
+  ledger.restart()
+  assert ledger.totals() == {'other': 0, 'total': 0}

@@ -50,6 +50,7 @@ from kit_core import paths
 from kit_core import progress as progress_lib
 from kit_core import room
 from kit_core import sharding
+from kit_core import timing
 from kit_core.errors import KitError
 from kit_core.lazy import tensorflow as tf
 from migration_tools import cli
@@ -204,11 +205,12 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
              'code (fewer layers, a smaller hidden size)')
   print(f'Recording a bundle of about {room.size_text(expected.disk)} '
         f'({expected.basis})')
-  results, bundle = harness.record_bundle(pair, port, workdir, counts,
-                                          options, tool_flags.tpu_ready,
-                                          _speed(tool_flags),
-                                          _progress(tool_flags))
-  print(f'Bundle: {golden.save(tool_flags.record_bundle, bundle)}')
+  with golden.recording(tool_flags.record_bundle) as tape:
+    results, bundle = harness.record_bundle(
+        pair, port, workdir, counts, options, tape, tool_flags.tpu_ready,
+        _speed(tool_flags), _progress(tool_flags))
+    tape.finish(bundle)
+  print(f'Bundle: {tool_flags.record_bundle}')
   return results, dataclasses.asdict(options)
 
 
@@ -292,6 +294,7 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   if tool_flags.bundle and tool_flags['replicas'].present:
     _parse_counts(tool_flags.replicas)  # Before the bundle is read.
   report = _check_outputs(tool_flags)
+  timing.LEDGER.restart()
   # A signal stops the comparison with its temporary files removed, a bundle
   # half-written removed, and no report.
   with exits.interruptible('the comparison was stopped, no report was '
@@ -311,6 +314,8 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   if lazy.installed('tensorflow'):
     figures.update(tensorflow=tf.__version__,
                    onednn=os.environ.get('TF_ENABLE_ONEDNN_OPTS'))
+  figures['time'] = timing.LEDGER.totals()
+  print(timing.LEDGER.line())
   written = harness.write_report(results, report, figures)
   print(f'Report: {written}')
   if failed:

@@ -10,16 +10,24 @@ A bundle is one ``.npz`` file: the arrays, and a JSON manifest (format,
 versions it was recorded with, the options, the replica counts, the input
 batches and the tape) as a string entry. ``load`` needs numpy alone, so a
 port on JAX is checked with no TensorFlow in its process.
+
+Neither side holds a bundle whole: ``recording`` writes each answer's
+arrays as the legacy side gives it, and a loaded bundle reads each answer
+from disk when it is asked. A bundle grows with the steps; the memory of
+the tools that make and read it does not.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from typing import Iterator
 
 from kit_core import room
+from kit_core import timing
 from kit_core.errors import KitError
 from kit_core.errors import one_line
+from migration_tools.pair import recorded
 from migration_tools.pair import stored
-from migration_tools.pair.recorded import Tape
 
 # 2: describe_run, and the slots of optimizers read by what they do.
 # 3: the slots before any step, of every optimizer (their starting values);
@@ -40,13 +48,14 @@ ARRAYS_PER_STEP = 1.85
 
 def estimate(model_bytes: int, steps: int, replica_counts: int
              ) -> room.Estimate:
-  """The least a bundle takes on disk and in memory (the tape is held
-  whole until it is written), from the model's bytes."""
+  """The least a bundle takes on disk, from the model's bytes; in memory,
+  the few model-sized arrays a step's answers hold at a time (the bundle is
+  written as it is recorded)."""
   arrays = replica_counts * (ARRAYS_AT_ONE_STEP +
                              ARRAYS_PER_STEP * (steps - 1))
   size = int(arrays * model_bytes)
   return room.Estimate(
-      'the bundle', size, size,
+      'the bundle', size, int(ARRAYS_AT_ONE_STEP * model_bytes),
       f'at least {arrays:.1f} model-sized arrays of '
       f'{room.size_text(model_bytes)} at --steps={steps} on {replica_counts} '
       f'replica count{"s" if replica_counts > 1 else ""}')
@@ -60,39 +69,92 @@ class Bundle:
   replica_counts: the runs recorded (1 first).
   serving: whether the served-predictions check was recorded.
   batches: the legacy input_fn's batches, numpy (features, labels or None).
-  tape: the legacy side's answers.
+  tape: the legacy side's answers: asked (recorded.Answers) when loaded,
+    kept (a Recording) while recorded.
   versions: what recorded it ({'tensorflow': ..., 'kit_format': ...}).
   """
   options: dict
   replica_counts: list[int]
   serving: bool
   batches: list
-  tape: Tape
+  tape: recorded.Answers | recorded.Keeper
   versions: dict
 
 
+class Recording:
+  """A bundle being written as it is recorded: the tape the legacy side's
+  answers are kept on (recorded.Keeper), each answer's arrays written at
+  once and its JSON kept; then finish() with the rest of the bundle."""
+
+  def __init__(self, writer: stored.Writer):
+    self._writer = writer
+    self._answers: dict[str, object] = {}
+    self.shards: dict[str, int] = {}
+
+  def keep(self, key: str, answer) -> None:
+    with timing.spent('writing the bundle'):
+      self._answers[key] = self._writer.encode(answer)
+
+  def finish(self, bundle: Bundle) -> None:
+    """Completes the file with bundle's options, batches and versions (its
+    tape is this one)."""
+    self._writer.finish({
+        'format': FORMAT, 'versions': bundle.versions,
+        'options': self._writer.encode(bundle.options),
+        'replica_counts': bundle.replica_counts, 'serving': bundle.serving,
+        'batches': self._writer.encode(bundle.batches),
+        'shards': self.shards, 'answers': self._answers})
+
+
+@contextlib.contextmanager
+def recording(path: str) -> Iterator[Recording]:
+  """A Recording into path (.npz) under a temporary name: in place when the
+  block ends with it finished, gone if the block raises."""
+  with stored.writing(path) as writer:
+    yield Recording(writer)
+
+
 def save(path: str, bundle: Bundle) -> str:
-  """Writes the bundle to path (.npz) through a temporary file; returns path."""
-  arrays = {}
-  manifest = {
-      'format': FORMAT, 'versions': bundle.versions,
-      'options': stored.encode(bundle.options, arrays),
-      'replica_counts': bundle.replica_counts, 'serving': bundle.serving,
-      'batches': stored.encode(bundle.batches, arrays),
-      'shards': bundle.tape.shards,
-      'answers': {k: stored.encode(v, arrays) for k, v in
-                  bundle.tape.answers.items()}}
-  return stored.save(path, manifest, arrays)
+  """Writes a bundle whose tape is held (a recorded.Tape); returns path."""
+  with recording(path) as written:
+    for key in bundle.tape.keys():
+      written.keep(key, bundle.tape.answer(key))
+    written.shards.update(bundle.tape.shards)
+    written.finish(bundle)
+  return path
+
+
+class _Stored:
+  """A loaded bundle's tape (recorded.Answers): each answer decoded from
+  the file when it is asked."""
+
+  def __init__(self, answers: dict, arrays, shards: dict):
+    self._answers, self._arrays, self.shards = answers, arrays, shards
+
+  def answer(self, key: str):
+    with timing.spent('reading the bundle'):
+      return stored.decode(self._answers[key], self._arrays)
+
+  def keys(self):
+    return self._answers.keys()
+
+  def __contains__(self, key: str) -> bool:
+    return key in self._answers
+
+  def __len__(self) -> int:
+    return len(self._answers)
 
 
 def load(path: str) -> Bundle:
-  """Reads a bundle written by save.
+  """Reads a bundle written by save or a Recording; its answers stay on
+  disk until asked.
 
   Raises:
-    KitError: no such file, not a bundle, or a format this kit cannot read.
+    KitError: no such file, not a bundle, a format this kit cannot read,
+      or damaged anywhere.
   """
   try:
-    manifest, arrays = stored.load(path)
+    manifest, arrays = stored.open_lazily(path)
   except Exception as e:  # pylint: disable=broad-except
     raise KitError(f'cannot read the bundle {path} ({one_line(e)}); record '
                    'it again with migration-compare --record_bundle') from e
@@ -104,12 +166,15 @@ def load(path: str) -> Bundle:
       raise KitError(f'{path} is a bundle of format '
                      f'{manifest.get("format")}; this kit reads format '
                      f'{FORMAT}: record it again')
-    tape = Tape({k: stored.decode(v, arrays)
-                 for k, v in manifest['answers'].items()},
-                dict(manifest['shards']))
+    missing = set(stored.array_keys(manifest)) - {
+        name for name in arrays.files}
+    if missing:
+      raise KeyError(f'{len(missing)} arrays')
     return Bundle(stored.decode(manifest['options'], arrays),
                   manifest['replica_counts'], manifest['serving'],
-                  stored.decode(manifest['batches'], arrays), tape,
+                  stored.decode(manifest['batches'], arrays),
+                  _Stored(manifest['answers'], arrays,
+                          dict(manifest['shards'])),
                   manifest['versions'])
   except (KeyError, TypeError, ValueError, AttributeError) as e:
     raise KitError(f'the bundle {path} is incomplete ({one_line(e)}): it was '

@@ -131,7 +131,7 @@ class LiveSource:
   LegacyRunner per run, each answer also written to tape if one is given."""
 
   def __init__(self, pair: LegacyPair, options: Options,
-               tape: recorded.Tape | None = None):
+               tape: recorded.Keeper | None = None):
     self.pair, self.options, self.tape = pair, options, tape
     self.serving = pair.serving_input_fn is not None
 
@@ -180,7 +180,7 @@ class ReplaySource:
 def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
             strategies: dict[str, tf.distribute.Strategy],
             options: Options = Options(),
-            tape: recorded.Tape | None = None,
+            tape: recorded.Keeper | None = None,
             tpu_ready: bool = True,
             speed: speed_lib.Options | None = None,
             progress: progress_lib.Progress | None = None
@@ -232,13 +232,15 @@ def check_bundle(bundle: golden.Bundle,
 
 def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
                   replica_counts: list[int], options: Options,
+                  tape: recorded.Keeper,
                   tpu_ready: bool = True,
                   speed: speed_lib.Options | None = None,
                   progress: progress_lib.Progress | None = None
                   ) -> tuple[list[CheckResult], golden.Bundle]:
-  """compare() on these replica counts, recording the legacy side; returns
-  the results and the bundle (golden.save writes it)."""
-  tape = recorded.Tape()
+  """compare() on these replica counts, the legacy side's answers kept on
+  tape (a golden.Recording writes them as they come); returns the results
+  and the bundle, whose tape is tape (Recording.finish completes the file
+  with it)."""
   source = LiveSource(pair, options, tape)
   results = run_checks(source, port, workdir, cpu_strategies(replica_counts),
                        options, tpu_ready, speed, progress)

@@ -21,6 +21,7 @@ import os
 import numpy as np
 
 from kit_core import keras_compat
+from kit_core import timing
 from kit_core.errors import Interrupted
 from kit_core.errors import one_line
 from kit_core.lazy import tensorflow as tf
@@ -522,10 +523,11 @@ register(Check(
 
 def tpu_ready(run: Run, replicas: Replicas | None) -> CheckResult:
   del replicas  # The port built afresh on one CPU replica.
-  if run.on_arrays:
-    return _tpu_ready_on_arrays(run)
-  run.progress.now('tpu_ready: compiling the step and predict with XLA')
-  return tpu_ready_lib.check(run.port, run.params(), run.batches)
+  with timing.spent('XLA compiles (tpu_ready)'):
+    if run.on_arrays:
+      return _tpu_ready_on_arrays(run)
+    run.progress.now('tpu_ready: compiling the step and predict with XLA')
+    return tpu_ready_lib.check(run.port, run.params(), run.batches)
 
 
 def _tpu_ready_on_arrays(run: Run) -> CheckResult:

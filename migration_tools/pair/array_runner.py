@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from kit_core import timing
 from migration_tools.pair import array_port
 from migration_tools.pair import optimizers
 from migration_tools.pair import side
@@ -187,5 +188,8 @@ class ArrayRunner(side.PortSide):
       self.model.train_step(features, labels)
 
   def serve(self, base_dir: str, inputs: dict) -> dict[str, np.ndarray]:
-    path = self.port.export(self.model, base_dir)
-    return {k: np.asarray(v) for k, v in self.port.serve(path, inputs).items()}
+    with timing.spent('exports'):
+      path = self.port.export(self.model, base_dir)
+    with timing.spent('loading exports back'):
+      return {k: np.asarray(v) for k, v in
+              self.port.serve(path, inputs).items()}

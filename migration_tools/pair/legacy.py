@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from kit_core import process
+from kit_core import timing
 from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from kit_core.errors import one_line
@@ -188,6 +189,11 @@ class _Graph:
 
   def __init__(self, model_fn, mode, params: dict, spec: tuple,
                batch_size: int, warm_start_from: str = ''):
+    with timing.spent('legacy graph building'):
+      self._build(model_fn, mode, params, spec, batch_size, warm_start_from)
+
+  def _build(self, model_fn, mode, params: dict, spec: tuple,
+             batch_size: int, warm_start_from: str) -> None:
     self.graph = tf.Graph()
     with self.graph.as_default():
       self.features = _placeholders(spec[0], batch_size)
@@ -208,9 +214,14 @@ class _Graph:
                       for name, v in self.all_variables.items()}
       self.warm_started = _warm_started(self.graph)
       self.session = tf.compat.v1.Session(graph=self.graph)
-      self.session.run(tf.compat.v1.global_variables_initializer())
+      self.run(tf.compat.v1.global_variables_initializer())
       if scaffold is not None and scaffold.init_fn is not None:
         scaffold.init_fn(self.session)
+
+  def run(self, fetches, feed_dict=None):
+    """session.run, its time counted (timing: 'legacy Session.run')."""
+    with timing.spent('legacy Session.run'):
+      return self.session.run(fetches, feed_dict)
 
   def feed(self, features, labels=None) -> dict:
     feed = dict(zip(tf.nest.flatten(self.features), tf.nest.flatten(features)))
@@ -219,10 +230,10 @@ class _Graph:
     return feed
 
   def read(self, names) -> dict:
-    return self.session.run({n: self.all_variables[n] for n in names})
+    return self.run({n: self.all_variables[n] for n in names})
 
   def write(self, values: dict) -> None:
-    self.session.run([self._assign[n] for n in values],
+    self.run([self._assign[n] for n in values],
                      {self._feeds[n]: v for n, v in values.items()})
 
 
@@ -463,7 +474,7 @@ class LegacyRunner(side.LegacySide):
     self.train.write({self.optimizer.slots[k]: v for k, v in values.items()})
 
   def global_step(self) -> int:
-    return int(self.train.session.run(self.train.global_step))
+    return int(self.train.run(self.train.global_step))
 
   def averages(self) -> dict[str, np.ndarray]:
     """{variable: its ExponentialMovingAverage shadow} of the TRAIN graph."""
@@ -479,13 +490,13 @@ class LegacyRunner(side.LegacySide):
   def predict(self, features) -> dict[str, np.ndarray]:
     """The PREDICT outputs at the current state."""
     self.infer.write(self.state())
-    return self.infer.session.run(self.predictions, self.infer.feed(features))
+    return self.infer.run(self.predictions, self.infer.feed(features))
 
   def layer_outputs(self, features) -> dict[str, np.ndarray]:
     """{scope: the first example's output, flattened} of each layer (a
     variable's name scope) in PREDICT mode, in graph order (compare/layers)."""
     self.infer.write(self.state())
-    values = self.infer.session.run(self._layers, self.infer.feed(features))
+    values = self.infer.run(self._layers, self.infer.feed(features))
     return {name: _first_example(value, self.batch_size)
             for name, value in values.items()}
 
@@ -505,7 +516,7 @@ class LegacyRunner(side.LegacySide):
     if self.host_call:
       # In the step's own run, as TPUEstimator's outfeed took them.
       fetches['host_call'] = self.host_call
-    values = self.train.session.run(fetches, self.train.feed(features, labels))
+    values = self.train.run(fetches, self.train.feed(features, labels))
     self._steps_taken += 1
     del values['train_op']
     values['examples'] = len(tf.nest.flatten(features)[0])
@@ -514,7 +525,7 @@ class LegacyRunner(side.LegacySide):
   def train_only(self, features, labels) -> None:
     """One step and nothing else fetched, as TPUEstimator ran it off a TPU:
     one session.run(train_op) on the whole batch (for timing)."""
-    self.train.session.run(self.train.spec.train_op,
+    self.train.run(self.train.spec.train_op,
                            self.train.feed(features, labels))
     self._steps_taken += 1
 
@@ -547,7 +558,7 @@ class LegacyRunner(side.LegacySide):
       # One run: the applied gradients may be made under the model_fn's
       # control_dependencies(UPDATE_OPS), so each run that fetches them
       # moves the statistics.
-      shards.append(self.train.session.run(
+      shards.append(self.train.run(
           {'values': fetches, 'update': self.update_ops}, feed)['values'])
       statistics.append(self.train.read(moved))
       self.set_state(start)
@@ -561,7 +572,7 @@ class LegacyRunner(side.LegacySide):
         self.optimizer.rate is not None) else {}
     averaged = self._averages_of_moved(moved)
     before = self.train.read(list(averaged))
-    rate = self.train.session.run({'train_op': self.train.spec.train_op,
+    rate = self.train.run({'train_op': self.train.spec.train_op,
                                    **rate}, applied)
     self._steps_taken += 1
     mean = {n: np.mean([s[n] for s in statistics], axis=0) for n in moved}
@@ -597,7 +608,7 @@ class LegacyRunner(side.LegacySide):
       _, decay, _ = self.averages_of.shadows[shadow]
       num_updates = self.averages_of.num_updates[shadow]
       if num_updates is not None:
-        num_updates = self.train.session.run(num_updates)
+        num_updates = self.train.run(num_updates)
       values[shadow] = legacy_state.moved_average(
           before[shadow], mean[of], legacy_state.decay_at(
               constant_value(decay) if isinstance(
@@ -661,13 +672,13 @@ class LegacyRunner(side.LegacySide):
 
   def _evaluate(self, batches: list) -> dict[str, float]:
     graph = self.eval
-    graph.session.run(self.eval_init)
+    graph.run(self.eval_init)
     updates = {name: update for name, (_, update) in self.eval_metrics.items()}
     losses = []
     for features, labels in batches:
-      losses.append(graph.session.run([graph.spec.loss, updates],
+      losses.append(graph.run([graph.spec.loss, updates],
                                       graph.feed(features, labels))[0])
-    results = graph.session.run({name: value for name, (value, _) in
+    results = graph.run({name: value for name, (value, _) in
                                  self.eval_metrics.items()})
     results['loss'] = float(np.mean(losses))
     return {name: float(value) for name, value in results.items()}
@@ -719,6 +730,10 @@ class LegacyRunner(side.LegacySide):
     It builds a graph of layers: Keras models made before it are unusable
     after it (see __init__).
     """
+    with timing.spent('exports'):
+      return self._export(base_dir)
+
+  def _export(self, base_dir: str) -> str:
     model_dir = os.path.join(base_dir, 'legacy_model')
     with self.train.graph.as_default():
       saver = tf.compat.v1.train.Saver()

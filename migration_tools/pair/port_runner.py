@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from kit_core import keras_compat
 from kit_core import process
+from kit_core import timing
 from migration_tools import outputs as outputs_lib
 from migration_tools.pair import optimizers
 from migration_tools.pair import port as port_lib
@@ -355,7 +356,8 @@ class PortRunner(side.PortSide):
     self.trainer.train_steps(self._endless, tf.constant(steps)).numpy()
 
   def export(self, base_dir: str) -> str:
-    return self.port.export(self.model, base_dir, self.strategy)
+    with timing.spent('exports'):
+      return self.port.export(self.model, base_dir, self.strategy)
 
   def serve(self, base_dir: str, inputs: dict) -> dict[str, np.ndarray]:
     """The port's own export of the current state, loaded back, on inputs."""

@@ -9,19 +9,62 @@ recording never saw (other options, another version of the kit) is an error
 that says so. compare/golden.py writes a tape into a bundle and reads it
 back.
 """
-import dataclasses
-from typing import Any
+from typing import Any, Iterable, Protocol
 
 from kit_core.errors import KitError
 from migration_tools.pair import side
 
 
-@dataclasses.dataclass
+class Keeper(Protocol):
+  """Where a RecordingRunner keeps answers: a Tape, or golden's Recording
+  (which writes each to disk as it is kept)."""
+  shards: dict[str, int]
+
+  def keep(self, key: str, answer: Any) -> None:
+    ...
+
+
+class Answers(Protocol):
+  """What a ReplayedRunner asks: a Tape, or a loaded bundle's tape (which
+  reads each answer from disk as it is asked)."""
+  shards: dict[str, int]
+
+  def answer(self, key: str) -> Any:
+    ...
+
+  def __contains__(self, key: str) -> bool:
+    ...
+
+
 class Tape:
   """The legacy side's answers, by key (see the module docstring), and the
-  replicas each recorded run took its steps as on."""
-  answers: dict[str, Any] = dataclasses.field(default_factory=dict)
-  shards: dict[str, int] = dataclasses.field(default_factory=dict)
+  replicas each recorded run took its steps as on (shards, by run).
+
+  This one holds its answers as given; golden's tapes write each answer to
+  disk as it is kept, or read each from disk as it is asked, so that a
+  large model's recording is never held whole.
+  """
+
+  def __init__(self, answers: dict | None = None,
+               shards: dict | None = None):
+    self._answers = {} if answers is None else answers
+    self.shards: dict[str, int] = {} if shards is None else shards
+
+  def keep(self, key: str, answer: Any) -> None:
+    self._answers[key] = answer
+
+  def answer(self, key: str) -> Any:
+    """The answer kept under key; KeyError if none was."""
+    return self._answers[key]
+
+  def __contains__(self, key: str) -> bool:
+    return key in self._answers
+
+  def keys(self) -> Iterable[str]:
+    return self._answers.keys()
+
+  def __len__(self) -> int:
+    return len(self._answers)
 
 
 class _Keys:
@@ -101,7 +144,7 @@ class _Taped(side.LegacySide):
 class RecordingRunner(_Taped):
   """A legacy side whose answers are written to a tape as they are given."""
 
-  def __init__(self, runner: side.LegacySide, tape: Tape, purpose: str):
+  def __init__(self, runner: side.LegacySide, tape: Keeper, purpose: str):
     self._runner, self._tape, self._keys = runner, tape, _Keys(purpose)
     self.shards = runner.replicas
     tape.shards[purpose] = runner.replicas
@@ -118,14 +161,14 @@ class RecordingRunner(_Taped):
       # Only a run's first gradients are compared (one_step): the others
       # would double the bundle.
       kept = {k: v for k, v in answer.items() if k != 'gradients'}
-    self._tape.answers[key] = kept
+    self._tape.keep(key, kept)
     return answer
 
 
 class ReplayedRunner(_Taped):
   """Answers as the recorded legacy run did, without running it."""
 
-  def __init__(self, tape: Tape, purpose: str):
+  def __init__(self, tape: Answers, purpose: str):
     if purpose not in tape.shards:
       raise KitError(f'the bundle holds no legacy run "{purpose}": record it '
                      'with the replica counts you check')
@@ -138,8 +181,8 @@ class ReplayedRunner(_Taped):
   def _answer(self, question: str, *args) -> Any:
     del args  # The harness asks the same questions in each run.
     key = self._keys.next(question)
-    if key not in self._tape.answers:
+    if key not in self._tape:
       raise KitError(f'the bundle holds no answer to {key!r}: it was '
                      'recorded with other options or another version of '
                      'the kit; record it again')
-    return self._tape.answers[key]
+    return self._tape.answer(key)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kit_core import timing
 from kit_core.errors import KitError
 from kit_core.lazy import tensorflow as tf
 from migration_tools.pair import side
@@ -133,6 +134,11 @@ def serve(path: str, values: dict) -> dict:
   Raises:
     KitError: its inputs are not named as the legacy receiver's.
   """
+  with timing.spent('loading exports back'):
+    return _serve(path, values)
+
+
+def _serve(path: str, values: dict) -> dict:
   signature = tf.saved_model.load(path).signatures['serving_default']
   expected = set(signature.structured_input_signature[1])
   if expected != set(values):

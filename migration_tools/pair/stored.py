@@ -6,13 +6,20 @@ predictions of a checkpoint, checkpoint/predictions.py).
 strings and bytes, optimizer descriptions, tensor specs) into JSON whose
 arrays go into a dict, each stored once however often it occurs; ``decode``
 reverses it exactly. Strings and bytes go as base64, so no pickle is read.
+
+A recording of a large model is written as it is made (``writing``: each
+array on disk as it is encoded) and read as it is asked (``open_lazily``),
+so neither side holds more than the arrays in use.
 """
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import hashlib
 import json
+from typing import Iterator
+import zipfile
 
 import numpy as np
 
@@ -27,15 +34,58 @@ from migration_tools.pair import optimizers
 MANIFEST = '__manifest__'
 
 
-def save(path: str, manifest: dict, arrays: dict) -> str:
-  """Writes arrays, and manifest (JSON, what encode made of the rest) as
-  the entry MANIFEST, to path (.npz, compressed) through a temporary file,
-  so that a stopped write leaves nothing; returns path."""
-  arrays = {**arrays, MANIFEST: np.array(json.dumps(manifest))}
+class Writer:
+  """The arrays of a recording being written: encode's dict, each array
+  compressed into the archive the first time its key is set, none held.
+  Made by ``writing``."""
+
+  def __init__(self, archive: zipfile.ZipFile):
+    self._archive, self._written, self.finished = archive, set(), False
+
+  def setdefault(self, key: str, array: np.ndarray) -> None:
+    """As dict.setdefault, the one use encode makes of its dict."""
+    if key not in self._written:
+      self._write(key, array)
+      self._written.add(key)
+
+  def encode(self, value):
+    """encode(value, self): value's arrays written now; its JSON returned."""
+    return encode(value, self)
+
+  def finish(self, manifest: dict) -> None:
+    """Writes manifest (JSON, what encode made of the rest) as the entry
+    MANIFEST; the recording is complete."""
+    self._write(MANIFEST, np.array(json.dumps(manifest)))
+    self.finished = True
+
+  def _write(self, key: str, array: np.ndarray) -> None:
+    # As np.savez_compressed writes an entry: np.load reads the archive.
+    with self._archive.open(f'{key}.npy', 'w', force_zip64=True) as entry:
+      np.lib.format.write_array(entry, np.asanyarray(array),
+                                allow_pickle=False)
+
+
+@contextlib.contextmanager
+def writing(path: str) -> Iterator[Writer]:
+  """A Writer into path (.npz, compressed) under a temporary name, renamed
+  into place when the block ends with the Writer finished; a block that
+  raises, or ends unfinished, leaves nothing."""
   paths.check_folder_exists(path, path)
   with atomic.temporary_path(path) as tmp:
-    with open(tmp, 'wb') as f:
-      np.savez_compressed(f, **arrays)
+    with zipfile.ZipFile(tmp, 'w', zipfile.ZIP_DEFLATED,
+                         allowZip64=True) as archive:
+      writer = Writer(archive)
+      yield writer
+      if not writer.finished:
+        raise KitError(f'{path}: the recording ended unfinished')
+
+
+def save(path: str, manifest: dict, arrays: dict) -> str:
+  """Writes arrays and manifest (see Writer.finish) to path; returns path."""
+  with writing(path) as writer:
+    for key, array in arrays.items():
+      writer.setdefault(key, array)
+    writer.finish(manifest)
   return path
 
 
@@ -47,6 +97,36 @@ def load(path: str) -> tuple[dict | None, dict]:
     arrays = {k: found[k] for k in found.files}
   manifest = arrays.pop(MANIFEST, None)
   return (None if manifest is None else json.loads(str(manifest))), arrays
+
+
+def open_lazily(path: str) -> tuple[dict | None, np.lib.npyio.NpzFile]:
+  """load(), the arrays read from disk each time one is asked for (an open
+  NpzFile; close it when done). Every entry's checksum is read first, so
+  damage anywhere raises here, as in load, not midway through a use."""
+  found = np.load(path, allow_pickle=False)
+  try:
+    damaged = found.zip.testzip()
+    if damaged is not None:
+      raise zipfile.BadZipFile(f'entry {damaged} is damaged')
+    manifest = (json.loads(str(found[MANIFEST])) if MANIFEST in found.files
+                else None)
+  except BaseException:
+    found.close()
+    raise
+  return manifest, found
+
+
+def array_keys(value) -> Iterator[str]:
+  """The keys of the arrays that encode's JSON value refers to."""
+  if isinstance(value, list):
+    for v in value:
+      yield from array_keys(v)
+  elif isinstance(value, dict):
+    if '__array__' in value:
+      yield value['__array__']
+    else:
+      for v in value.values():
+        yield from array_keys(v)
 
 
 @dataclasses.dataclass(frozen=True)

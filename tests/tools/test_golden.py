@@ -46,6 +46,18 @@ def test_bundle_replays_as_the_live_comparison_on_2_15(tmp_path, recorded):
   for name in ('inference', 'one_step (1 replica)', 'trajectory (1 replica)',
                'stepwise (1 replica)', 'dropout (1 replica)'):
     assert replayed[name]['max_abs_diff'] == 0, name
+  # Where the time went: the legacy side's phases live, none of them here.
+  with open(tmp_path / 'replay.json', encoding='utf-8') as f:
+    phases = json.load(f)['time']
+  with open(recorded[0].parent / 'live.json', encoding='utf-8') as f:
+    live_phases = json.load(f)['time']
+  assert {'legacy graph building', 'legacy Session.run', 'exports',
+          'writing the bundle', 'XLA compiles (tpu_ready)'} <= set(
+              live_phases)
+  assert 'reading the bundle' in phases and not any(
+      p.startswith('legacy') for p in phases)
+  assert abs(sum(phases.values()) - 2 * phases['total']) < 1e-6
+  assert f'Time: {phases["total"]:.0f} s: ' in result.stdout
 
 
 @pytest.mark.estimator
@@ -80,14 +92,14 @@ def test_bundle_holds_each_array_once_and_exactly(recorded):
   assert bundle.replica_counts == [1, 2] and bundle.serving
   assert bundle.options['steps'] == 4
   assert bundle.versions['tensorflow'] == '2.15.1'
-  start = bundle.tape.answers['1 replica|0|state|0']
-  after_one = bundle.tape.answers['1 replica|1|state|0']
+  start = bundle.tape.answer('1 replica|0|state|0')
+  after_one = bundle.tape.answer('1 replica|1|state|0')
   assert start.keys() == after_one.keys()
   assert all(start[k].dtype == np.float32 for k in start)
   # The first step keeps its gradients, later ones only their loss and rate.
-  assert 'gradients' in bundle.tape.answers['1 replica|0|step|0']
-  assert 'gradients' not in bundle.tape.answers['1 replica|1|step|0']
-  assert isinstance(bundle.tape.answers['1 replica|0|step|0']['loss'],
+  assert 'gradients' in bundle.tape.answer('1 replica|0|step|0')
+  assert 'gradients' not in bundle.tape.answer('1 replica|1|step|0')
+  assert isinstance(bundle.tape.answer('1 replica|0|step|0')['loss'],
                     np.floating)
   with np.load(recorded[0]) as stored:
     digests = {stored[k].tobytes() for k in stored.files}

@@ -68,7 +68,7 @@ def test_a_loss_summed_over_the_batch_fails_one_step_with_its_factor(tmp_path):
 def test_a_bundle_is_read_with_numpy_alone():
   code = ('import sys; from migration_tools.compare import golden; '
           f'bundle = golden.load({_bundle()!r}); '
-          'print(len(bundle.tape.answers), sorted(m for m in ("tensorflow", '
+          'print(len(bundle.tape), sorted(m for m in ("tensorflow", '
           '"jax", "keras") if m in sys.modules))')
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
