@@ -1,6 +1,10 @@
 """Outputs of the two sides set side by side: what the comparison's checks
 and the converter's verification both judge (floats by how far apart,
-anything else by equality)."""
+anything else by equality); and predictions made a batch at a time."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
 import numpy as np
 
 
@@ -88,3 +92,48 @@ def as_dict(predictions) -> dict:
   """Predictions as {name: tensor}; a single tensor is named 'output'."""
   return dict(predictions) if isinstance(predictions, dict) else {
       'output': predictions}
+
+
+def rows(features, start: int, end: int):
+  """Examples start to end of features (an array, or a dict of them)."""
+  if isinstance(features, dict):
+    return {k: v[start:end] for k, v in features.items()}
+  return features[start:end]
+
+
+def _padded(features, batch: int):
+  """features grown to batch examples with copies of its last one."""
+  def pad(v):
+    return np.concatenate([v, np.repeat(v[-1:], batch - len(v), axis=0)])
+  if isinstance(features, dict):
+    return {k: pad(v) for k, v in features.items()}
+  return pad(features)
+
+
+def in_batches(predict: Callable[[Any], Any], features, batch: int,
+               done: Callable[[int, int], None] | None = None
+               ) -> dict[str, np.ndarray]:
+  """predict's outputs on every example of features, batch at a time, so
+  that one batch's activations are held, whatever the count (BERT-base at
+  64 examples: 0.6 GB). The last batch is padded with copies of its last
+  example, so that every call has the one shape a model_fn may take from
+  params['batch_size']; the padding's outputs are dropped.
+
+  Args:
+    predict: features of batch examples -> {name: array} or one array.
+    features: an array, or a dict of arrays, of the same examples.
+    batch: examples per call.
+    done: called with (examples predicted, all) after each call.
+  """
+  count = len(next(iter(features.values())) if isinstance(features, dict)
+              else features)
+  parts = []
+  for start in range(0, count, batch):
+    chunk = rows(features, start, start + batch)
+    real = min(batch, count - start)
+    predicted = as_dict(predict(chunk if real == batch else
+                                _padded(chunk, batch)))
+    parts.append({k: np.asarray(v)[:real] for k, v in predicted.items()})
+    if done:
+      done(start + real, count)
+  return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}

@@ -80,6 +80,7 @@ JAX_TEST_FILES = ('example/test_migrate_jax.py', 'example/test_records.py',
                   'tools/test_convert_jax.py',
                   'bench/test_throughput_jax.py',
                   'tools/test_checks.py', 'tools/test_updates.py',
+                  'tools/test_stored.py', 'tools/test_outputs.py',
                   'test_boundaries.py', 'test_guide.py')
 
 

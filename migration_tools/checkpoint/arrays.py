@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 
 from absl import logging
-import numpy as np
 
 from kit_core import atomic
 from kit_core import progress as progress_lib
@@ -31,8 +30,6 @@ from migration_tools.pair import array_port
 from migration_tools.pair import array_runner
 from migration_tools.pair import legacy
 from migration_tools.pair import optimizers
-
-VERIFY_BATCH = 64  # Examples the port predicts at a time.
 
 
 def _carry_slots(checkpoint: estimator.LegacyCheckpoint,
@@ -121,18 +118,7 @@ def verify(path: str, port: array_port.ArrayPort,
   model = array_port.check_model(
       port.make(legacy.model_params(params or {}, theirs.batch), 1, False), '--port')
   (port.load_weights or array_port.read_state)(model, path)
-  batches = []
-  for start in range(0, theirs.examples, VERIFY_BATCH):
-    features = _rows(theirs.features, start, start + VERIFY_BATCH)
-    batches.append(outputs_lib.as_dict(model.predict(features)))
-    progress.now(f'verify: {min(start + VERIFY_BATCH, theirs.examples)} of '
-                 f'{theirs.examples} examples predicted')
-  ours = {name: np.concatenate([np.asarray(b[name]) for b in batches])
-          for name in batches[0]}
+  ours = outputs_lib.in_batches(model.predict, theirs.features,
+                                theirs.batch,
+                                verify_lib.counted(progress, 'the port'))
   return verify_lib.judge(theirs, ours, port.output_map)
-
-
-def _rows(features, start: int, end: int):
-  if isinstance(features, dict):
-    return {k: v[start:end] for k, v in features.items()}
-  return features[start:end]

@@ -107,6 +107,52 @@ def build(port: port_lib.Port, params: dict | None):
   return model, optimizer
 
 
+def restore(model, optimizer, path: str) -> None:
+  """Restores what save wrote at path into model and optimizer, matched as
+  tf.train.Checkpoint(model=..., optimizer=...).restore matches them (the
+  object graph the checkpoint holds, walked beside the live objects), but
+  a variable at a time: TensorFlow's restore reads every tensor first, so
+  its peak holds the model and its slots twice (BERT-base: 1.3 GB more).
+
+  Raises:
+    KitError: a variable of the model that the checkpoint does not reach.
+  """
+  # Imported here: a protocol buffer of TensorFlow's, read on TF alone.
+  from tensorflow.core.protobuf import trackable_object_graph_pb2  # pylint: disable=g-import-not-at-top
+  reader = tf.train.load_checkpoint(path)
+  graph = trackable_object_graph_pb2.TrackableObjectGraph()
+  graph.ParseFromString(reader.get_tensor('_CHECKPOINTABLE_OBJECT_GRAPH'))
+  root = tf.train.Checkpoint(model=model, optimizer=optimizer)
+  view = tf.train.TrackableView(root)
+  matched, pending = {0: root}, [0]
+  while pending:
+    node_id = pending.pop()
+    live = view.children(matched[node_id])
+    for child in graph.nodes[node_id].children:
+      if child.node_id not in matched and child.local_name in live:
+        matched[child.node_id] = live[child.local_name]
+        pending.append(child.node_id)
+  # A TF 1-style optimizer's slots hang off their variables, not its own
+  # children (Keras 2's legacy optimizers).
+  for node in graph.nodes:
+    for slot in node.slot_variables:
+      variable = matched.get(slot.original_variable_node_id)
+      if variable is not None and hasattr(optimizer, 'get_slot'):
+        matched.setdefault(slot.slot_variable_node_id,
+                           optimizer.get_slot(variable, slot.slot_name))
+  restored = set()
+  for node_id, live in matched.items():
+    for attribute in graph.nodes[node_id].attributes:
+      if attribute.name == 'VARIABLE_VALUE' and hasattr(live, 'assign'):
+        live.assign(reader.get_tensor(attribute.checkpoint_key))
+        restored.add(id(live))
+  missing = [v.name for v in model.weights if id(v) not in restored]
+  if missing:
+    raise KitError(f'the checkpoint at {path} does not hold the model\'s '
+                   f'{", ".join(missing[:5])}'
+                   f'{f" and {len(missing) - 5} more" if len(missing) > 5 else ""}')
+
+
 def check_output(output: str, source_flag: str, source: str) -> str:
   """--output's absolute path: a new or empty folder that is not the
   checkpoint read (source, given as source_flag), nor a link, nor empty.

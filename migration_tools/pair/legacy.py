@@ -17,7 +17,7 @@ import functools
 import inspect
 import os
 import tempfile
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -119,14 +119,20 @@ def _placeholders(spec, batch_size: int):
 
 
 def predict(model_fn, checkpoint_path: str, features, params: dict,
-            averages: bool = False) -> dict:
+            averages: bool = False,
+            done: Callable[[int, int], None] | None = None) -> dict:
   """The model_fn's PREDICT outputs on features, with the checkpoint's
   weights, or its moving averages where it holds one for a variable
-  ('<variable>/ExponentialMovingAverage'); {name: array}."""
+  ('<variable>/ExponentialMovingAverage'); {name: array}. The graph is
+  built once for params['batch_size'] examples and run a batch at a time
+  (outputs.in_batches; done is told as each batch ends)."""
   modes = tf.compat.v1.estimator.ModeKeys
+  batch = params['batch_size']
   with tf.Graph().as_default():
-    spec = model_fn(tf.nest.map_structure(tf.constant, features), None,
-                    modes.PREDICT, dict(params))
+    inputs = tf.nest.map_structure(
+        lambda v: tf.compat.v1.placeholder(tf.as_dtype(v.dtype),
+                                           [batch, *v.shape[1:]]), features)
+    spec = model_fn(inputs, None, modes.PREDICT, dict(params))
     saver = tf.compat.v1.train.Saver()
     if averages:
       stored = tf.train.load_checkpoint(checkpoint_path
@@ -135,9 +141,13 @@ def predict(model_fn, checkpoint_path: str, features, params: dict,
       saver = tf.compat.v1.train.Saver({
           (v.op.name + shadow if v.op.name + shadow in stored else
            v.op.name): v for v in tf.compat.v1.global_variables()})
+    fetches = outputs.as_dict(spec.predictions)
     with tf.compat.v1.Session() as sess:
       saver.restore(sess, checkpoint_path)
-      return sess.run(outputs.as_dict(spec.predictions))
+      return outputs.in_batches(
+          lambda chunk: sess.run(fetches, dict(zip(
+              tf.nest.flatten(inputs), tf.nest.flatten(chunk)))),
+          features, batch, done)
 
 
 def creation_order(model_fn, input_fn, params: dict) -> list[str]:

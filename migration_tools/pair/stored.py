@@ -161,12 +161,13 @@ def encode(value, arrays: dict):
     return {'__tuple__': [encode(v, arrays) for v in value]}
   if isinstance(value, list):
     return [encode(v, arrays) for v in value]
-  if isinstance(value, optimizers.Description):
-    return {'__optimizer__': [value.kind, encode(value.hyper, arrays)]}
-  if isinstance(value, tf.TensorSpec):
-    return {'__spec__': [value.shape.as_list(), value.dtype.name]}
   if value is None or isinstance(value, (bool, int, float, str)):
     return value
+  if isinstance(value, optimizers.Description):
+    return {'__optimizer__': [value.kind, encode(value.hyper, arrays)]}
+  # Only TensorFlow makes one: no profile without it is asked to import it.
+  if lazy.installed('tensorflow') and isinstance(value, tf.TensorSpec):
+    return {'__spec__': [value.shape.as_list(), value.dtype.name]}
   raise TypeError(f'a recording cannot hold a {type(value).__name__}')
 
 
