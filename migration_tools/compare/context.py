@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 
 from kit_core import progress as progress_lib
+from kit_core import timing
 from kit_core.errors import KitError
 from kit_core.lazy import tensorflow as tf
 from migration_tools.pair import legacy as legacy_lib
@@ -124,6 +125,10 @@ class Run:
     """A fresh port run, from the start state, its state and slots paired
     as the early checks resolved. placement: a Keras port's strategy, or an
     ArrayPort's replica count."""
+    with timing.spent('port building'):
+      return self._port_runner(placement)
+
+  def _port_runner(self, placement) -> side.PortSide:
     if self.on_arrays:
       from migration_tools.pair import array_runner  # pylint: disable=g-import-not-at-top
       runner = array_runner.ArrayRunner(self.port, placement, self.params(),

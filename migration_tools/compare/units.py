@@ -173,8 +173,15 @@ def _first_step(run: Run, replicas: Replicas) -> tuple[dict, dict]:
           replicas.port.step(features, labels))
 
 
+def _scalars(answer: dict) -> dict:
+  """A step's answer without its gradients: what the trajectory keeps of
+  each step, so that its memory does not grow with the steps."""
+  return {k: v for k, v in answer.items() if k != 'gradients'}
+
+
 def _trajectory(run: Run, replicas: Replicas) -> tuple[list, list]:
-  """Every step's answers on both sides, the first one_step's."""
+  """Every step's answers on both sides (their losses and rates; the first
+  one_step's whole)."""
   first = replicas.memo.once('first step', lambda: _first_step(run, replicas),
                              'the first step raised (see one_step)')
   theirs, ours = [first[0]], [first[1]]
@@ -182,8 +189,8 @@ def _trajectory(run: Run, replicas: Replicas) -> tuple[list, list]:
     for number, (features, labels) in enumerate(run.batches[1:], 2):
       run.progress.now(f'trajectory ({replicas.label}): step {number} of '
                        f'{len(run.batches)}')
-      theirs.append(replicas.legacy.step(features, labels))
-      ours.append(replicas.port.step(features, labels))
+      theirs.append(_scalars(replicas.legacy.step(features, labels)))
+      ours.append(_scalars(replicas.port.step(features, labels)))
   except Interrupted:  # A signal stops the command; never a finding.
     raise
   except Exception as e:  # pylint: disable=broad-except

@@ -142,6 +142,10 @@ class ArrayRunner(side.PortSide):
     self._next += 1
 
   def step(self, features, labels) -> dict:
+    with timing.spent('port steps'):
+      return self._step(features, labels)
+
+  def _step(self, features, labels) -> dict:
     self._take(features, labels)
     taken = self.model.train_step(features, labels)
     self._rate = float(self.model.learning_rate())

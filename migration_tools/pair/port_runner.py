@@ -285,6 +285,10 @@ class PortRunner(side.PortSide):
     Gradients are what the port's replicas compute, summed over replicas as
     the strategy's all-reduce sums them before the update.
     """
+    with timing.spent('port steps'):
+      return self._step(features, labels)
+
+  def _step(self, features, labels) -> dict:
     self._take(features, labels)
     # A layer may update state when called in training (Keras batch norm
     # moves its statistics): the probe's updates are undone, the step's kept.
