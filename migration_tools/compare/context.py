@@ -8,6 +8,7 @@ count; each registered check (registry.py) gets both.
 from __future__ import annotations
 
 import dataclasses
+import gc
 from typing import Any, Callable
 
 
@@ -159,13 +160,29 @@ class Replicas:
   replica count), and the passes its checks share.
 
   legacy and port are None for the checks that run after the replica runs
-  (registry.AFTER_EACH), which build their own.
+  (registry.AFTER_EACH), which build their own, and for those after the
+  pass at identical state (updates), which releases them to build its own:
+  those read describe() and the passes' results in memo.
   """
   label: str
   placement: tf.distribute.Strategy | int
   legacy: Any = None
   port: Any = None
   memo: _Memo = dataclasses.field(default_factory=_Memo)
+
+  def describe(self) -> dict:
+    """The legacy run's describe_run(), asked once: it holds for the run,
+    and stays known when the run is released."""
+    return self.memo.once('describe_run', lambda: self.legacy.describe_run())
+
+  def release(self) -> None:
+    """Lets the legacy run and the port go (their graphs, models and
+    slots: the model a few times over), for a pass that builds its own;
+    the checks after it read what the passes left in memo, and
+    describe()."""
+    self.describe()
+    self.legacy = self.port = None
+    gc.collect()
 
   @property
   def count(self) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import os
 import time
 from typing import Any, Callable
@@ -319,15 +320,21 @@ def _run_replicas(rec: Recorder, run: Run, replicas: Replicas,
     if first:
       rec.stopped = 'the single-replica run could not be built'
     return not first
-  for check, name in mine:
-    if check.applies is not None and not check.applies(run, replicas):
-      rec.leave_out(name)
-      continue
-    result = rec.run(name, lambda c=check: c.run(run, replicas))
-    if check.gate and not result.passed:
-      rec.stopped = check.gate
-      return False
-  return True
+  try:
+    for check, name in mine:
+      if check.applies is not None and not check.applies(run, replicas):
+        rec.leave_out(name)
+        continue
+      result = rec.run(name, lambda c=check: c.run(run, replicas))
+      if check.gate and not result.passed:
+        rec.stopped = check.gate
+        return False
+    return True
+  finally:
+    # Its runs hold the model and its slots a few times over (a legacy
+    # graph per mode, the port): gone before the next runs are built.
+    replicas.legacy = replicas.port = None
+    gc.collect()
 
 
 def placements(port: port_lib.Port | array_port.ArrayPort,

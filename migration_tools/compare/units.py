@@ -66,7 +66,7 @@ def inventory(run: Run, replicas: Replicas) -> CheckResult:
   runner.use_map(resolved.pairs)
   ours = runner.state()
   result = checks.inventory(theirs, ours, resolved.by_order(),
-                            legacy.describe_run()['warm_start'],
+                            replicas.describe()['warm_start'],
                             legacy.train_variables(), run.port.not_compared,
                             runner.averages())
   if result.passed:
@@ -110,7 +110,7 @@ def optimizer(run: Run, replicas: Replicas) -> CheckResult:
   run.slot_map = slot_map.pairs
   runner.use_slot_map(slot_map.pairs)
   return checks.optimizer_by_behaviour(
-      legacy.describe_run(), runner.describe_optimizer(), slot_map)
+      replicas.describe(), runner.describe_optimizer(), slot_map)
 
 
 register(Check(
@@ -184,7 +184,7 @@ def _trajectory(run: Run, replicas: Replicas) -> tuple[list, list]:
   one_step's whole)."""
   first = replicas.memo.once('first step', lambda: _first_step(run, replicas),
                              'the first step raised (see one_step)')
-  theirs, ours = [first[0]], [first[1]]
+  theirs, ours = [_scalars(first[0])], [_scalars(first[1])]
   try:
     for number, (features, labels) in enumerate(run.batches[1:], 2):
       run.progress.now(f'trajectory ({replicas.label}): step {number} of '
@@ -224,12 +224,14 @@ def one_step(run: Run, replicas: Replicas) -> CheckResult:
       runner.state(), replicas.count,
       legacy.slots(ours['learning_rate']) if both else None,
       runner.slots(ours['learning_rate']) if both else None,
-      reference=legacy.describe_run()['reference'],
+      reference=replicas.describe()['reference'],
       # The legacy runner takes the whole batch where it cannot take the
       # step as on the cores (legacy.LegacyRunner).
       whole_batch=replicas.count > 1 and legacy.replicas < replicas.count,
       parting=run.parting, **_averages_after(legacy, runner))
   replicas.memo.put('one_step', result)
+  # Judged: the gradients (two model-sized arrays) are let go.
+  replicas.memo.put('first step', (_scalars(theirs), _scalars(ours)))
   return result
 
 
@@ -251,7 +253,7 @@ def learning_rate(run: Run, replicas: Replicas) -> CheckResult:
       f'learning_rate ({replicas.label})',
       [t.get('learning_rate', np.nan) for t in theirs],
       [o['learning_rate'] for o in ours],
-      replicas.legacy.describe_run()['rate_source'])
+      replicas.describe()['rate_source'])
 
 
 register(Check(
@@ -301,7 +303,7 @@ def evaluation(run: Run, replicas: Replicas) -> CheckResult:
   legacy, runner = replicas.legacy, replicas.port
   batches = run.data.batches[:run.options.eval_batches]
   _take_legacy_state(legacy, runner)
-  evaluates_with = legacy.describe_run()['evaluates_with']
+  evaluates_with = replicas.describe()['evaluates_with']
   theirs = legacy.evaluate(batches)
   # Where the model_fn evaluates its averages: its metrics on the weights
   # too, which a port that evaluates its raw weights matches.
@@ -331,7 +333,7 @@ def served_predictions(run: Run, replicas: Replicas) -> CheckResult:
   ours = runner.serve(os.path.join(run.workdir, 'port'), inputs_)
   theirs = legacy.serve(run.workdir, inputs_)
   return checks.served_predictions(theirs, ours, run.port.output_map,
-                                   inputs_, legacy.describe_run()['exports'])
+                                   inputs_, replicas.describe()['exports'])
 
 
 register(Check(
@@ -389,13 +391,18 @@ def resynced_steps(run: Run, legacy, runner, label: str,
     theirs = legacy.step(features, labels)
     answer = ({'loss': runner.step_as_trained(features, labels)} if dropout
               else runner.step(features, labels))
+    # The optimizer's variables: a run's first step answers with their
+    # gradients (state moved otherwise, e.g. batch-norm statistics, stepwise
+    # holds). No gradient is judged here: they go at once.
+    trainable = trainable or set(theirs.get('gradients', ()))
+    theirs, answer = _scalars(theirs), _scalars(answer)
     ours = answer['loss']
     host_calls.append((theirs.get('host_call', {}), answer.get('host_call')))
     rate = runner.learning_rate()
-    after = legacy.state()
+    after, ours_after = legacy.state(), runner.state()
     diffs = [outputs.output_diff(np.float64(theirs['loss']),
                                  np.float64(ours)),
-             checks.max_diff(after, runner.state())[0]]
+             checks.max_diff(after, ours_after)[0]]
     legacy_slots = legacy.slots(rate) if both else {}
     port_slots = runner.slots(rate) if legacy_slots else {}
     if legacy_slots:
@@ -406,11 +413,6 @@ def resynced_steps(run: Run, legacy, runner, label: str,
                                    averages['port_averages'])[0])
     per_step.append(max(diffs))
     losses.append(float(theirs['loss']))
-    # The optimizer's variables: a run's first step answers with their
-    # gradients (state moved otherwise, e.g. batch-norm statistics, stepwise
-    # holds).
-    trainable = trainable or set(theirs.get('gradients', ()))
-    ours_after = runner.state()
     steps.append(updates.step(
         number, before, {k: after[k] for k in trainable},
         {k: ours_after[k] for k in trainable}, legacy_slots, port_slots,
@@ -424,6 +426,11 @@ def _resynced(run: Run, replicas: Replicas):
   name = f'stepwise ({replicas.label})'  # The legacy run's name, as taped.
 
   def compute():
+    # The free run is done with (the checks on it ran before this pass;
+    # those after read the passes' results): let it go before this pass
+    # builds its own, or the model is held twice as many times (BERT-base:
+    # 4 GB more at the peak).
+    replicas.release()
     return resynced_steps(run, run.legacy(name, replicas.count),
                           run.port_runner(replicas.placement),
                           f'updates and stepwise ({replicas.label})')
@@ -471,7 +478,7 @@ register(Check(
 def host_call(run: Run, replicas: Replicas) -> CheckResult:
   """The host_call's tensors at every step of the pass at identical state,
   against the port's logged values (Port.host_call)."""
-  return checks.host_call(replicas.legacy.describe_run()['host_call'],
+  return checks.host_call(replicas.describe()['host_call'],
                           _resynced(run, replicas).host_calls)
 
 
@@ -484,7 +491,7 @@ register(Check(
     needs=('legacy.describe_run', 'legacy.step', 'port.step'),
     bar='relative 1e-6',
     applies=lambda run, replicas: bool(
-        replicas.legacy.describe_run()['host_call'])))
+        replicas.describe()['host_call'])))
 
 
 # After the replica runs, with dropout on ------------------------------------
