@@ -13,7 +13,6 @@ The tools that compare against legacy code (``convert_checkpoint --verify``,
 # migration-scan: skip-file (it runs legacy code on purpose, to compare with it)
 from __future__ import annotations
 
-import functools
 import inspect
 import os
 import tempfile
@@ -625,10 +624,17 @@ class LegacyRunner(side.LegacySide):
                   decay, (tf.Tensor, tf.Variable)) else decay, num_updates))
     return values
 
-  @functools.cache  # pylint: disable=method-cache-max-size-none
   def describe_optimizer(self) -> optimizers.Description | None:
     """The optimizer's kind and hyper-parameters; None if it is not read by
     its ops (legacy_optimizer). Read once: the graph does not change."""
+    # Kept on the run, not in a functools.cache on the method: that cache,
+    # keyed by the run, held every run (its graphs and sessions, the model
+    # and its slots three times over) until the process ended.
+    if not hasattr(self, '_optimizer_description'):
+      self._optimizer_description = self._describe_optimizer()
+    return self._optimizer_description
+
+  def _describe_optimizer(self) -> optimizers.Description | None:
     if self.optimizer.kind is None:
       return None
     hyper = {}
