@@ -169,7 +169,7 @@ def load(path: str) -> Bundle:
     missing = set(stored.array_keys(manifest)) - {
         name for name in arrays.files}
     if missing:
-      raise KeyError(f'{len(missing)} arrays')
+      raise KeyError(min(missing))  # The array named, as a lookup would.
     return Bundle(stored.decode(manifest['options'], arrays),
                   manifest['replica_counts'], manifest['serving'],
                   stored.decode(manifest['batches'], arrays),
