@@ -305,7 +305,9 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   if tool_flags.quiet:
     for result in results:
       print(result.summary())
-  else:  # Each check had its line as it ended.
+  figures['time'] = timing.LEDGER.totals()
+  print(timing.LEDGER.line())
+  if not tool_flags.quiet:  # Each check had its line as it ended.
     print(_counts(results))
   failed = [r for r in results if r.failed]
   if failed:
@@ -314,8 +316,6 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   if lazy.installed('tensorflow'):
     figures.update(tensorflow=tf.__version__,
                    onednn=os.environ.get('TF_ENABLE_ONEDNN_OPTS'))
-  figures['time'] = timing.LEDGER.totals()
-  print(timing.LEDGER.line())
   written = harness.write_report(results, report, figures)
   print(f'Report: {written}')
   if failed:
