@@ -129,8 +129,9 @@ def predict(model_fn, checkpoint_path: str, features, params: dict,
   batch = params['batch_size']
   with tf.Graph().as_default():
     inputs = tf.nest.map_structure(
-        lambda v: tf.compat.v1.placeholder(tf.as_dtype(v.dtype),
-                                           [batch, *v.shape[1:]]), features)
+        lambda v: tf.compat.v1.placeholder(
+            tf.string if v.dtype.kind in 'OSU' else tf.as_dtype(v.dtype),
+            [batch, *v.shape[1:]]), features)
     spec = model_fn(inputs, None, modes.PREDICT, dict(params))
     saver = tf.compat.v1.train.Saver()
     if averages:

@@ -136,3 +136,30 @@ def test_a_legacy_run_let_go_is_freed_with_its_graphs():
   del runner
   gc.collect()
   assert gone() is None and graph() is None
+
+
+def test_legacy_predictions_come_a_batch_at_a_time_strings_included(tmp_path):
+  """legacy.predict builds the PREDICT graph once for params['batch_size']
+  examples and feeds it batch by batch, the last padded: what --verify
+  predicts with, however many examples it asks for."""
+  def model_fn(features, labels, mode, params):
+    del labels, params
+    weight = v1.get_variable('w', [], initializer=v1.ones_initializer())
+    length = tf.cast(tf.strings.length(features['text']), tf.float32)
+    assert features['x'].shape[0] == 2  # The batch, static.
+    return v1.estimator.tpu.TPUEstimatorSpec(
+        mode, predictions={'n': length * weight, 'x': features['x'] * weight})
+
+  with tf.Graph().as_default():
+    v1.get_variable('w', [], initializer=v1.constant_initializer(2.0))
+    with v1.Session() as session:
+      session.run(v1.global_variables_initializer())
+      path = v1.train.Saver().save(session, str(tmp_path / 'model.ckpt'))
+  features = {'text': np.array([b'ab', b'abc', b'a'], dtype=object),
+              'x': np.arange(3, dtype=np.float32)}
+  done = []
+  got = legacy.predict(model_fn, path, features, {'batch_size': 2},
+                       done=lambda n, count: done.append(n))
+  np.testing.assert_array_equal(got['n'], [4, 6, 2])
+  np.testing.assert_array_equal(got['x'], [0, 2, 4])
+  assert done == [2, 3]
