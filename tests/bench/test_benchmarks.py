@@ -188,6 +188,7 @@ def test_kernels_bad_trainer_fails_in_one_line(tmp_path):
 def test_scale_converts_verifies_and_times_the_scanner(tmp_path):
   # The smallest size and the test corpus: the table's rows, no timing.
   result = _run('--sizes=tiny', f'--work_dir={tmp_path}', '--scan_runs=1',
+                '--compare_steps=1',
                 f'--scan_tree={os.path.join(REPO, "tests", "legacy_sources")}',
                 script='scale.py')
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
@@ -200,3 +201,10 @@ def test_scale_converts_verifies_and_times_the_scanner(tmp_path):
     assert re.search(rf'^\| {tool} \| [\d.]+ \| [\d,]+ \| ', result.stdout,
                      re.M), result.stdout
   assert (tmp_path / 'scan.sarif').exists()
+  # The comparison, live and recording a bundle, over the legacy training,
+  # with where its time went.
+  for mode, bundle in (('live', '-'), ('record', r'[\d.]+ kB')):
+    assert re.search(rf'^\| tiny \| 1 \| {mode} \| \d+ s \| [\d.]+x \| '
+                     rf'[\d.]+ [MG]B \| {bundle} \| .*legacy graph building',
+                     result.stdout, re.M), result.stdout
+  assert (tmp_path / 'tiny' / 'compare-1' / 'bundle.npz').exists()
