@@ -175,12 +175,13 @@ class Replicas:
     and stays known when the run is released."""
     return self.memo.once('describe_run', lambda: self.legacy.describe_run())
 
-  def release(self) -> None:
+  def release(self, described: bool = True) -> None:
     """Lets the legacy run and the port go (their graphs, models and
     slots: the model a few times over), for a pass that builds its own;
-    the checks after it read what the passes left in memo, and
-    describe()."""
-    self.describe()
+    the checks after it read what the passes left in memo, and describe()
+    (read first unless described is False: the replica count is over)."""
+    if described:
+      self.describe()
     self.legacy = self.port = None
     gc.collect()
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import os
 import time
 from typing import Any, Callable
@@ -333,8 +332,7 @@ def _run_replicas(rec: Recorder, run: Run, replicas: Replicas,
   finally:
     # Its runs hold the model and its slots a few times over (a legacy
     # graph per mode, the port): gone before the next runs are built.
-    replicas.legacy = replicas.port = None
-    gc.collect()
+    replicas.release(described=False)
 
 
 def placements(port: port_lib.Port | array_port.ArrayPort,
