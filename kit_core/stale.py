@@ -15,13 +15,20 @@ Two cases:
   lock) by exact name and by content: a checkpoint's temporary folder holds
   nothing but TensorFlow's shard files, a temporary data file is a file. A
   folder of the user's that merely carries such a name is left alone.
+- A process's private folders in the system's temporary folder
+  (``private_folder``): each carries its process's id, so that the next
+  command removes those whose process is gone, and only those.
 """
 import dataclasses
 import os
 import re
 import shutil
+import stat
+import tempfile
 
 from absl import logging
+
+from kit_core import process
 
 
 # What TensorFlow writes into <prefix>-N_temp/: part-00000-of-00001 and its
@@ -161,3 +168,54 @@ def remove_this_runs() -> list[str]:
     removed += [os.path.join(w.directory, n)
                 for n in w.remove_new('an unfinished write')]
   return removed
+
+
+# mkdtemp's random part: 8 characters of [a-z0-9_].
+_MKDTEMP_TAIL = r'[a-z0-9_]{8}'
+
+
+def private_folder(prefix: str) -> str:
+  """A new folder in the system's temporary folder for this process alone,
+  removed when the command ends (process.remove_at_exit). A SIGKILLed
+  process cannot remove its own: first, those of the same prefix whose
+  process is gone are removed (found by exact name, the process id in it,
+  and owner; a live process's, or another user's, are left alone)."""
+  parent = tempfile.gettempdir()
+  _remove_orphans(parent, prefix)
+  return process.remove_at_exit(
+      tempfile.mkdtemp(prefix=f'{prefix}{os.getpid()}_', dir=parent))
+
+
+def _remove_orphans(parent: str, prefix: str) -> list[str]:
+  pattern = re.compile(re.escape(prefix) + r'(\d+)_' + _MKDTEMP_TAIL)
+  try:
+    names = sorted(os.listdir(parent))
+  except OSError:
+    return []
+  removed = []
+  for name in names:
+    found = pattern.fullmatch(name)
+    path = os.path.join(parent, name)
+    if found and _mine_and_orphaned(path, int(found.group(1))):
+      shutil.rmtree(path, ignore_errors=True)
+      removed.append(name)
+  return removed
+
+
+def _mine_and_orphaned(path: str, pid: int) -> bool:
+  try:
+    info = os.lstat(path)
+  except OSError:
+    return False
+  return (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and
+          not _alive(pid))
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)  # Signal 0: asks whether the process exists.
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True  # Another user's.
+  return True

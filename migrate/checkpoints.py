@@ -7,14 +7,12 @@ numbers. A restarted run restores the latest checkpoint and trains only the
 remaining steps, as ``TPUEstimator.train(max_steps=...)`` did.
 """
 import os
-import tempfile
 
 from absl import logging
 import tensorflow as tf
 
 from kit_core import checkpoint_files
 from kit_core import keras_compat
-from kit_core import process
 from kit_core import stale
 from kit_core.errors import KitError
 from kit_core.errors import one_line
@@ -136,8 +134,7 @@ def make_manager(checkpoint: tf.train.Checkpoint, model_dir: str,
     # A save the disk refuses leaves its temporary folder: this run's.
     stale.watch(model_dir, stale.checkpoint_temp(PREFIX))
   else:
-    directory = process.remove_at_exit(
-        tempfile.mkdtemp(prefix='migrate_worker_ckpt_'))
+    directory = stale.private_folder('migrate_worker_ckpt_')
   return divergence.FiniteCheckpointManager(checkpoint, directory,
                                            max_to_keep=3,
                                            checkpoint_name=PREFIX)

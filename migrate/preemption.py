@@ -17,12 +17,11 @@ job there was no better off.
 """
 import os
 import signal
-import tempfile
 from typing import Callable
 
 import tensorflow as tf
 
-from kit_core import process
+from kit_core import stale
 from kit_core.errors import Preempted
 
 
@@ -62,8 +61,8 @@ def watch(strategy: tf.distribute.Strategy,
   # The handler also restores, and keeps a run counter, in a checkpoint of
   # its own: an empty one in a private folder, so that the kit's checkpoints
   # stay as they are.
-  private = os.path.join(process.remove_at_exit(
-      tempfile.mkdtemp(prefix='migrate_preemption_')), 'handler')
+  private = os.path.join(stale.private_folder('migrate_preemption_'),
+                         'handler')
   return tf.distribute.experimental.PreemptionCheckpointHandler(
       getattr(strategy, 'cluster_resolver', None), tf.train.Checkpoint(),
       checkpoint_dir=private,

@@ -4,6 +4,9 @@ end a block in one line."""
 import os
 import re
 import signal
+import subprocess
+import sys
+import tempfile
 
 import pytest
 import tensorflow as tf
@@ -12,6 +15,7 @@ from kit_core import checkpoint_files
 from kit_core import exits
 from kit_core import paths
 from kit_core import room
+from kit_core import stale
 from kit_core import timing
 from kit_core.errors import Interrupted
 from kit_core.errors import KitError
@@ -162,6 +166,32 @@ def test_room_refuses_only_what_clearly_does_not_fit(tmp_path):
   assert room.available_memory() > 0
   assert [room.size_text(n) for n in (512, 2048, 3_800_000_000)] == [
       '512 bytes', '2.0 kB', '3.8 GB']
+
+
+def _dead_pid() -> int:
+  child = subprocess.Popen([sys.executable, '-c', ''])
+  child.wait()
+  return child.pid
+
+
+def test_a_private_folder_outlives_no_killed_process(tmp_path, monkeypatch):
+  """What a SIGKILLed trainer left in the temporary folder goes at the next
+  start; a live process's folder, a file, another prefix stay."""
+  monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
+  dead, alive = _dead_pid(), os.getppid()
+  (tmp_path / f'kit_x_{dead}_abcd1234' / 'handler').mkdir(parents=True)
+  (tmp_path / f'kit_x_{alive}_abcd1234').mkdir()
+  (tmp_path / f'kit_x_{dead}_file0000').write_text('a file')
+  (tmp_path / f'kit_y_{dead}_abcd1234').mkdir()
+  (tmp_path / f'kit_x_{dead}_toolongname').mkdir()
+  mine = stale.private_folder('kit_x_')
+  assert os.path.basename(mine).startswith(f'kit_x_{os.getpid()}_')
+  assert sorted(os.listdir(tmp_path)) == sorted([
+      os.path.basename(mine), f'kit_x_{alive}_abcd1234',
+      f'kit_x_{dead}_file0000', f'kit_y_{dead}_abcd1234',
+      f'kit_x_{dead}_toolongname'])
+  # This process's own folder is left to its exit, even by a second call.
+  assert os.path.isdir(mine) and os.path.isdir(stale.private_folder('kit_x_'))
 
 
 def test_timing_counts_each_second_once_for_the_innermost_phase():
