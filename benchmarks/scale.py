@@ -13,7 +13,7 @@ process, a line as each ends and the tables at the end:
   the checkpoint holds the weights, Adam's two slots and the step, 12 bytes
   a parameter), then runs `migration-convert-checkpoint --verify` on it into
   the Keras port: wall time, peak resident memory (the process's own, from
-  wait4) and that over the checkpoint's size;
+  wait4, _LAUNCHER) and that over the checkpoint's size;
 - the comparison, at each of --compare_steps on one replica:
   `migration-compare` live, then with `--record_bundle`, and the bundle
   replayed (`--bundle`) by --newest_python's TensorFlow: wall time, peak
@@ -25,8 +25,9 @@ A size is the encoder's hidden width, layers, heads, sequence length and
 vocabulary; `base` is BERT-base's.
 
 --scan_tree times `migration-scan` (text and SARIF) and `tf_upgrade_v2`
-(the estimator profile has it beside its Python) on the same tree, each in
-its own process: files per second and peak resident memory. The tree is
+(its engine, as `--intree` runs it, but on past a file it cannot rewrite:
+benchmarks/upgrade_tree.py; TF 2.15 has it) on the same tree, each in its
+own process: files per second and peak resident memory. The tree is
 the user's (benchmarks/README.md says which public trees, at which commits,
 and how they were fetched); nothing of it is committed.
 
@@ -38,6 +39,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -117,6 +119,26 @@ class CompareRow:
   phases: dict
 
 
+# A child's peak resident memory as wait4 gives it is at least its parent's
+# when it forked (Linux carries the forked copy's high-water mark across
+# exec): started from this process, hundreds of MB once TensorFlow is
+# loaded, every command would weigh that much. So each command is started by
+# this small Python, which writes the command's own peak (kB) to the pipe
+# it is given and exits with the command's exit code.
+_LAUNCHER = """import os, signal, sys
+pid = os.fork()
+if pid == 0:
+  try:
+    os.execvp(sys.argv[2], sys.argv[2:])
+  finally:
+    os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+os.write(int(sys.argv[1]), str(usage.ru_maxrss).encode())
+code = os.waitstatus_to_exitcode(status)
+sys.exit(128 - code if code < 0 else code)
+"""
+
+
 def _run(args: list[str], env: dict, allowed: tuple = (0,),
          python: bool | str = True) -> tuple[float, int, str]:
   """(seconds, peak resident bytes, output) of one command: this Python's
@@ -125,24 +147,29 @@ def _run(args: list[str], env: dict, allowed: tuple = (0,),
   start = time.monotonic()
   executable = python if isinstance(python, str) else sys.executable
   command = [executable, *args] if python else args
-  process = subprocess.Popen(command, cwd=REPO, env=env,
-                             stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+  read, write = os.pipe()
+  # A session of its own: on a signal, the launcher and the command go.
+  process = subprocess.Popen(
+      [sys.executable, '-S', '-c', _LAUNCHER, str(write), *command],
+      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+      text=True, pass_fds=(write,), start_new_session=True)
+  os.close(write)
   lines = []
   try:
     for line in process.stdout:  # Read as it comes: no pipe fills up.
       lines.append(line)
-    _, status, usage = os.wait4(process.pid, 0)
-  except BaseException:  # A signal (exits.Interrupted): the child goes too.
-    process.kill()
+    process.wait()
+    with os.fdopen(read, 'rb') as peak:
+      peak_kb = int(peak.read() or 0)
+  except BaseException:  # A signal (exits.Interrupted): the command goes too.
+    os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     raise
-  process.returncode = os.waitstatus_to_exitcode(status)
   seconds = time.monotonic() - start
-  if process.returncode not in allowed:
+  if process.returncode not in allowed or not peak_kb:
     sys.exit(f'{" ".join(args[:3])} failed ({process.returncode}):\n' +
              ''.join(lines[-20:]))
-  return seconds, usage.ru_maxrss * 1024, ''.join(lines)
+  return seconds, peak_kb * 1024, ''.join(lines)
 
 
 def _parameters(prefix: str) -> int:
@@ -273,33 +300,35 @@ def _scan(tree: str, work_dir: str, progress) -> str:
   """The scanner (text, SARIF) and tf_upgrade_v2 on tree: a table."""
   python = sum(name.endswith('.py') for _, _, names in os.walk(tree)
                for name in names)
-  upgrade = os.path.join(os.path.dirname(sys.executable), 'tf_upgrade_v2')
   env = {**os.environ, 'PYTHONPATH': REPO}
+  # The scanner exits 1 when it finds something: not a failure here.
   runs = [('migration-scan, text', ['-m', 'migration_tools.scanner', tree,
-                                    f'--output={work_dir}/scan.txt']),
+                                    f'--output={work_dir}/scan.txt'], (0, 1)),
           ('migration-scan, SARIF', ['-m', 'migration_tools.scanner', tree,
                                      '--format=sarif',
-                                     f'--output={work_dir}/scan.sarif']),
-          ('tf_upgrade_v2', [upgrade, '--intree', tree, '--outtree',
-                             f'{work_dir}/upgraded', '--reportfile',
-                             f'{work_dir}/upgrade.txt'])]
+                                     f'--output={work_dir}/scan.sarif'],
+           (0, 1)),
+          ('tf_upgrade_v2 (its engine on each file, as --intree)',
+           [os.path.join(REPO, 'benchmarks', 'upgrade_tree.py'), tree,
+            f'{work_dir}/upgraded'], (0,))]
   lines = [f'{python:,} Python files in {tree}; the fastest of '
            f'{FLAGS.scan_runs} runs each', '',
            '| tool | seconds | Python files / s | peak resident memory |',
            '| --- | ---: | ---: | ---: |']
-  for label, args in runs:
+  for label, args, allowed in runs:
     times, peaks = [], []
     for attempt in range(FLAGS.scan_runs):
       progress.now(f'scan: {label}, run {attempt + 1} of {FLAGS.scan_runs}')
       shutil.rmtree(f'{work_dir}/upgraded', ignore_errors=True)
-      # The scanner exits 1 when it finds something: not a failure here.
-      seconds, peak, _ = _run(args, env, allowed=(0, 1),
-                              python=args[0] != upgrade)
+      seconds, peak, output = _run(args, env, allowed=allowed)
       times.append(seconds)
       peaks.append(peak)
     seconds, peak = min(times), max(peaks)  # The fastest; the largest.
     lines.append(f'| {label} | {seconds:.1f} | {python / seconds:,.0f} | '
                  f'{room.size_text(peak)} |')
+  # upgrade_tree.py's line: the files it rewrote and stopped on.
+  lines += ['', 'tf_upgrade_v2: ' + [
+      line for line in output.splitlines() if 'Python files:' in line][-1]]
   return '\n'.join(lines)
 
 
