@@ -28,6 +28,7 @@ from absl import app
 from absl import flags
 
 from kit_core import devices
+from kit_core import process
 
 flags.DEFINE_list('sizes', ['16x2', '64x2', '128x4'],
                   'Encoder widths x depths to record.')
@@ -89,4 +90,5 @@ def main(argv) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  # Ends at once when done: no wait on tf.data's teardown (kit_core/process).
+  process.run_command(lambda: app.run(main))

@@ -25,6 +25,7 @@ import tensorflow as tf
 import trainers  # pylint: disable=g-bad-import-order
 
 from kit_core import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core import process  # pylint: disable=g-import-not-at-top,wrong-import-position
 from kit_core import profile as profile_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from kit_core.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common import prepare  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -85,4 +86,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  # Ends at once when done: no wait on tf.data's teardown (kit_core/process).
+  process.run_command(lambda: app.run(main))

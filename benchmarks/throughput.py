@@ -44,6 +44,7 @@ import timing  # pylint: disable=g-bad-import-order
 from estimator_mnist import data as estimator_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from kit_core import atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
 from kit_core import cpu  # pylint: disable=g-import-not-at-top,wrong-import-position
+from kit_core import process  # pylint: disable=g-import-not-at-top,wrong-import-position
 from kit_core.errors import KitError  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import data as migrate_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from migrate import model as model_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -213,4 +214,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  # Ends at once when done: no wait on tf.data's teardown (kit_core/process).
+  process.run_command(lambda: app.run(main))
