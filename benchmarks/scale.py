@@ -13,7 +13,7 @@ process, a line as each ends and the tables at the end:
   the checkpoint holds the weights, Adam's two slots and the step, 12 bytes
   a parameter), then runs `migration-convert-checkpoint --verify` on it into
   the Keras port: wall time, peak resident memory (the process's own, from
-  wait4, _LAUNCHER) and that over the checkpoint's size;
+  wait4 in _LAUNCHER) and that over the checkpoint's size;
 - the comparison, at each of --compare_steps on one replica:
   `migration-compare` live, then with `--record_bundle`, and the bundle
   replayed (`--bundle`) by --newest_python's TensorFlow: wall time, peak
@@ -130,7 +130,8 @@ pid = os.fork()
 if pid == 0:
   try:
     os.execvp(sys.argv[2], sys.argv[2:])
-  finally:
+  except OSError as e:
+    print(f'cannot run {sys.argv[2]}: {e.strerror}', file=sys.stderr)
     os._exit(127)
 _, status, usage = os.wait4(pid, 0)
 os.write(int(sys.argv[1]), str(usage.ru_maxrss).encode())

@@ -1,7 +1,7 @@
 """What a run leaves unfinished, removed by what the kit made, never by the
 shape of a name alone.
 
-Two cases:
+Three cases:
 - This run's own unfinished writes. TensorFlow writes a checkpoint into
   ``<prefix>-N_temp/`` and renames the shards into place; a save the disk
   refuses leaves that folder. A command ``watch``es the folder it saves into
