@@ -37,7 +37,7 @@ MANIFEST = '__manifest__'
 
 class Writer:
   """The arrays of a recording being written: encode's dict, each array
-  compressed into the archive the first time its key is set, none held.
+  written into the archive the first time its key is set, none held.
   Made by ``writing``."""
 
   def __init__(self, archive: zipfile.ZipFile):
@@ -93,7 +93,7 @@ def deflates(array: np.ndarray) -> bool:
 
 @contextlib.contextmanager
 def writing(path: str) -> Iterator[Writer]:
-  """A Writer into path (.npz, compressed) under a temporary name, renamed
+  """A Writer into path (.npz; see deflates) under a temporary name, renamed
   into place when the block ends with the Writer finished; a block that
   raises, or ends unfinished, leaves nothing."""
   paths.check_folder_exists(path, path)
