@@ -141,13 +141,12 @@ sys.exit(128 - code if code < 0 else code)
 
 
 def _run(args: list[str], env: dict, allowed: tuple = (0,),
-         python: bool | str = True) -> tuple[float, int, str]:
-  """(seconds, peak resident bytes, output) of one command: this Python's
-  (or the Python python names) with args, or (python=False) args itself;
-  exits on an exit code not allowed, with its last lines."""
+         python: str = sys.executable) -> tuple[float, int, str]:
+  """(seconds, peak resident bytes, output) of python (this Python unless
+  given) with args; exits on an exit code not allowed, with its last
+  lines."""
   start = time.monotonic()
-  executable = python if isinstance(python, str) else sys.executable
-  command = [executable, *args] if python else args
+  command = [python, *args]
   read, write = os.pipe()
   # A session of its own: on a signal, the launcher and the command go.
   process = subprocess.Popen(
@@ -232,8 +231,8 @@ def _compare(size: str, steps: int, legacy_seconds: float, work_dir: str,
           '--legacy_serving_input_fn=scaled_bert:serving_input_receiver_fn',
           f'--params={_params(size, work_dir)}', f'--steps={steps}',
           f'--batch_size={FLAGS.batch_size}']
-  runs = [('live', live, True), ('record', [*live, f'--record_bundle={bundle}'],
-                                 True)]
+  runs = [('live', live, sys.executable),
+          ('record', [*live, f'--record_bundle={bundle}'], sys.executable)]
   if FLAGS.newest_python:
     runs.append(('replay', ['-m', 'migration_tools.compare',
                             f'--bundle={bundle}'], FLAGS.newest_python))

@@ -16,9 +16,11 @@ import tempfile
 from typing import Iterator
 
 PREFIX = '.tmp-'
-# mkstemp's and mkdtemp's random part is 8 characters of [a-z0-9_]; a file
-# keeps its destination's suffix (savefig and the TFRecord writer read it).
-TEMP_NAME = re.compile(r'\.tmp-[a-z0-9_]{8}(\.[A-Za-z0-9]+)?')
+# mkstemp's and mkdtemp's random part.
+MKDTEMP_TAIL = r'[a-z0-9_]{8}'
+# A file keeps its destination's suffix (savefig and the TFRecord writer
+# read it).
+TEMP_NAME = re.compile(r'\.tmp-' + MKDTEMP_TAIL + r'(\.[A-Za-z0-9]+)?')
 
 
 @contextlib.contextmanager

@@ -28,6 +28,7 @@ import tempfile
 
 from absl import logging
 
+from kit_core import atomic
 from kit_core import process
 
 
@@ -170,9 +171,6 @@ def remove_this_runs() -> list[str]:
   return removed
 
 
-# mkdtemp's random part: 8 characters of [a-z0-9_].
-_MKDTEMP_TAIL = r'[a-z0-9_]{8}'
-
 
 def private_folder(prefix: str) -> str:
   """A new folder in the system's temporary folder for this process alone,
@@ -187,7 +185,7 @@ def private_folder(prefix: str) -> str:
 
 
 def _remove_orphans(parent: str, prefix: str) -> list[str]:
-  pattern = re.compile(re.escape(prefix) + r'(\d+)_' + _MKDTEMP_TAIL)
+  pattern = re.compile(re.escape(prefix) + r'(\d+)_' + atomic.MKDTEMP_TAIL)
   try:
     names = sorted(os.listdir(parent))
   except OSError:
