@@ -29,6 +29,12 @@ def is_keras3() -> bool:
   return keras_major() >= 3
 
 
+def compute_dtype(model) -> str:
+  """The dtype a Keras model computes in ('float32', 'bfloat16' under
+  mixed_bfloat16), on Keras 2 and 3."""
+  return str(getattr(model, 'compute_dtype', None) or 'float32')
+
+
 def variable_path(variable) -> str:
   """'conv1/kernel' on both Keras versions.
 

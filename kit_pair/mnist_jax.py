@@ -31,10 +31,7 @@ class KerasJaxModel:
     import keras  # pylint: disable=g-import-not-at-top
     from migrate_jax import model as model_lib  # pylint: disable=g-import-not-at-top
     self._jax, self._keras, self._model_lib = jax, keras, model_lib
-    devices = jax.devices()
-    if len(devices) < replicas:
-      raise ValueError(f'{replicas} replicas need {replicas} JAX devices; '
-                       f'there are {len(devices)}')
+    devices = array_port.replica_devices(replicas)
     self.replicas = replicas
     mesh = keras.distribution.DeviceMesh((replicas,), ['batch'],
                                          devices[:replicas])

@@ -5,7 +5,10 @@ program (``jax.export``): the predict function lowered to StableHLO with the
 trained weights inside, serialized, and called back without the model's
 code or Keras. Its signature is estimator_mnist's: raw uint8 pixels
 ``image [batch, 28, 28, 1]`` in, ``class_ids`` and ``probabilities`` out,
-for any batch size (a symbolic dimension), on CPU and TPU alike.
+for any batch size (a symbolic dimension). It is lowered for the platform it
+was exported on and for every other JAX lowers for (``PLATFORMS``), so the
+same file is served on a CPU, a GPU (CUDA or ROCm) and a TPU; the loaded
+program runs on the default device of the process that calls it.
 """
 import json
 import os
@@ -22,7 +25,15 @@ from migrate_jax import model as model_lib
 
 PROGRAM = 'serving.jaxexport'
 SIGNATURE = 'signature.json'
-PLATFORMS = ('cpu', 'tpu')
+# Every platform jax.export lowers for; lowering for one needs none of its
+# hardware.
+PLATFORMS = ('cpu', 'cuda', 'rocm', 'tpu')
+
+
+def platforms() -> tuple[str, ...]:
+  """The platform this process runs on first, then the others."""
+  here = jax_export.default_export_platform()
+  return (here, *(p for p in PLATFORMS if p != here))
 
 
 def serving_program(model) -> jax_export.Exported:
@@ -36,7 +47,7 @@ def serving_program(model) -> jax_export.Exported:
 
   batch = jax_export.symbolic_shape('batch')[0]
   spec = jax.ShapeDtypeStruct((batch, *model_lib.IMAGE_SHAPE), jnp.uint8)
-  return jax_export.export(jax.jit(serve), platforms=PLATFORMS)(spec)
+  return jax_export.export(jax.jit(serve), platforms=platforms())(spec)
 
 
 def export(model, model_dir: str) -> str:
@@ -63,7 +74,7 @@ def export(model, model_dir: str) -> str:
       json.dump({'inputs': {'image': ['batch', *model_lib.IMAGE_SHAPE,
                                       'uint8']},
                  'outputs': ['class_ids', 'probabilities'],
-                 'platforms': list(PLATFORMS)}, f, indent=1)
+                 'platforms': list(program.platforms)}, f, indent=1)
   return final
 
 

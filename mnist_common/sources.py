@@ -126,14 +126,18 @@ DIGITS_TEST_SIZE = 497  # 1797 = 1300 train + 497 test, a 72/28 split.
 
 
 def load_digits() -> Splits:
-  """scikit-learn's 1,797 real handwritten digits, resized to MNIST's 28x28."""
+  """scikit-learn's 1,797 real handwritten digits, resized to MNIST's 28x28.
+
+  Made without TensorFlow, byte for byte what ``tf.image.resize(...,
+  method='bicubic')`` made of them (resize_bicubic), so that every profile,
+  the jax one included, prepares the same files.
+  """
   import sklearn.datasets  # Heavy, and only this path needs it.
-  import tensorflow as tf
 
   digits = sklearn.datasets.load_digits()
-  small = digits.images.astype(np.float32)[..., None] * (255.0 / 16.0)
-  big = tf.image.resize(small, [DIGITS_BOX, DIGITS_BOX], method='bicubic')
-  big = np.clip(np.rint(big.numpy()[..., 0]), 0, 255).astype(np.uint8)
+  small = digits.images.astype(np.float32) * np.float32(255.0 / 16.0)
+  big = resize_bicubic(small, DIGITS_BOX, DIGITS_BOX)
+  big = np.clip(np.rint(big), 0, 255).astype(np.uint8)
   pad = (IMAGE_SIZE - DIGITS_BOX) // 2
   images = np.pad(big, ((0, 0), (pad, pad), (pad, pad)))
   labels = digits.target.astype(np.int64)
@@ -145,6 +149,73 @@ def load_digits() -> Splits:
   return _checked({'train': (images[:n_train], labels[:n_train]),
                    'test': (images[n_train:], labels[n_train:])},
                   'scikit-learn digits')
+
+
+# TensorFlow's bicubic resize (tensorflow/core/kernels/image/
+# resize_bicubic_op.cc, half-pixel centres, as tf.image.resize calls it),
+# step for step in float32: the kernel's weights come from a table of 1,024
+# steps of Keys' cubic (a = -0.5), weights outside the image are zeroed and
+# the rest renormalised, and each output sums four products in order, along
+# the rows first, then along the columns.
+_TABLE_STEPS = 1024
+_KEYS_A = -0.5
+
+
+def _cubic_table() -> tuple[np.ndarray, np.ndarray]:
+  """The kernel at distances t (near) and t + 1 (far), t = i / 1024: computed
+  in double from a float t, as the kernel's table is, then rounded."""
+  a = _KEYS_A
+  t = (np.arange(_TABLE_STEPS + 1) / _TABLE_STEPS).astype(np.float32)
+  x = t.astype(np.float64)
+  near = ((a + 2) * x - (a + 3)) * x * x + 1
+  x = (t + np.float32(1.0)).astype(np.float64)
+  far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+  return near.astype(np.float32), far.astype(np.float32)
+
+
+def _bicubic_taps(in_size: int, out_size: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+  """For each output position, the four input indices [out, 4] and their
+  float32 weights [out, 4]."""
+  near, far = _cubic_table()
+  f32 = np.float32
+  scale = f32(in_size) / f32(out_size)
+  where = (np.arange(out_size, dtype=f32) + f32(0.5)) * scale - f32(0.5)
+  base = np.floor(where).astype(np.int64)
+  offset = np.rint((where - base.astype(f32)) * f32(_TABLE_STEPS)).astype(
+      np.int64)  # lrintf: to nearest, ties to even, as np.rint.
+  wanted = base[:, None] + np.arange(-1, 3)
+  weights = np.stack([far[offset], near[offset],
+                      near[_TABLE_STEPS - offset],
+                      far[_TABLE_STEPS - offset]], axis=1)
+  inside = (wanted >= 0) & (wanted < in_size)
+  weights = np.where(inside, weights, f32(0.0))
+  total = ((weights[:, 0] + weights[:, 1]) + weights[:, 2]) + weights[:, 3]
+  weights = weights * (f32(1.0) / total)[:, None]
+  return np.clip(wanted, 0, in_size - 1), weights
+
+
+def _taps_sum(values: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
+  """v0 * w0 + v1 * w1 + v2 * w2 + v3 * w3, each step rounded to float32."""
+  total = values[0] * weights[0]
+  for value, weight in zip(values[1:], weights[1:]):
+    total = total + value * weight
+  return total
+
+
+def resize_bicubic(images: np.ndarray, height: int, width: int
+                   ) -> np.ndarray:
+  """float32 images [n, h, w] resized to [n, height, width] as
+  ``tf.image.resize(images[..., None], [height, width], 'bicubic')`` does
+  on a CPU, bit for bit."""
+  images = np.asarray(images, np.float32)
+  rows, row_weights = _bicubic_taps(images.shape[1], height)
+  cols, col_weights = _bicubic_taps(images.shape[2], width)
+  # Along the rows: [n, height, w]; each output row from four input rows.
+  by_rows = _taps_sum([images[:, rows[:, k], :] for k in range(4)],
+                      [row_weights[:, k][None, :, None] for k in range(4)])
+  return _taps_sum([by_rows[:, :, cols[:, k]] for k in range(4)],
+                   [col_weights[:, k][None, None, :] for k in range(4)])
 
 
 def load_fake(num_train: int = 2048, num_test: int = 512,

@@ -62,6 +62,7 @@ from migration_tools.compare import speed as speed_lib
 from migration_tools.pair import array_port
 from migration_tools.pair import flags as pair_lib
 from migration_tools.pair import legacy
+from migration_tools.pair import runs_on
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 
@@ -189,13 +190,14 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
       if serving and tool_flags.legacy_serving_inputs else None)
   port = pair_lib.load_port(tool_flags)
   cli.set_legacy_flags(tool_flags.legacy_flags)
+  about = {}
   if not tool_flags.record_bundle:
     return harness.compare(pair, port, workdir,
                            harness.cpu_strategies(counts), options,
                            tpu_ready=tool_flags.tpu_ready,
                            speed=_speed(tool_flags),
-                           progress=_progress(tool_flags)), {
-                               **dataclasses.asdict(options)}
+                           progress=_progress(tool_flags), about=about), {
+                               **dataclasses.asdict(options), **about}
   # Before any work: room for the bundle, by the model's shapes.
   expected = golden.estimate(
       legacy.model_bytes(pair.model_fn, pair.input_fn, options.params),
@@ -208,10 +210,10 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
   with golden.recording(tool_flags.record_bundle) as tape:
     results, bundle = harness.record_bundle(
         pair, port, workdir, counts, options, tape, tool_flags.tpu_ready,
-        _speed(tool_flags), _progress(tool_flags))
+        _speed(tool_flags), _progress(tool_flags), about)
     tape.finish(bundle)
   print(f'Bundle: {tool_flags.record_bundle}')
-  return results, dataclasses.asdict(options)
+  return results, {**dataclasses.asdict(options), **about}
 
 
 def _replayed(tool_flags: flags.FlagValues, workdir: str
@@ -229,12 +231,13 @@ def _replayed(tool_flags: flags.FlagValues, workdir: str
   port = pair_lib.load_port(tool_flags)
   framework = _framework(port)
   print(f'Port: {pair_lib.port_spec(tool_flags)}, on {framework}')
+  about = {}
   results = harness.check_bundle(bundle, port, workdir, tool_flags.tpu_ready,
                                  _speed(tool_flags), _progress(tool_flags),
-                                 counts)
+                                 counts, about)
   return results, {**bundle.options, 'bundle': tool_flags.bundle,
                    'recorded_with': bundle.versions,
-                   'port_framework': framework}
+                   'port_framework': framework, **about}
 
 
 def _recorded_counts(tool_flags: flags.FlagValues,
@@ -303,6 +306,9 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
       results, figures = (_replayed if tool_flags.bundle else _live)(
           tool_flags, workdir)
   if tool_flags.quiet:
+    ran_on = figures.get('port_ran_on', {})
+    if 'platform' in ran_on:
+      print(runs_on.line(ran_on))
     for result in results:
       print(result.summary())
   figures['time'] = timing.LEDGER.totals()

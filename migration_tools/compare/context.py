@@ -106,6 +106,8 @@ class Run:
   parting: str = ''
   # speed.Options when --speed times the steps, else None.
   speed: Any = None
+  # The replica counts the port runs on, in order.
+  placement_counts: list = dataclasses.field(default_factory=list)
   memo: _Memo = dataclasses.field(default_factory=_Memo)
 
   def legacy(self, purpose: str, shards: int = 1):

@@ -25,6 +25,7 @@ import numpy as np
 from kit_core import atomic
 from kit_core import progress as progress_lib
 from kit_core.errors import Interrupted
+from kit_core.errors import KitError
 from kit_core.errors import one_line
 from kit_core.lazy import tensorflow as tf
 from migration_tools.compare import checks
@@ -41,6 +42,7 @@ from migration_tools.pair import array_port
 from migration_tools.pair import legacy as legacy_lib
 from migration_tools.pair import port as port_lib
 from migration_tools.pair import recorded
+from migration_tools.pair import runs_on
 from migration_tools.pair import side
 
 __all__ = ['Options', 'LegacyPair', 'compare', 'check_bundle',
@@ -101,11 +103,15 @@ class Recorder:
     self.planned = [n for n in self.planned if n != name]
 
   def error(self, names: list[str], message: str) -> None:
-    """Records every one of names not yet run as an ERROR with message."""
+    """Records every one of names not yet run as an ERROR with message,
+    in one line for them all."""
+    names = [name for name in names if name not in self._results]
     for name in names:
-      if name not in self._results:
-        self._results[name] = CheckResult(name, checks.ERROR, message)
-        self.progress.line(self._results[name].summary())
+      self._results[name] = CheckResult(name, checks.ERROR, message)
+    if len(names) == 1:
+      self.progress.line(self._results[names[0]].summary())
+    elif names:
+      self.progress.line(f'ERROR {", ".join(names)}: {message}')
 
   def results(self) -> list[CheckResult]:
     """Every planned check's result; the first call also prints a line for
@@ -183,7 +189,8 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
             tape: recorded.Keeper | None = None,
             tpu_ready: bool = True,
             speed: speed_lib.Options | None = None,
-            progress: progress_lib.Progress | None = None
+            progress: progress_lib.Progress | None = None,
+            about: dict | None = None
             ) -> list[CheckResult]:
   """Runs every check, the legacy side live, and returns every planned one,
   in order.
@@ -203,6 +210,7 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
       strategy (compare/speed); None: not timed.
     progress: where a line goes as each check ends, and while one runs at
       least every 30 s; None: silent.
+    about: if given, gets 'port_ran_on': where the port ran (runs_on).
 
   Returns:
     A CheckResult per check of planned_checks(); a check that raised is an
@@ -212,7 +220,7 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
     KitError: the legacy input_fn fails before any check can run.
   """
   return run_checks(LiveSource(pair, options, tape), port, workdir,
-                    strategies, options, tpu_ready, speed, progress)
+                    strategies, options, tpu_ready, speed, progress, about)
 
 
 def check_bundle(bundle: golden.Bundle,
@@ -220,14 +228,21 @@ def check_bundle(bundle: golden.Bundle,
                  tpu_ready: bool = True,
                  speed: speed_lib.Options | None = None,
                  progress: progress_lib.Progress | None = None,
-                 replica_counts: list[int] | None = None
+                 replica_counts: list[int] | None = None,
+                 about: dict | None = None
                  ) -> list[CheckResult]:
   """compare(), the legacy side answered from a golden bundle: the same
   checks on the replica counts it recorded (or those of them given), with
-  its options."""
-  return run_checks(ReplaySource(bundle), port, workdir,
-                    placements(port, replica_counts or bundle.replica_counts),
-                    Options(**bundle.options), tpu_ready, speed, progress)
+  its options. about, if given, gets 'port_ran_on' (runs_on) and
+  'replicas_skipped' {label: why}: the counts no device here can hold."""
+  skipped = {}
+  strategies = placements(port, replica_counts or bundle.replica_counts,
+                          progress, skipped)
+  if about is not None:
+    about['replicas_skipped'] = skipped
+  return run_checks(ReplaySource(bundle), port, workdir, strategies,
+                    Options(**bundle.options), tpu_ready, speed, progress,
+                    about)
 
 
 def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
@@ -235,15 +250,16 @@ def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
                   tape: recorded.Keeper,
                   tpu_ready: bool = True,
                   speed: speed_lib.Options | None = None,
-                  progress: progress_lib.Progress | None = None
+                  progress: progress_lib.Progress | None = None,
+                  about: dict | None = None
                   ) -> tuple[list[CheckResult], golden.Bundle]:
   """compare() on these replica counts, the legacy side's answers kept on
   tape (a golden.Recording writes them as they come); returns the results
   and the bundle, whose tape is tape (Recording.finish completes the file
-  with it)."""
+  with it). about: as compare()'s."""
   source = LiveSource(pair, options, tape)
   results = run_checks(source, port, workdir, cpu_strategies(replica_counts),
-                       options, tpu_ready, speed, progress)
+                       options, tpu_ready, speed, progress, about)
   bundle = golden.Bundle(
       dataclasses.asdict(options), list(replica_counts),
       pair.serving_input_fn is not None and port.export is not None,
@@ -257,11 +273,13 @@ def run_checks(source: side.LegacySource,
                workdir: str, strategies: dict[str, Any],
                options: Options, tpu_ready: bool = True,
                speed: speed_lib.Options | None = None,
-               progress: progress_lib.Progress | None = None
+               progress: progress_lib.Progress | None = None,
+               about: dict | None = None
                ) -> list[CheckResult]:
   """compare() on a legacy source, live or replayed: the registered checks
   of the plan, in order (registry.plan). strategies: {label: placement},
-  placements() gives them."""
+  placements() gives them. about, if given, gets 'port_ran_on': where the
+  port ran (runs_on), once its first run is built."""
   serving = source.serving and port.export is not None
   plan = registry.Plan(tuple(strategies), serving, tpu_ready,
                        speed is not None)
@@ -269,14 +287,16 @@ def run_checks(source: side.LegacySource,
   rec = Recorder([name for _, _, name in steps], progress)
   data = source.data()
   run = Run(source, port, data, legacy_lib.cycled(data, options.steps),
-            options, workdir, rec.progress, speed=speed)
+            options, workdir, rec.progress, speed=speed,
+            placement_counts=[Replicas(label, p).count
+                              for label, p in strategies.items()])
   with rec.progress.heartbeat():
     with _deterministic(run, options.seed):
       for index, (label, strategy) in enumerate(strategies.items()):
         mine = [(c, n) for c, l, n in steps
                 if l == label and c.scope in (registry.ONCE, registry.EACH)]
         if not _run_replicas(rec, run, Replicas(label, strategy), mine,
-                             first=index == 0):
+                             first=index == 0, about=about):
           return rec.results()
     # Last, with dropout on, as the step runs on a TPU.
     for check, label, name in steps:
@@ -302,10 +322,10 @@ def _deterministic(run: Run, seed: int):
 
 
 def _run_replicas(rec: Recorder, run: Run, replicas: Replicas,
-                  mine: list, first: bool) -> bool:
+                  mine: list, first: bool, about: dict | None = None) -> bool:
   """One replica count's checks on its legacy run and port; False if the
   comparison cannot go on (a gate failed, or the first run cannot be
-  built)."""
+  built). The first says where the port runs, in a line and in about."""
   rec.progress.now(f'building the {replicas.label} run')
   try:
     replicas.legacy = run.legacy(replicas.label, replicas.count)
@@ -319,6 +339,8 @@ def _run_replicas(rec: Recorder, run: Run, replicas: Replicas,
     if first:
       rec.stopped = 'the single-replica run could not be built'
     return not first
+  if first:
+    _say_where(rec, run, replicas, about)
   try:
     for check, name in mine:
       if check.applies is not None and not check.applies(run, replicas):
@@ -335,13 +357,69 @@ def _run_replicas(rec: Recorder, run: Run, replicas: Replicas,
     replicas.release(described=False)
 
 
+def _say_where(rec: Recorder, run: Run, replicas: Replicas,
+               about: dict | None) -> None:
+  """The line and the report's 'port_ran_on': the platform, devices,
+  versions and precision of the port's first run. Reading it never fails
+  the comparison: what cannot be read is said."""
+  try:
+    ran_on = port_ran_on(run, replicas)
+  except Interrupted:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    ran_on = {'error': one_line(e)}
+    rec.progress.line(f'Ran on: not known ({one_line(e)})')
+  else:
+    rec.progress.line(runs_on.line(ran_on))
+  if about is not None:
+    about['port_ran_on'] = ran_on
+
+
+def port_ran_on(run: Run, replicas: Replicas) -> dict:
+  """runs_on's description of the port's first run (replicas)."""
+  if run.on_arrays:
+    programs = None
+    if run.port.programs is not None:
+      features, labels = run.batches[0]
+      programs = run.port.programs(replicas.port.model, features, labels)
+    return runs_on.describe_jax(
+        runs_on.jax_placements(run.placement_counts), programs)
+  from kit_core import keras_compat  # pylint: disable=g-import-not-at-top
+  return runs_on.describe_tensorflow(
+      replicas.placement.extended.worker_devices,
+      keras_compat.compute_dtype(replicas.port.model))
+
+
 def placements(port: port_lib.Port | array_port.ArrayPort,
-               replica_counts: list[int]) -> dict[str, Any]:
+               replica_counts: list[int],
+               progress: progress_lib.Progress | None = None,
+               skipped: dict | None = None) -> dict[str, Any]:
   """{label: placement} for each replica count: a Keras port's strategies
-  (cpu_strategies), an ArrayPort's counts (it places itself)."""
-  if isinstance(port, array_port.ArrayPort):
-    return {_label(count): count for count in replica_counts}
-  return cpu_strategies(replica_counts)
+  (cpu_strategies), an ArrayPort's counts (it places itself, over
+  runs_on.replica_devices: a count beyond the accelerator's devices on host
+  CPU devices, said in one line to progress; a count no device holds is
+  left out, in one line and in skipped {label: why}).
+
+  Raises:
+    KitError: no replica count can run here.
+  """
+  if not isinstance(port, array_port.ArrayPort):
+    return cpu_strategies(replica_counts)
+  progress = progress or progress_lib.Progress(None)
+  placed = {}
+  for count, placement in runs_on.jax_placements(replica_counts).items():
+    if isinstance(placement, runs_on.NoDevices):
+      progress.line(str(placement))
+      if skipped is not None:
+        skipped[_label(count)] = str(placement)
+      continue
+    if placement.note:
+      progress.line(placement.note)
+    placed[_label(count)] = count
+  if not placed:
+    raise KitError('no replica count can run here: the first needs one JAX '
+                   'device, and JAX has none')
+  return placed
 
 
 def _label(count: int) -> str:

@@ -42,9 +42,16 @@ import numpy as np
 from kit_core.errors import KitError
 from kit_core.errors import one_line
 from migration_tools.pair import optimizers
+from migration_tools.pair import runs_on
 from migration_tools.pair import variable_map
 
 GUIDE = 'docs/MIGRATION.md, "To JAX"'
+
+# The devices a JAX port's make(params, replicas, dropout) lays its batch
+# over: the accelerator's, else host CPU devices where it has fewer than
+# replicas (a bundle of 1, 2 and 4 replicas checked on one GPU). Use it in
+# place of jax.devices()[:replicas].
+replica_devices = runs_on.replica_devices
 
 
 @runtime_checkable
@@ -135,7 +142,7 @@ class ArrayPort:
   The maps are ``port.Port``'s.
   """
   make: Callable[[dict, int, bool], ArrayModel]
-  # What runs it, for the output and the report: 'JAX 0.10.2, Keras 3.15.1'.
+  # What runs it, for the output and the report: 'JAX 0.12.0.1, Keras 3.15.1'.
   framework: str = 'a port on arrays'
   export: Callable[[ArrayModel, str], str] | None = None
   serve: Callable[[str, dict], dict] | None = None

@@ -2,6 +2,7 @@
 over several devices, exact resume, SIGTERM's save, the divergence guard,
 an export that serves, bad input; and its batches directly."""
 import ast
+import json
 import os
 import re
 import signal
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, last_line, run_module
+from jax import export as jax_export
 from migrate_jax import data as data_lib
 from migrate_jax import export as export_lib
 
@@ -61,6 +63,12 @@ def test_trains_on_two_devices_and_its_export_serves(tmp_path,
   assert served['probabilities'].shape == (4, 10)
   assert served['class_ids'].tolist() == (
       served['probabilities'].argmax(axis=1).tolist())
+  # Lowered for this CPU and for every accelerator: served on a GPU or TPU.
+  with open(os.path.join(folder, export_lib.PROGRAM), 'rb') as f:
+    program = jax_export.deserialize(bytearray(f.read()))
+  assert program.platforms == ('cpu', 'cuda', 'rocm', 'tpu')
+  with open(os.path.join(folder, export_lib.SIGNATURE), encoding='utf-8') as f:
+    assert json.load(f)['platforms'] == list(program.platforms)
 
 
 @E2E

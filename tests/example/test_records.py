@@ -4,12 +4,16 @@ example reads its data; where TensorFlow is installed, each side reads what
 the other wrote."""
 import importlib.util
 import os
+import subprocess
+import sys
 
+from conftest import REPO
 import numpy as np
 import pytest
 
 from mnist_common import prepare
 from mnist_common import records
+from mnist_common import sources
 from mnist_common import tfrecords
 from mnist_common.errors import DataError
 
@@ -91,3 +95,58 @@ def test_tensorflow_reads_ours_and_we_read_tensorflows(tmp_path):
   np.testing.assert_array_equal(read_images, images)
   assert read_labels.tolist() == labels.tolist()
   assert os.path.getsize(ours) == os.path.getsize(theirs)
+
+
+def test_the_default_digits_are_prepared_with_no_tensorflow(tmp_path):
+  # tensorflow made unimportable in a fresh interpreter, as on the jax
+  # profile, even where it is installed.
+  code = ('import sys; sys.modules["tensorflow"] = None\n'
+          'from mnist_common import prepare\n'
+          f'info = prepare.prepare({str(tmp_path)!r}, "digits")\n'
+          'print(info.train_examples, info.test_examples)\n')
+  done = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                        text=True, timeout=300, check=False,
+                        env={**os.environ, 'PYTHONPATH': REPO})
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.split() == ['1300', '497']
+  images, labels = tfrecords.read_split(tfrecords.split_path(str(tmp_path),
+                                                             'test'))
+  assert images.shape == (497, 28, 28, 1) and set(labels) == set(range(10))
+
+
+def _digits_as_tensorflow_resized_them():
+  """load_digits as the kit made them with tf.image.resize, up to 0.1.0."""
+  import sklearn.datasets  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  digits = sklearn.datasets.load_digits()
+  small = digits.images.astype(np.float32)[..., None] * (255.0 / 16.0)
+  big = tf.image.resize(small, [20, 20], method='bicubic')
+  big = np.clip(np.rint(big.numpy()[..., 0]), 0, 255).astype(np.uint8)
+  images = np.pad(big, ((0, 0), (4, 4), (4, 4)))
+  order = np.random.RandomState(0).permutation(len(images))
+  return images[order], digits.target[order]
+
+
+@needs_tensorflow
+def test_the_digits_are_the_bytes_tensorflow_made():
+  images, labels = _digits_as_tensorflow_resized_them()
+  splits = sources.load_digits()
+  assert (np.concatenate([splits['train'][0], splits['test'][0]]).tobytes()
+          == images.tobytes())
+  assert (np.concatenate([splits['train'][1], splits['test'][1]]).tolist()
+          == labels.tolist())
+
+
+@needs_tensorflow
+@pytest.mark.parametrize('shape', [(8, 8, 20, 20), (5, 7, 13, 29),
+                                   (16, 16, 9, 30), (1, 4, 3, 2)])
+def test_resize_bicubic_is_tensorflows_bit_for_bit(shape):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  height, width, new_height, new_width = shape
+  images = np.random.RandomState(sum(shape)).uniform(
+      -300, 300, (3, height, width)).astype(np.float32)
+  want = tf.image.resize(images[..., None], [new_height, new_width],
+                         method='bicubic').numpy()[..., 0]
+  got = sources.resize_bicubic(images, new_height, new_width)
+  assert got.dtype == np.float32
+  np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))

@@ -53,6 +53,14 @@ def test_port_matches_the_bundle_recorded_on_2_15(tmp_path):
                      else [])
   assert len(checks) == 19 and all(
       c['status'] == 'passed' for n, c in checks.items() if n not in skipped)
+  # Where the Keras port ran, from TensorFlow's own settings.
+  assert re.search(r'^Ran on: cpu \(CPU\), 2 devices; tensorflow [\d.]+, '
+                   r'keras [\d.]+; matmul float32, convolution float32 '
+                   r"\(TensorFlow's TF32 setting \(on\) and the model's "
+                   r'compute dtype \(float32\)\)$', result.stdout, re.M)
+  with open(tmp_path / 'replay.json', encoding='utf-8') as f:
+    ran_on = json.load(f)['port_ran_on']
+  assert ran_on['versions']['tensorflow'] == tf.__version__
   # The figures the closing note and docs/EQUIVALENCE.md quote.
   print(f'TF {tf.__version__} against the TF 2.15.1 bundle:',
         {n: c.get('max_abs_diff') for n, c in checks.items()})

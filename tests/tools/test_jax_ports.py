@@ -5,11 +5,14 @@ plain-JAX port with optax and a deliberate bug; of the BERT-shaped pair, a
 plain-JAX port and its six deliberate bugs, each failing as on TensorFlow."""
 import json
 import os
+import subprocess
+import sys
 
+import jax
 import pytest
 
 from bert_bugs import BERT_BUGS
-from conftest import TF215_DIR, catalogue, run_compare
+from conftest import REPO, TF215_DIR, TOOLS_PYTHONPATH, catalogue, run_compare
 
 pytestmark = [pytest.mark.e2e, pytest.mark.from_tf215]
 
@@ -31,16 +34,61 @@ def test_the_kits_jax_port_is_the_default_and_passes_every_check(tmp_path):
   result, checks = run_compare(tmp_path / 'report.json',
                                f'--bundle={_bundle()}')
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-  assert 'Port: kit_pair.mnist_jax:make_port, on JAX 0.10.2, Keras 3.' in (
-      result.stdout)
+  assert (f'Port: kit_pair.mnist_jax:make_port, on JAX {jax.__version__}, '
+          'Keras 3.') in result.stdout
+  # Where it ran, in one line and in the report: the CPU, split into the
+  # bundle's largest replica count, the precision read from the compiled step.
+  assert ('Ran on: cpu (cpu), 2 devices; jax ' f'{jax.__version__}, jaxlib '
+          ) in result.stdout
+  assert ('matmul float32, convolution float32 (the lowered HLO of the '
+          "port's programs)") in result.stdout
   assert {'inventory', 'optimizer', 'inputs', 'inference',
           'one_step (1 replica)', 'updates (2 replicas)',
           'stepwise (2 replicas)', 'evaluation', 'served_predictions',
           'tpu_ready', 'dropout (1 replica)'} <= set(checks)
   _passed_but_dropout(checks)
   report = json.loads((tmp_path / 'report.json').read_text())
-  assert report['port_framework'].startswith('JAX 0.10.2')
+  assert report['port_framework'].startswith(f'JAX {jax.__version__}')
   assert 'tensorflow' not in report  # None ran.
+  ran_on = report['port_ran_on']
+  assert (ran_on['platform'], ran_on['devices']) == ('cpu', 2)
+  assert ran_on['replicas'] == {'1 replica': 'cpu (cpu) x1',
+                                '2 replicas': 'cpu (cpu) x2'}
+  assert ran_on['versions']['jax'] == jax.__version__
+  assert ran_on['precision'] == {'matmul': 'float32',
+                                 'convolution': 'float32'}
+  assert report['replicas_skipped'] == {}
+
+
+# What a machine with one accelerator does with a bundle of 1 and 2
+# replicas: JAX's default backend made to show one device, the host CPU two.
+_ONE_DEFAULT_DEVICE = '''
+import jax
+everything = jax.devices
+jax.devices = lambda backend=None: (everything(backend) if backend else
+                                    everything()[:1])
+from migration_tools.compare import command
+command.run()
+'''
+
+
+def test_replicas_beyond_the_default_devices_run_on_host_cpus(tmp_path):
+  report = tmp_path / 'report.json'
+  result = subprocess.run(
+      [sys.executable, '-c', _ONE_DEFAULT_DEVICE, f'--bundle={_bundle()}',
+       f'--report={report}', '--notpu_ready'], cwd=REPO,
+      env={**os.environ, 'PYTHONPATH': TOOLS_PYTHONPATH,
+           'XLA_FLAGS': '--xla_force_host_platform_device_count=2'},
+      capture_output=True, text=True, timeout=900, check=False)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+  notes = [line for line in result.stdout.splitlines()
+           if 'host CPU devices' in line]
+  assert notes == ["2 replicas: JAX's cpu has 1 device: run on 2 host CPU "
+                   'devices']
+  assert 'ERROR' not in result.stdout
+  checks = {c['name']: c for c in json.loads(report.read_text())['checks']}
+  _passed_but_dropout(checks)
+  assert 'updates (2 replicas)' in checks
 
 
 def test_a_plain_jax_port_with_optax_passes(tmp_path):
@@ -48,7 +96,7 @@ def test_a_plain_jax_port_with_optax_passes(tmp_path):
                                f'--bundle={_bundle()}',
                                '--port=mnist_optax_port:make_port')
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-  assert 'on JAX 0.10.2, optax' in result.stdout
+  assert f'on JAX {jax.__version__}, optax' in result.stdout
   # It gives no export and no input pipeline of its own.
   assert checks['inputs']['status'] == 'skipped'
   assert 'served_predictions' not in checks

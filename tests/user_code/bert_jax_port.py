@@ -168,7 +168,7 @@ class BertJaxModel:
     import jax  # pylint: disable=g-import-not-at-top
     self._jax, self.config, self.params = jax, config, params
     self.replicas = replicas
-    self._mesh = jax.sharding.Mesh(np.array(jax.devices()[:replicas]),
+    self._mesh = jax.sharding.Mesh(np.array(array_port.replica_devices(replicas)),
                                    ('batch',))
     self._batch = jax.sharding.NamedSharding(
         self._mesh, jax.sharding.PartitionSpec('batch'))

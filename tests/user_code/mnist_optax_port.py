@@ -60,7 +60,7 @@ class OptaxModel:
     import jax  # pylint: disable=g-import-not-at-top
     import optax  # pylint: disable=g-import-not-at-top
     self.replicas = replicas
-    mesh = jax.sharding.Mesh(np.array(jax.devices()[:replicas]), ('batch',))
+    mesh = jax.sharding.Mesh(np.array(array_port.replica_devices(replicas)), ('batch',))
     self._batch = jax.sharding.NamedSharding(
         mesh, jax.sharding.PartitionSpec('batch'))
     self._replicated = jax.sharding.NamedSharding(
