@@ -217,8 +217,9 @@ def test_quiet_prints_the_results_at_the_end_only(tmp_path, fake_data_dir):
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
   lines = result.stdout.splitlines()
   assert not any(line.startswith('...') for line in lines), lines
-  # The results without their times, then the report.
-  assert lines[0] == 'PASS inventory' and not lines[0].endswith(' s)')
+  # Where the port ran, the results without their times, then the report.
+  assert lines[0].startswith('Ran on: cpu (CPU), 1 device; tensorflow ')
+  assert lines[1] == 'PASS inventory'
   assert lines[-1].startswith('Report: ')
 
 
