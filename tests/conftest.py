@@ -81,7 +81,7 @@ JAX_TEST_FILES = ('example/test_migrate_jax.py', 'example/test_records.py',
                   'bench/test_throughput_jax.py',
                   'tools/test_checks.py', 'tools/test_updates.py',
                   'tools/test_stored.py', 'tools/test_outputs.py',
-                  'tools/test_runs_on.py',
+                  'tools/test_runs_on.py', 'tools/test_frameworks.py',
                   'test_boundaries.py', 'test_guide.py')
 
 

@@ -69,10 +69,20 @@ from migration_tools.checkpoint import estimator
 from migration_tools.checkpoint import files
 from migration_tools.checkpoint import predictions
 from migration_tools.checkpoint import verify
-from migration_tools.pair import array_port
 from migration_tools.pair import flags as pair
+from migration_tools.pair import frameworks
 from migration_tools.pair import legacy
 # pylint: enable=g-import-not-at-top,wrong-import-position
+
+# How each framework's port is written and verified (Framework.name):
+# convert(estimator_dir, output, port, params, slots, order, averages), and
+# verify(written path, output folder, port, recorded, params, progress).
+_BY_FRAMEWORK = {
+    'keras_tf': (estimator.convert,
+                 lambda path, output, *rest: verify.verify(output, *rest)),
+    'arrays': (arrays.convert,
+               lambda path, output, *rest: arrays.verify(path, *rest)),
+}
 
 
 def define_flags(tool_flags: flags.FlagValues) -> None:
@@ -139,13 +149,13 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   # No batch here: a batch_size in --params goes to the port as it is.
   params = cli.parse_params(tool_flags.params, batch_flag=None)
   port = pair.load_port(tool_flags)
-  on_arrays = isinstance(port, array_port.ArrayPort)
-  if on_arrays and tool_flags.keras2_dir:
+  on_tensorflow = frameworks.framework_of(port).on_tensorflow
+  if not on_tensorflow and tool_flags.keras2_dir:
     raise KitError('--keras2_dir carries a port\'s TF 2.15 checkpoint to '
                    'Keras 3 on TensorFlow; --port names a port on JAX: '
                    'convert its --estimator_dir instead')
   theirs = _recorded(tool_flags)  # Refused before any work if it is wrong.
-  if on_arrays and tool_flags.verify and theirs is None:
+  if not on_tensorflow and tool_flags.verify and theirs is None:
     raise KitError('--verify of a port on JAX compares with the legacy '
                    'predictions recorded on TF 2.15: record them there '
                    '(--record_predictions=FILE), then add --predictions=FILE')
@@ -168,7 +178,7 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
     progress.now('converting: reading, pairing and writing the variables')
     path = _convert(tool_flags, port, params, fns)
   print(f'Checkpoint: {path}')
-  if (tool_flags.estimator_dir and not on_arrays and
+  if (tool_flags.estimator_dir and on_tensorflow and
       not keras_compat.is_keras3()):
     # Keras 3 tracks a model's variables otherwise: it would restore this
     # layout in part.
@@ -265,8 +275,7 @@ def _convert(tool_flags: flags.FlagValues, port, params: dict,
     # A map inferred by shape and order follows the legacy creation order,
     # which the checkpoint (sorted by name) does not keep.
     order = legacy.creation_order(*fns, params)
-  convert = (arrays.convert if isinstance(port, array_port.ArrayPort) else
-             estimator.convert)
+  convert, _ = _BY_FRAMEWORK[frameworks.framework_of(port).name]
   return convert(tool_flags.estimator_dir, tool_flags.output, port, params,
                  not tool_flags.no_slots, order,
                  tool_flags.averages_as_weights)
@@ -294,10 +303,8 @@ def _verify(tool_flags: flags.FlagValues, port, params: dict,
             tool_flags.estimator_dir, *fns, params,
             tool_flags.verify_examples, progress,
             tool_flags.averages_as_weights)
-      if isinstance(port, array_port.ArrayPort):
-        result = arrays.verify(path, port, theirs, params, progress)
-      else:
-        result = verify.verify(output, port, theirs, params, progress)
+      _, check = _BY_FRAMEWORK[frameworks.framework_of(port).name]
+      result = check(path, output, port, theirs, params, progress)
   except Interrupted:
     _remove_written(output, existed)
     raise

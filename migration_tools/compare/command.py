@@ -59,8 +59,8 @@ from migration_tools.compare import golden
 from migration_tools.compare import harness
 from migration_tools.compare import registry
 from migration_tools.compare import speed as speed_lib
-from migration_tools.pair import array_port
 from migration_tools.pair import flags as pair_lib
+from migration_tools.pair import frameworks
 from migration_tools.pair import legacy
 from migration_tools.pair import runs_on
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -260,11 +260,8 @@ def _recorded_counts(tool_flags: flags.FlagValues,
 
 
 def _framework(port) -> str:
-  """What the port runs on: an ArrayPort's own word, else TensorFlow's."""
-  if isinstance(port, array_port.ArrayPort):
-    return port.framework
-  from kit_core import keras_compat  # pylint: disable=g-import-not-at-top
-  return f'TensorFlow {tf.__version__}, Keras {keras_compat.keras_major()}'
+  """What the port runs on, as its framework says."""
+  return frameworks.framework_of(port).describe(port)
 
 
 def _check_outputs(tool_flags: flags.FlagValues) -> str:

@@ -18,6 +18,7 @@ from kit_core.errors import KitError
 from kit_core.lazy import tensorflow as tf
 from migration_tools.pair import legacy as legacy_lib
 from migration_tools.pair import array_port
+from migration_tools.pair import frameworks
 from migration_tools.pair import port as port_lib
 from migration_tools.pair import side
 
@@ -118,10 +119,9 @@ class Run:
     return legacy
 
   @property
-  def on_arrays(self) -> bool:
-    """Whether the port is an ArrayPort (JAX, ...), not a Keras port under
-    a tf.distribute strategy."""
-    return isinstance(self.port, array_port.ArrayPort)
+  def framework(self) -> frameworks.Framework:
+    """The framework the port is written in (its registered adapter)."""
+    return frameworks.framework_of(self.port)
 
   def port_runner(self, placement: tf.distribute.Strategy | int
                   ) -> side.PortSide:
@@ -132,15 +132,8 @@ class Run:
       return self._port_runner(placement)
 
   def _port_runner(self, placement) -> side.PortSide:
-    if self.on_arrays:
-      from migration_tools.pair import array_runner  # pylint: disable=g-import-not-at-top
-      runner = array_runner.ArrayRunner(self.port, placement, self.params(),
-                                        self.batches)
-    else:
-      # Imported here: its tf.function steps need TensorFlow at import.
-      from migration_tools.pair import port_runner  # pylint: disable=g-import-not-at-top
-      runner = port_runner.PortRunner(
-          self.port, placement, self.params(), self.batches)
+    runner = self.framework.runner(self.port, placement, self.params(),
+                                   self.batches)
     if self.pairs:
       runner.use_map(self.pairs)
       runner.set_state(self.start)

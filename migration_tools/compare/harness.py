@@ -25,7 +25,6 @@ import numpy as np
 from kit_core import atomic
 from kit_core import progress as progress_lib
 from kit_core.errors import Interrupted
-from kit_core.errors import KitError
 from kit_core.errors import one_line
 from kit_core.lazy import tensorflow as tf
 from migration_tools.compare import checks
@@ -41,9 +40,11 @@ from migration_tools.compare.context import Run
 from migration_tools.pair import array_port
 from migration_tools.pair import legacy as legacy_lib
 from migration_tools.pair import port as port_lib
+from migration_tools.pair import frameworks
 from migration_tools.pair import recorded
 from migration_tools.pair import runs_on
 from migration_tools.pair import side
+from migration_tools.pair.frameworks import keras_tf
 
 __all__ = ['Options', 'LegacyPair', 'compare', 'check_bundle',
            'record_bundle', 'cpu_strategies', 'placements', 'write_report']
@@ -308,16 +309,10 @@ def run_checks(source: side.LegacySource,
 
 @contextlib.contextmanager
 def _deterministic(run: Run, seed: int):
-  """Seeded, and dropout off while the graphs are built (a Keras port's:
-  port_runner.dropout_disabled; an ArrayPort is built without it)."""
+  """Seeded, and dropout off while the graphs are built, as the port's
+  framework does it."""
   np.random.seed(seed)
-  if run.on_arrays:
-    yield
-    return
-  # Imported here: its tf.function steps need TensorFlow at import.
-  from migration_tools.pair import port_runner  # pylint: disable=g-import-not-at-top
-  tf.keras.utils.set_random_seed(seed)
-  with port_runner.dropout_disabled():
+  with run.framework.seeded(seed):
     yield
 
 
@@ -376,71 +371,31 @@ def _say_where(rec: Recorder, run: Run, replicas: Replicas,
 
 
 def port_ran_on(run: Run, replicas: Replicas) -> dict:
-  """runs_on's description of the port's first run (replicas)."""
-  if run.on_arrays:
-    programs = None
-    if run.port.programs is not None:
-      features, labels = run.batches[0]
-      programs = run.port.programs(replicas.port.model, features, labels)
-    return runs_on.describe_jax(
-        runs_on.jax_placements(run.placement_counts), programs)
-  from kit_core import keras_compat  # pylint: disable=g-import-not-at-top
-  return runs_on.describe_tensorflow(
-      replicas.placement.extended.worker_devices,
-      keras_compat.compute_dtype(replicas.port.model))
+  """Where the port's first run (replicas) runs, as its framework says."""
+  return run.framework.ran_on(run.port, replicas.port, replicas.placement,
+                              run.placement_counts, run.batches)
 
 
 def placements(port: port_lib.Port | array_port.ArrayPort,
                replica_counts: list[int],
                progress: progress_lib.Progress | None = None,
                skipped: dict | None = None) -> dict[str, Any]:
-  """{label: placement} for each replica count: a Keras port's strategies
-  (cpu_strategies), an ArrayPort's counts (it places itself, over
-  runs_on.replica_devices: a count beyond the accelerator's devices on host
-  CPU devices, said in one line to progress; a count no device holds is
-  left out, in one line and in skipped {label: why}).
+  """{label: placement} for each replica count, as the port's framework
+  places it (a Keras port's strategies; an ArrayPort's counts, beyond the
+  accelerator's devices on host CPU devices, said in one line to progress);
+  a count no device here holds is left out, in one line and in skipped
+  {label: why}.
 
   Raises:
     KitError: no replica count can run here.
   """
-  if not isinstance(port, array_port.ArrayPort):
-    return cpu_strategies(replica_counts)
-  progress = progress or progress_lib.Progress(None)
-  placed = {}
-  for count, placement in runs_on.jax_placements(replica_counts).items():
-    if isinstance(placement, runs_on.NoDevices):
-      progress.line(str(placement))
-      if skipped is not None:
-        skipped[_label(count)] = str(placement)
-      continue
-    if placement.note:
-      progress.line(placement.note)
-    placed[_label(count)] = count
-  if not placed:
-    raise KitError('no replica count can run here: the first needs one JAX '
-                   'device, and JAX has none')
-  return placed
+  return frameworks.framework_of(port).placements(
+      replica_counts, progress or progress_lib.Progress(None),
+      {} if skipped is None else skipped)
 
 
-def _label(count: int) -> str:
-  return f'{count} replica' + ('s' if count > 1 else '')
-
-
-def cpu_strategies(replica_counts: list[int]
-                   ) -> dict[str, tf.distribute.Strategy]:
-  """{'1 replica': ..., '2 replicas': ...} over the logical CPU devices.
-
-  ReductionToOneDevice, not collectives: strategies of several sizes over the
-  same devices in one process would clash on collective group keys.
-  """
-  strategies = {}
-  for count in replica_counts:
-    devices = [f'/cpu:{i}' for i in range(count)]
-    strategies[_label(count)] = (tf.distribute.OneDeviceStrategy(devices[0])
-                         if count == 1 else tf.distribute.MirroredStrategy(
-                             devices, cross_device_ops=(
-                                 tf.distribute.ReductionToOneDevice())))
-  return strategies
+# The strategies of a Keras port (its framework's placements).
+cpu_strategies = keras_tf.cpu_strategies
 
 
 def write_report(results: list[CheckResult], path: str, figures: dict) -> str:

@@ -20,7 +20,6 @@ import os
 
 import numpy as np
 
-from kit_core import keras_compat
 from kit_core import timing
 from kit_core.errors import Interrupted
 from kit_core.errors import one_line
@@ -507,18 +506,9 @@ def dropout(run: Run, replicas: Replicas | None) -> CheckResult:
   """
   del replicas  # On one replica.
   name = 'dropout (1 replica)'
-  if run.on_arrays:
-    return CheckResult(
-        name, checks.SKIPPED,
-        'the port draws its dropout masks from its own framework\'s random '
-        'numbers, which cannot be aligned with TF 1\'s random ops; the steps '
-        'are compared without dropout')
-  if keras_compat.is_keras3():
-    return CheckResult(
-        name, checks.SKIPPED,
-        'Keras 3 draws dropout masks from its own seed generator, which '
-        'cannot be aligned with TF 1\'s random ops; dropout is compared on '
-        'Keras 2 (TF 2.15) only')
+  unaligned = run.framework.dropout_unaligned()
+  if unaligned:
+    return CheckResult(name, checks.SKIPPED, unaligned)
   tool = tf.compat.v1.keras.utils.DeterministicRandomTestTool()
   with tool.scope():
     legacy = run.legacy(name)
@@ -538,13 +528,16 @@ register(Check(
 def tpu_ready(run: Run, replicas: Replicas | None) -> CheckResult:
   del replicas  # The port built afresh on one CPU replica.
   with timing.spent('XLA compiles (tpu_ready)'):
-    if run.on_arrays:
-      return _tpu_ready_on_arrays(run)
-    run.progress.now('tpu_ready: compiling the step and predict with XLA')
-    return tpu_ready_lib.check(run.port, run.params(), run.batches)
+    return _TPU_READY[run.framework.name](run)
 
 
-def _tpu_ready_on_arrays(run: Run) -> CheckResult:
+def _tpu_ready_keras(run: Run) -> CheckResult:
+  """A Keras port's step and predict, compiled with XLA (tpu_ready)."""
+  run.progress.now('tpu_ready: compiling the step and predict with XLA')
+  return tpu_ready_lib.check(run.port, run.params(), run.batches)
+
+
+def _tpu_ready_arrays(run: Run) -> CheckResult:
   """An ArrayPort's programs, built afresh on one replica (tpu_ready_jax)."""
   if run.port.programs is None:
     return CheckResult(
@@ -555,6 +548,11 @@ def _tpu_ready_on_arrays(run: Run) -> CheckResult:
   model = run.port.make(run.params(), 1, False)
   features, labels = run.batches[0]
   return tpu_ready_jax.check(run.port.programs(model, features, labels))
+
+
+# What "compiles for a TPU" means, by framework (Framework.name): its own
+# reading of the port's programs.
+_TPU_READY = {'keras_tf': _tpu_ready_keras, 'arrays': _tpu_ready_arrays}
 
 
 register(Check(

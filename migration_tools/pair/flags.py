@@ -7,7 +7,7 @@ from absl import flags
 from kit_core import lazy
 from migration_tools import cli
 from migration_tools.pair import loading
-from migration_tools.pair import port as port_lib
+from migration_tools.pair import frameworks
 from migration_tools.pair import variable_map
 
 # The commands' defaults: the kit's own pair (kit_pair/mnist.py), named as
@@ -85,9 +85,9 @@ def load_port(tool_flags: flags.FlagValues):
   --variable_map's pairs if given.
 
   Raises:
-    KitError: as port.load_port and variable_map.read.
+    KitError: as frameworks.load_port and variable_map.read.
   """
-  port = port_lib.load_port(port_spec(tool_flags))
+  port = frameworks.load_port(port_spec(tool_flags))
   if tool_flags.variable_map:
     port = dataclasses.replace(
         port, variable_map=variable_map.read(tool_flags.variable_map))

@@ -68,12 +68,8 @@ from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 
 from kit_core import keras_compat
-from kit_core.errors import Interrupted
 from kit_core.errors import KitError
-from kit_core.errors import one_line
 from kit_core.lazy import tensorflow as tf
-from migration_tools.pair import array_port
-from migration_tools.pair import loading
 from migration_tools.pair import variable_map
 
 GUIDE = 'docs/MIGRATION.md, "Plug your own pair in"'
@@ -163,24 +159,6 @@ class Port:
   not_compared: dict[str, str] = dataclasses.field(default_factory=dict)
   averages: Callable[[Any], list] | None = None
   host_call: Callable[[Any], dict] | None = None
-
-
-def load_port(spec: str) -> Port | array_port.ArrayPort:
-  """Calls the function --port names and checks what it returns.
-
-  Raises:
-    KitError: it cannot be loaded, it raises, or it breaks the contract.
-  """
-  factory = loading.load_callable(spec, '--port')
-  try:
-    port = factory()
-  except Interrupted:  # A signal stops the command; never a finding.
-    raise
-  except Exception as e:  # pylint: disable=broad-except
-    raise KitError(f'--port {spec} raised {one_line(e)}') from e
-  if isinstance(port, array_port.ArrayPort):  # A port on another framework.
-    return array_port.check_array_port(port, spec)
-  return check_port(port, spec)
 
 
 def check_port(port: Any, where: str) -> Port:

@@ -12,13 +12,14 @@ from migration_tools import cli
 from migration_tools.compare import checks
 from migration_tools.compare import harness
 from migration_tools.pair import flags as pair
+from migration_tools.pair import frameworks
 from migration_tools.pair import optimizers
 from migration_tools.pair import port as port_lib
 from migration_tools.pair import variable_map
 
 
 def test_the_kit_pair_follows_the_contract():
-  port = port_lib.load_port(pair.KIT_PAIR['port'])
+  port = frameworks.load_port(pair.KIT_PAIR['port'])
   assert isinstance(port, port_lib.Port)
   assert set(port_lib.TRAINER_METHODS) <= set(dir(custom_loop.Trainer))
 
@@ -37,7 +38,7 @@ class _NoEval(custom_loop.Trainer):
 ])
 def test_load_port_names_what_is_wrong(spec, message):
   with pytest.raises(KitError) as error:
-    port_lib.load_port(spec)
+    frameworks.load_port(spec)
   assert str(error.value).startswith(message), str(error.value)
 
 

@@ -1,0 +1,14 @@
+"""The frameworks a port is written in, one registered adapter each
+(``base.Framework``): ``framework_of(port)`` answers for a port."""
+# Registered in this order: a Keras port's contract is named first.
+from migration_tools.pair.frameworks import keras_tf  # pylint: disable=unused-import
+from migration_tools.pair.frameworks import arrays  # pylint: disable=unused-import,g-bad-import-order
+from migration_tools.pair.frameworks.base import Framework
+from migration_tools.pair.frameworks.base import framework_of
+from migration_tools.pair.frameworks.base import label
+from migration_tools.pair.frameworks.base import load_port
+from migration_tools.pair.frameworks.base import register
+from migration_tools.pair.frameworks.base import registered
+
+__all__ = ['Framework', 'framework_of', 'label', 'load_port', 'register',
+           'registered']

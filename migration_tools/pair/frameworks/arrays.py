@@ -1,0 +1,72 @@
+"""A port as arrays (``array_port.ArrayPort``): built by its own ``make`` on
+a replica count, seeded by its own code, its dropout off (``make(...,
+dropout=False)``) and never aligned with TF 1's. The ports on arrays today
+are JAX's (Keras 3 on JAX, plain JAX with optax): their replica counts are
+placed over JAX's devices, host CPU devices where the accelerator has fewer
+(runs_on), and the precision is read from their programs' HLO."""
+from __future__ import annotations
+
+from typing import Any
+
+from kit_core import progress as progress_lib
+from kit_core.errors import KitError
+from migration_tools.pair import array_port
+from migration_tools.pair import runs_on
+from migration_tools.pair.frameworks import base
+
+
+class Arrays(base.Framework):
+  """A port on JAX, or any framework, handing the harness numpy arrays."""
+
+  name = 'arrays'
+  contract = 'migration_tools.pair.array_port.ArrayPort (a port on JAX)'
+
+  def accepts(self, port: Any) -> bool:
+    return isinstance(port, array_port.ArrayPort)
+
+  def check(self, port: Any, where: str) -> array_port.ArrayPort:
+    return array_port.check_array_port(port, where)
+
+  def describe(self, port: Any) -> str:
+    return port.framework
+
+  def placements(self, counts: list[int], progress: progress_lib.Progress,
+                 skipped: dict[str, str]) -> dict[str, Any]:
+    placed = {}
+    for count, placement in runs_on.jax_placements(counts).items():
+      if isinstance(placement, runs_on.NoDevices):
+        progress.line(str(placement))
+        skipped[base.label(count)] = str(placement)
+        continue
+      if placement.note:
+        progress.line(placement.note)
+      placed[base.label(count)] = count  # The port places itself.
+    if not placed:
+      raise KitError('no replica count can run here: the first needs one JAX '
+                     'device, and JAX has none')
+    return placed
+
+  def runner(self, port: Any, placement: Any, params: dict, batches: list):
+    from migration_tools.pair import array_runner  # pylint: disable=g-import-not-at-top
+    return array_runner.ArrayRunner(port, placement, params, batches)
+
+  def seeded(self, seed: int):
+    del seed  # The port's make seeds its own initialisation.
+    return base.nothing()
+
+  def dropout_unaligned(self) -> str:
+    return ('the port draws its dropout masks from its own framework\'s '
+            'random numbers, which cannot be aligned with TF 1\'s random '
+            'ops; the steps are compared without dropout')
+
+  def ran_on(self, port: Any, runner: Any, placement: Any,
+             counts: list[int], batches: list) -> dict[str, Any]:
+    del placement  # The replica counts' placements are read afresh.
+    programs = None
+    if port.programs is not None:
+      features, labels = batches[0]
+      programs = port.programs(runner.model, features, labels)
+    return runs_on.describe_jax(runs_on.jax_placements(counts), programs)
+
+
+base.register(Arrays())

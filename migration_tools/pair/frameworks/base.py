@@ -1,0 +1,139 @@
+"""The framework a port is written in, as one registered adapter.
+
+The harness and the converter ask the same questions of every port: which
+devices its replica counts run on, how its runs are built and seeded,
+whether its dropout can be aligned with TF 1's, where it ran and at what
+precision. Each framework answers them in one ``Framework`` subclass,
+registered once (``register``); ``framework_of(port)`` finds the adapter
+that accepts a port, as compare/registry.py finds the checks. The kit's own
+are ``keras_tf.py`` (a ``port.Port`` under tf.distribute) and ``arrays.py``
+(an ``array_port.ArrayPort``: JAX, Keras 3 on JAX, ...).
+"""
+from __future__ import annotations
+
+import abc
+import contextlib
+from typing import Any, Iterator
+
+from kit_core import progress as progress_lib
+from kit_core.errors import Interrupted
+from kit_core.errors import KitError
+from kit_core.errors import one_line
+from migration_tools.pair import loading
+
+
+class Framework(abc.ABC):
+  """What the kit asks of the framework a port is written in."""
+
+  # A short name for messages and the report: 'keras_tf', 'arrays'.
+  name: str = ''
+  # Whether its ports run on the TensorFlow of this process: their
+  # checkpoints are TensorFlow's, and the converter's --keras2_dir and a
+  # --verify beside the live model_fn apply to them.
+  on_tensorflow: bool = False
+  # What a port of it is, for the line that refuses another object.
+  contract: str = ''
+
+  @abc.abstractmethod
+  def accepts(self, port: Any) -> bool:
+    """Whether port is one of this framework's (its contract's type)."""
+
+  @abc.abstractmethod
+  def check(self, port: Any, where: str) -> Any:
+    """port if it follows this framework's contract.
+
+    Raises:
+      KitError: one line naming what falls short; where names the port.
+    """
+
+  @abc.abstractmethod
+  def describe(self, port: Any) -> str:
+    """What runs the port, for its line and the report: 'TensorFlow
+    2.21.0, Keras 3', 'JAX 0.12.0.1, Keras 3.15.1'."""
+
+  @abc.abstractmethod
+  def placements(self, counts: list[int], progress: progress_lib.Progress,
+                 skipped: dict[str, str]) -> dict[str, Any]:
+    """{label: placement} for each replica count it can run here, labelled
+    by ``label(count)``; a count it cannot is said in one line to progress
+    and put in skipped {label: why}."""
+
+  @abc.abstractmethod
+  def runner(self, port: Any, placement: Any, params: dict, batches: list):
+    """A fresh run of the port on placement (a side.PortSide)."""
+
+  @abc.abstractmethod
+  def seeded(self, seed: int) -> contextlib.AbstractContextManager:
+    """A scope in which runs are built seeded, and with dropout off where
+    the framework's dropout can be switched off while building."""
+
+  @abc.abstractmethod
+  def dropout_unaligned(self) -> str:
+    """Why this framework's dropout masks cannot be drawn as TF 1 drew
+    them, or '' where they can (the dropout check then runs)."""
+
+  @abc.abstractmethod
+  def ran_on(self, port: Any, runner: Any, placement: Any,
+             counts: list[int], batches: list) -> dict[str, Any]:
+    """Where the port's first run (runner, on placement) runs: the report's
+    'port_ran_on' (migration_tools/pair/runs_on.py)."""
+
+
+def label(count: int) -> str:
+  """'1 replica', '2 replicas': a replica count's label in every check."""
+  return f'{count} replica' + ('s' if count != 1 else '')
+
+
+_REGISTRY: list[Framework] = []
+
+
+def register(framework: Framework) -> Framework:
+  """Adds a framework; the first registered that accepts a port is its."""
+  if any(f.name == framework.name for f in _REGISTRY):
+    raise ValueError(f'a framework named {framework.name!r} is registered '
+                     'already')
+  _REGISTRY.append(framework)
+  return framework
+
+
+def registered() -> list[Framework]:
+  return list(_REGISTRY)
+
+
+def framework_of(port: Any, where: str = '') -> Framework:
+  """The registered framework that accepts port.
+
+  Raises:
+    KitError: none does; where names the port's --port for the message.
+  """
+  for framework in _REGISTRY:
+    if framework.accepts(port):
+      return framework
+  contracts = ' or '.join(f.contract for f in _REGISTRY)
+  raise KitError(f'--port {where or "(the port)"} returned a '
+                 f'{type(port).__name__}, not a {contracts}; return '
+                 'Port(build_model=..., ...) (see docs/MIGRATION.md, "Plug '
+                 'your own pair in")')
+
+
+def load_port(spec: str) -> Any:
+  """Calls the function --port names and checks what it returns against
+  its framework's contract.
+
+  Raises:
+    KitError: it cannot be loaded, it raises, no framework takes what it
+      returns, or that breaks the contract.
+  """
+  factory = loading.load_callable(spec, '--port')
+  try:
+    port = factory()
+  except Interrupted:  # A signal stops the command; never a finding.
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    raise KitError(f'--port {spec} raised {one_line(e)}') from e
+  return framework_of(port, spec).check(port, spec)
+
+
+@contextlib.contextmanager
+def nothing() -> Iterator[None]:
+  yield

@@ -1,0 +1,83 @@
+"""Keras on TensorFlow: a ``port.Port`` run under tf.distribute strategies
+over logical CPU devices, its dropout switched off while its graphs are
+built, and aligned with TF 1's masks on Keras 2 (TF 2.15)."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+from kit_core import keras_compat
+from kit_core import progress as progress_lib
+from kit_core.lazy import tensorflow as tf
+from migration_tools.pair import port as port_lib
+from migration_tools.pair import runs_on
+from migration_tools.pair.frameworks import base
+
+
+class KerasOnTensorFlow(base.Framework):
+  """A Keras port on TensorFlow (TF 2.15's Keras 2 or the newest's Keras 3)."""
+
+  name = 'keras_tf'
+  on_tensorflow = True
+  contract = 'migration_tools.pair.port.Port'
+
+  def accepts(self, port: Any) -> bool:
+    return isinstance(port, port_lib.Port)
+
+  def check(self, port: Any, where: str) -> port_lib.Port:
+    return port_lib.check_port(port, where)
+
+  def describe(self, port: Any) -> str:
+    del port  # Every Keras port runs on the TensorFlow of this process.
+    return f'TensorFlow {tf.__version__}, Keras {keras_compat.keras_major()}'
+
+  def placements(self, counts: list[int], progress: progress_lib.Progress,
+                 skipped: dict[str, str]) -> dict[str, Any]:
+    del progress, skipped  # Logical CPU devices hold any count.
+    return cpu_strategies(counts)
+
+  def runner(self, port: Any, placement: Any, params: dict, batches: list):
+    # Imported here: its tf.function steps need TensorFlow at import.
+    from migration_tools.pair import port_runner  # pylint: disable=g-import-not-at-top
+    return port_runner.PortRunner(port, placement, params, batches)
+
+  @contextlib.contextmanager
+  def seeded(self, seed: int) -> Iterator[None]:
+    from migration_tools.pair import port_runner  # pylint: disable=g-import-not-at-top
+    tf.keras.utils.set_random_seed(seed)
+    with port_runner.dropout_disabled():
+      yield
+
+  def dropout_unaligned(self) -> str:
+    if keras_compat.is_keras3():
+      return ('Keras 3 draws dropout masks from its own seed generator, '
+              'which cannot be aligned with TF 1\'s random ops; dropout is '
+              'compared on Keras 2 (TF 2.15) only')
+    return ''
+
+  def ran_on(self, port: Any, runner: Any, placement: Any,
+             counts: list[int], batches: list) -> dict[str, Any]:
+    del port, counts, batches  # Read from the strategy and the model.
+    return runs_on.describe_tensorflow(
+        placement.extended.worker_devices,
+        keras_compat.compute_dtype(runner.model))
+
+
+def cpu_strategies(replica_counts: list[int]
+                   ) -> dict[str, tf.distribute.Strategy]:
+  """{'1 replica': ..., '2 replicas': ...} over the logical CPU devices.
+
+  ReductionToOneDevice, not collectives: strategies of several sizes over the
+  same devices in one process would clash on collective group keys.
+  """
+  strategies = {}
+  for count in replica_counts:
+    devices = [f'/cpu:{i}' for i in range(count)]
+    strategies[base.label(count)] = (
+        tf.distribute.OneDeviceStrategy(devices[0]) if count == 1 else
+        tf.distribute.MirroredStrategy(
+            devices, cross_device_ops=tf.distribute.ReductionToOneDevice()))
+  return strategies
+
+
+base.register(KerasOnTensorFlow())

@@ -1,0 +1,99 @@
+"""The frameworks a port is written in, as registered adapters
+(migration_tools/pair/frameworks/): which one a port is, what one that
+accepts nothing says, and that the tools ask a port's framework, not its
+type. Needs no framework: on every profile."""
+import ast
+import os
+
+import pytest
+
+from conftest import REPO
+from kit_core.errors import KitError
+from migration_tools.pair import array_port
+from migration_tools.pair import frameworks
+from migration_tools.pair import port as port_lib
+from migration_tools.pair.frameworks import base
+from toy_array_model import Linear
+
+
+def _keras_port():
+  return port_lib.Port(build_model=lambda params: None,
+                       make_optimizer=lambda params: None, trainer_class=object)
+
+
+def test_each_port_is_its_frameworks():
+  assert frameworks.framework_of(_keras_port()).name == 'keras_tf'
+  assert frameworks.framework_of(array_port.ArrayPort(make=Linear)).name == (
+      'arrays')
+  assert [f.name for f in frameworks.registered()] == ['keras_tf', 'arrays']
+
+
+def test_an_object_no_framework_takes_is_refused_naming_the_contracts():
+  with pytest.raises(KitError) as e:
+    frameworks.framework_of({'a': 1}, 'mine:make_port')
+  assert str(e.value).startswith(
+      '--port mine:make_port returned a dict, not a '
+      'migration_tools.pair.port.Port or '
+      'migration_tools.pair.array_port.ArrayPort (a port on JAX)')
+
+
+def test_a_new_framework_is_one_register_call(monkeypatch):
+  monkeypatch.setattr(base, '_REGISTRY', list(base.registered()))
+
+  class Mine:
+    pass
+
+  class MineFramework(frameworks.Framework):
+    name = 'mine'
+    contract = 'Mine'
+
+    def accepts(self, port):
+      return isinstance(port, Mine)
+
+    check = describe = placements = runner = seeded = None
+    dropout_unaligned = ran_on = None
+
+  frameworks.register(MineFramework())
+  assert frameworks.framework_of(Mine()).name == 'mine'
+  with pytest.raises(ValueError, match="a framework named 'mine'"):
+    frameworks.register(MineFramework())
+
+
+def test_a_framework_must_answer_every_question():
+  class Half(frameworks.Framework):
+    name = 'half'
+
+    def accepts(self, port):
+      return False
+
+  with pytest.raises(TypeError, match='abstract'):
+    Half()  # pylint: disable=abstract-class-instantiated
+
+
+# The port's type is asked in one place: its framework's adapter.
+def _type_questions(path):
+  with open(path, encoding='utf-8') as f:
+    tree = ast.parse(f.read())
+  for node in ast.walk(tree):
+    if (isinstance(node, ast.Call) and getattr(node.func, 'id', '') ==
+        'isinstance' and len(node.args) == 2 and
+        'ArrayPort' in ast.unparse(node.args[1])):
+      yield node.lineno, ast.unparse(node)
+    if isinstance(node, (ast.Attribute, ast.Name)) and (
+        getattr(node, 'attr', None) or getattr(node, 'id', None)) in (
+            'on_arrays',):
+      yield node.lineno, ast.unparse(node)
+
+
+def test_no_tool_asks_a_ports_type_outside_the_adapters():
+  found = []
+  for folder in ('migration_tools', 'kit_pair'):
+    for root, _, names in os.walk(os.path.join(REPO, folder)):
+      if os.path.join('pair', 'frameworks') in root:
+        continue
+      for name in names:
+        if name.endswith('.py'):
+          path = os.path.join(root, name)
+          found += [f'{os.path.relpath(path, REPO)}:{line}: {code}'
+                    for line, code in _type_questions(path)]
+  assert not found, found
