@@ -528,7 +528,12 @@ register(Check(
 def tpu_ready(run: Run, replicas: Replicas | None) -> CheckResult:
   del replicas  # The port built afresh on one CPU replica.
   with timing.spent('XLA compiles (tpu_ready)'):
-    return _TPU_READY[run.framework.name](run)
+    check = _TPU_READY.get(run.framework.name)
+    if check is None:
+      return CheckResult('tpu_ready', checks.SKIPPED,
+                         f'the kit cannot yet compile a {run.framework.name} '
+                         'port for a TPU')
+    return check(run)
 
 
 def _tpu_ready_keras(run: Run) -> CheckResult:
