@@ -57,11 +57,11 @@ def choose_devices(count: int, default: Sequence, host: Sequence
   platform = default[0].platform if default else 'default backend'
   if len(host) >= count:
     return Placement(tuple(host[:count]), (
-        f'{_replicas(count)}: JAX\'s {platform} has {len(default)} '
+        f'{replicas_label(count)}: JAX\'s {platform} has {len(default)} '
         f'device{"s" if len(default) != 1 else ""}: run on {count} host CPU '
         'devices'))
   raise NoDevices(
-      f'{_replicas(count)}: skipped: JAX\'s {platform} has {len(default)} '
+      f'{replicas_label(count)}: skipped: JAX\'s {platform} has {len(default)} '
       f'device{"s" if len(default) != 1 else ""} and the host '
       f'{len(host)} CPU device{"s" if len(host) != 1 else ""}; run with '
       f'XLA_FLAGS=--xla_force_host_platform_device_count={count} set before '
@@ -69,7 +69,8 @@ def choose_devices(count: int, default: Sequence, host: Sequence
       f'on a machine with {count} accelerators')
 
 
-def _replicas(count: int) -> str:
+def replicas_label(count: int) -> str:
+  """'1 replica', '2 replicas': a replica count's label in every check."""
   return f'{count} replica' + ('s' if count != 1 else '')
 
 
@@ -217,7 +218,7 @@ def describe_jax(placements: dict[int, Placement | NoDevices],
   import jax  # pylint: disable=g-import-not-at-top
   first = next(p for p in placements.values() if isinstance(p, Placement))
   device = first.devices[0]
-  where = {_replicas(count): (str(p) if isinstance(p, NoDevices) else
+  where = {replicas_label(count): (str(p) if isinstance(p, NoDevices) else
                               f'{p.platform} ({p.devices[0].device_kind}) '
                               f'x{len(p.devices)}')
            for count, p in placements.items()}

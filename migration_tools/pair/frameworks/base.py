@@ -20,6 +20,7 @@ from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from kit_core.errors import one_line
 from migration_tools.pair import loading
+from migration_tools.pair import runs_on
 
 
 class Framework(abc.ABC):
@@ -79,9 +80,8 @@ class Framework(abc.ABC):
     'port_ran_on' (migration_tools/pair/runs_on.py)."""
 
 
-def label(count: int) -> str:
-  """'1 replica', '2 replicas': a replica count's label in every check."""
-  return f'{count} replica' + ('s' if count != 1 else '')
+# '1 replica', '2 replicas': a replica count's label in every check.
+label = runs_on.replicas_label
 
 
 _REGISTRY: list[Framework] = []
