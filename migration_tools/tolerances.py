@@ -15,8 +15,19 @@ INPUT_ATOL = 1e-6
 EVAL_METRIC_RTOL = 1e-5
 # One step at identical weights: the loss, every gradient, the updated weights.
 ONE_STEP_ATOL = 1e-6
-# The learning rate each side applied at a step.
+# The learning rate each side applied at a step: LEARNING_RATE_ATOL plus
+# LEARNING_RATE_RTOL of the legacy rate, about two float32 roundings (TF 1
+# computes a schedule in float32, a PyTorch scheduler in float64: one ulp of
+# 0.05 is 3.7e-9). A step read off by one in a 100,000-step decay moves the
+# rate 4e-7 of itself, and the error grows with every step.
 LEARNING_RATE_ATOL = 1e-9
+LEARNING_RATE_RTOL = 2.5e-7
+
+
+def learning_rate_bar(legacy_rate):
+  """The bar for a port's rate where the legacy one is legacy_rate (a
+  number or an array of them)."""
+  return LEARNING_RATE_ATOL + LEARNING_RATE_RTOL * abs(legacy_rate)
 # The loss of every step of a trajectory, and the weights at its end.
 TRAJECTORY_ATOL = 1e-5
 # A trajectory (a free run) is held to TRAJECTORY_ATOL only when its steps

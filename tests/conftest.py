@@ -29,14 +29,16 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
 # the CPU here, at import.
 NUM_CPU_DEVICES = 4
 # The jax profile has no TensorFlow: Keras 3 runs on JAX there, over as many
-# XLA CPU devices.
+# XLA CPU devices. The torch profile has neither TensorFlow nor JAX.
 HAS_TENSORFLOW = importlib.util.find_spec('tensorflow') is not None
+HAS_JAX = importlib.util.find_spec('jax') is not None
+HAS_TORCH = importlib.util.find_spec('torch') is not None
 if HAS_TENSORFLOW:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
   tf.config.set_logical_device_configuration(
       tf.config.list_physical_devices('CPU')[0],
       [tf.config.LogicalDeviceConfiguration()] * NUM_CPU_DEVICES)
-else:
+elif HAS_JAX:
   os.environ['KERAS_BACKEND'] = 'jax'
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_force_'
                              f'host_platform_device_count={NUM_CPU_DEVICES}')
@@ -65,12 +67,14 @@ ESTIMATOR_TEST_FILES = (
 collect_ignore = [] if HAS_ESTIMATOR else list(ESTIMATOR_TEST_FILES)
 # The test files of JAX and its ports: collected on the jax profile alone
 # (a TensorFlow profile has no JAX), as the header says.
-HAS_JAX = importlib.util.find_spec('jax') is not None
 JAX_ONLY_TEST_FILES = ('example/test_migrate_jax.py', 'tools/test_jax_ports.py',
                        'tools/test_convert_jax.py',
                        'bench/test_throughput_jax.py')
 if not HAS_JAX:
   collect_ignore += list(JAX_ONLY_TEST_FILES)
+TORCH_ONLY_TEST_FILES = ('tools/test_torch_ports.py',)
+if not HAS_TORCH:
+  collect_ignore += list(TORCH_ONLY_TEST_FILES)
 # On the jax profile, the files that need no TensorFlow; every other file is
 # not collected, and the header says so. The scanner's tests need none
 # either, but its behaviour depends on no framework, and the other two
@@ -83,15 +87,20 @@ JAX_TEST_FILES = ('example/test_migrate_jax.py', 'example/test_records.py',
                   'tools/test_stored.py', 'tools/test_outputs.py',
                   'tools/test_runs_on.py', 'tools/test_frameworks.py',
                   'test_boundaries.py', 'test_guide.py')
+# On the torch profile (no TensorFlow, no JAX): PyTorch's ports, and the
+# adapters' own tests; the rest is the other profiles'.
+TORCH_TEST_FILES = ('tools/test_torch_ports.py', 'tools/test_frameworks.py')
+# The files the profile without TensorFlow collects.
+NO_TF_TEST_FILES = JAX_TEST_FILES if HAS_JAX else TORCH_TEST_FILES
 
 
 def pytest_ignore_collect(collection_path, config):
-  """On the jax profile, every test file outside JAX_TEST_FILES."""
+  """Without TensorFlow, every test file outside NO_TF_TEST_FILES."""
   if HAS_TENSORFLOW or collection_path.suffix != '.py':
     return None
   relative = os.path.relpath(collection_path, os.path.dirname(__file__))
   if relative.startswith('test') or '/test_' in relative:
-    return relative not in JAX_TEST_FILES or None
+    return relative not in NO_TF_TEST_FILES or None
   return None
 
 
@@ -104,19 +113,27 @@ TF215_PYTHON = os.environ.get('KIT_TF215_PYTHON')
 
 
 def pytest_report_header(config):
-  if not HAS_TENSORFLOW:
+  if not HAS_TENSORFLOW and HAS_JAX:
     import jax  # pylint: disable=g-import-not-at-top
     import keras  # pylint: disable=g-import-not-at-top
     return [f'JAX {jax.__version__}, Keras {keras.__version__} on '
             f'{keras.backend.backend()}, no TensorFlow',
             'collected, as they need no TensorFlow: '
             f'{", ".join(JAX_TEST_FILES)}; every other file is left out']
+  if not HAS_TENSORFLOW:
+    import torch  # pylint: disable=g-import-not-at-top
+    return [f'PyTorch {torch.__version__}, no TensorFlow, no JAX',
+            f'collected: {", ".join(TORCH_TEST_FILES)}; every other file is '
+            'left out']
   from kit_core import keras_compat  # pylint: disable=g-import-not-at-top
   lines = [f'TensorFlow {tf.__version__}, Keras {keras_compat.keras_major()}, '
            f'tf.estimator {"installed" if HAS_ESTIMATOR else "missing"}']
   if not HAS_JAX:
     lines.append('left out, as they need JAX (the jax profile runs them): '
                  f'{", ".join(JAX_ONLY_TEST_FILES)}')
+  if not HAS_TORCH:
+    lines.append('left out, as they need PyTorch (the torch profile runs '
+                 f'them): {", ".join(TORCH_ONLY_TEST_FILES)}')
   if not HAS_ESTIMATOR:
     lines.append('left out, as they need tf.estimator (TF 2.15): '
                  f'{", ".join(ESTIMATOR_TEST_FILES)} and the tests marked '

@@ -28,6 +28,7 @@ from migration_tools.checkpoint import predictions
 from migration_tools.checkpoint import verify as verify_lib
 from migration_tools.pair import array_port
 from migration_tools.pair import array_runner
+from migration_tools.pair import frameworks
 from migration_tools.pair import legacy
 from migration_tools.pair import optimizers
 
@@ -92,9 +93,10 @@ def convert(estimator_dir: str, output: str, port: array_port.ArrayPort,
                  'optimizer starts afresh at step %d', len(checkpoint.slots),
                  checkpoint.path, checkpoint.step)
   os.makedirs(os.path.dirname(output), exist_ok=True)
-  save = port.save_weights or array_port.write_state
+  framework = frameworks.framework_of(port)
   with atomic.temporary_path(output, directory=True) as tmp:
-    written = os.path.relpath(save(runner.model, tmp), tmp)
+    written = os.path.relpath(framework.save_state(port, runner.model, tmp),
+                              tmp)
   path = os.path.join(output, written)
   logging.info('Converted %s (step %d, %d variables%s, %d slots) into %s',
                checkpoint.path, checkpoint.step, len(pairs),
@@ -117,7 +119,7 @@ def verify(path: str, port: array_port.ArrayPort,
   progress.now(f'verify: the port predicting on {path}')
   model = array_port.check_model(
       port.make(legacy.model_params(params or {}, theirs.batch), 1, False), '--port')
-  (port.load_weights or array_port.read_state)(model, path)
+  frameworks.framework_of(port).load_state(port, model, path)
   ours = outputs_lib.in_batches(model.predict, theirs.features,
                                 theirs.batch,
                                 verify_lib.counted(progress, 'the port'))

@@ -74,14 +74,16 @@ from migration_tools.pair import frameworks
 from migration_tools.pair import legacy
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
-# How each framework's port is written and verified (Framework.name):
+# How a port's checkpoint is written and verified: with TensorFlow for a
+# framework on it (Framework.on_tensorflow), else through the port's model
+# and its framework's save_state and load_state (checkpoint/arrays.py):
 # convert(estimator_dir, output, port, params, slots, order, averages), and
 # verify(written path, output folder, port, recorded, params, progress).
-_BY_FRAMEWORK = {
-    'keras_tf': (estimator.convert,
-                 lambda path, output, *rest: verify.verify(output, *rest)),
-    'arrays': (arrays.convert,
-               lambda path, output, *rest: arrays.verify(path, *rest)),
+_ON_TENSORFLOW = {
+    True: (estimator.convert,
+           lambda path, output, *rest: verify.verify(output, *rest)),
+    False: (arrays.convert,
+            lambda path, output, *rest: arrays.verify(path, *rest)),
 }
 
 
@@ -149,14 +151,17 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   # No batch here: a batch_size in --params goes to the port as it is.
   params = cli.parse_params(tool_flags.params, batch_flag=None)
   port = pair.load_port(tool_flags)
-  on_tensorflow = frameworks.framework_of(port).on_tensorflow
+  framework = frameworks.framework_of(port)
+  on_tensorflow = framework.on_tensorflow
   if not on_tensorflow and tool_flags.keras2_dir:
     raise KitError('--keras2_dir carries a port\'s TF 2.15 checkpoint to '
-                   'Keras 3 on TensorFlow; --port names a port on JAX: '
-                   'convert its --estimator_dir instead')
+                   'Keras 3 on TensorFlow; --port names a port on '
+                   f'{framework.describe(port)}: convert its --estimator_dir '
+                   'instead')
   theirs = _recorded(tool_flags)  # Refused before any work if it is wrong.
   if not on_tensorflow and tool_flags.verify and theirs is None:
-    raise KitError('--verify of a port on JAX compares with the legacy '
+    raise KitError(f'--verify of a port on {framework.describe(port)} '
+                   'compares with the legacy '
                    'predictions recorded on TF 2.15: record them there '
                    '(--record_predictions=FILE), then add --predictions=FILE')
   fns = None  # The legacy model_fn and input_fn, when asked for.
@@ -275,7 +280,7 @@ def _convert(tool_flags: flags.FlagValues, port, params: dict,
     # A map inferred by shape and order follows the legacy creation order,
     # which the checkpoint (sorted by name) does not keep.
     order = legacy.creation_order(*fns, params)
-  convert, _ = _BY_FRAMEWORK[frameworks.framework_of(port).name]
+  convert, _ = _ON_TENSORFLOW[frameworks.framework_of(port).on_tensorflow]
   return convert(tool_flags.estimator_dir, tool_flags.output, port, params,
                  not tool_flags.no_slots, order,
                  tool_flags.averages_as_weights)
@@ -303,7 +308,8 @@ def _verify(tool_flags: flags.FlagValues, port, params: dict,
             tool_flags.estimator_dir, *fns, params,
             tool_flags.verify_examples, progress,
             tool_flags.averages_as_weights)
-      _, check = _BY_FRAMEWORK[frameworks.framework_of(port).name]
+      _, check = _ON_TENSORFLOW[
+          frameworks.framework_of(port).on_tensorflow]
       result = check(path, output, port, theirs, params, progress)
   except Interrupted:
     _remove_written(output, existed)

@@ -475,7 +475,9 @@ def _one_step_hint(f: dict, replicas: int) -> str:
   ratio = f['gradient_scale_ratio']
   if not said and abs(ratio - 1) > 0.01:
     cause = (f'e.g. a loss averaged over each replica\'s {replicas}x smaller '
-             'batch instead of divided by the global batch' if
+             'batch instead of divided by the global batch, or the '
+             'replicas\' gradients summed instead of averaged (PyTorch\'s '
+             'all_reduce is a SUM)' if
              abs(ratio - replicas) < 0.05 * replicas and replicas > 1 else
              'e.g. a loss summed, or averaged over another batch than the '
              'global one')
@@ -485,7 +487,8 @@ def _one_step_hint(f: dict, replicas: int) -> str:
     said.append(f'the gradients differ by up to {f["gradient_diff"]:.3g} '
                 f'(worst: {f["worst_gradient"]}) at the same scale (e.g. '
                 'other examples per replica than global batch // replicas)')
-  if f['learning_rate_diff'] > tolerances.LEARNING_RATE_ATOL:
+  if f['learning_rate_diff'] > tolerances.learning_rate_bar(
+      f['legacy_learning_rate']):
     said.append(f'the learning rates differ ({f["legacy_learning_rate"]} vs '
                 f'{f["port_learning_rate"]}): ' + _rate_cause(
                     f['legacy_learning_rate'], f['port_learning_rate']))
@@ -536,10 +539,14 @@ def learning_rate(name: str, theirs: list[float], ours: list[float],
                        'rate through each step\'s size',
                        figures={'port': ours[-1]})
   diffs = outputs.elementwise_diff(theirs, ours)
-  over = np.flatnonzero(diffs > tolerances.LEARNING_RATE_ATOL)
+  bars = tolerances.learning_rate_bar(np.asarray(theirs, np.float64))
+  over = np.flatnonzero(diffs > bars)
   first = int(over[0]) + 1 if over.size else None
   at = (first or 1) - 1
-  return judged(name, float(diffs.max()), tolerances.LEARNING_RATE_ATOL,
+  # Judged at the first step over its bar, else by the largest difference
+  # against the largest bar.
+  value = float(diffs[at] if first else diffs.max())
+  return judged(name, value, float(bars[at] if first else bars.max()),
                 {'legacy': theirs[-1], 'port': ours[-1],
                  'first_step_over_tolerance': first},
                 f'the learning rates part at step {first} ({theirs[at]:.6g} '

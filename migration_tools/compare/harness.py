@@ -206,7 +206,7 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
     tape: if given, every answer of the legacy side is written to it (for
       record_bundle).
     tpu_ready: also check that the port's step compiles for a TPU
-      (compare/tpu_ready).
+      (its framework adapter's tpu_ready).
     speed: also time the port's step against the legacy one, on each
       strategy (compare/speed); None: not timed.
     progress: where a line goes as each check ends, and while one runs at

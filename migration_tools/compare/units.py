@@ -25,10 +25,10 @@ from kit_core.errors import Interrupted
 from kit_core.errors import one_line
 from kit_core.lazy import tensorflow as tf
 from migration_tools import outputs
+from migration_tools import tolerances
 from migration_tools.compare import checks
 from migration_tools.compare import layers
 from migration_tools.compare import speed as speed_lib
-from migration_tools.compare import tpu_ready as tpu_ready_lib
 from migration_tools.compare import updates
 from migration_tools.compare.checks import CheckResult
 from migration_tools.compare.context import Replicas
@@ -258,7 +258,8 @@ def learning_rate(run: Run, replicas: Replicas) -> CheckResult:
 register(Check(
     'learning_rate', 'the rate each side applied, every step', EACH,
     learning_rate, needs=('legacy.step', 'legacy.describe_run', 'port.step'),
-    bar='1e-9'))
+    bar=f'{tolerances.LEARNING_RATE_ATOL:g} + '
+        f'{tolerances.LEARNING_RATE_RTOL:g} x the legacy rate'))
 
 
 def _replays_exactly(result: CheckResult | None) -> bool:
@@ -526,44 +527,21 @@ register(Check(
 
 
 def tpu_ready(run: Run, replicas: Replicas | None) -> CheckResult:
-  del replicas  # The port built afresh on one CPU replica.
+  """What "compiles for a TPU" means in the port's framework, asked of its
+  adapter (Framework.tpu_ready), on one replica built afresh."""
+  del replicas
   with timing.spent('XLA compiles (tpu_ready)'):
-    check = _TPU_READY.get(run.framework.name)
-    if check is None:
-      return CheckResult('tpu_ready', checks.SKIPPED,
-                         f'the kit cannot yet compile a {run.framework.name} '
-                         'port for a TPU')
-    return check(run)
-
-
-def _tpu_ready_keras(run: Run) -> CheckResult:
-  """A Keras port's step and predict, compiled with XLA (tpu_ready)."""
-  run.progress.now('tpu_ready: compiling the step and predict with XLA')
-  return tpu_ready_lib.check(run.port, run.params(), run.batches)
-
-
-def _tpu_ready_arrays(run: Run) -> CheckResult:
-  """An ArrayPort's programs, built afresh on one replica (tpu_ready_jax)."""
-  if run.port.programs is None:
-    return CheckResult(
-        'tpu_ready', checks.SKIPPED,
-        'the port gives no programs (ArrayPort.programs: its jit-compiled '
-        'step and predict) to compile for a TPU')
-  from migration_tools.compare import tpu_ready_jax  # pylint: disable=g-import-not-at-top
-  model = run.port.make(run.params(), 1, False)
-  features, labels = run.batches[0]
-  return tpu_ready_jax.check(run.port.programs(model, features, labels))
-
-
-# What "compiles for a TPU" means, by framework (Framework.name): its own
-# reading of the port's programs.
-_TPU_READY = {'keras_tf': _tpu_ready_keras, 'arrays': _tpu_ready_arrays}
+    readiness = run.framework.tpu_ready(run.port, run.params(), run.batches,
+                                        run.progress)
+  return CheckResult('tpu_ready', readiness.status, readiness.summary,
+                     figures=readiness.figures)
 
 
 register(Check(
     'tpu_ready', 'the port\'s inputs have fully defined shapes; its step '
-    '(through its own `strategy.run`) and its predict compile with XLA; no '
-    'host Python, strings, or data-dependent shapes in them (below)', AFTER,
+    'and its predict compile for a TPU as its framework compiles them (XLA '
+    'through its own `strategy.run`, `jax.export`, `torch.export`); no host '
+    'Python, strings, or data-dependent shapes in them (below)', AFTER,
     tpu_ready, bar='none found', planned=lambda plan: plan.tpu_ready))
 
 

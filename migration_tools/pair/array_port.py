@@ -132,7 +132,7 @@ class ArrayPort:
   programs: optional (model, features, labels) -> {part: (function,
     arguments)}: the jit-compiled functions of the training step and of
     predict, with arguments of the shapes they run on, for tpu_ready
-    (compare/tpu_ready_jax.py); None: tpu_ready is SKIP.
+    (pair/frameworks/arrays_tpu.py); None: tpu_ready is SKIP.
   save_weights: optional (model, directory) -> the path of the file the
     port restores from, written into that (new) directory: the model's
     variables, the optimizer's slots and step (the kit's Keras port: Keras's

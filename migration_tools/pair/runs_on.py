@@ -200,7 +200,7 @@ def program_precision(programs: dict, platform: str) -> dict[str, str]:
   return _as_text(merged)
 
 
-def _versions(*packages: str) -> dict[str, str]:
+def versions(*packages: str) -> dict[str, str]:
   found = {}
   for package in packages:
     try:
@@ -228,7 +228,7 @@ def describe_jax(placements: dict[int, Placement | NoDevices],
       'device_kind': device.device_kind,
       'devices': len(jax.devices()),
       'replicas': where,
-      'versions': _versions('jax', 'jaxlib', 'keras', 'optax', 'flax',
+      'versions': versions('jax', 'jaxlib', 'keras', 'optax', 'flax',
                             'numpy'),
       'default_matmul_precision': str(
           jax.config.jax_default_matmul_precision or 'default'),
@@ -259,7 +259,7 @@ def describe_tensorflow(devices: Sequence[str], compute_dtype: str
       'device_kind': kind,
       'devices': len(tf.config.list_logical_devices(kind)),
       'replicas': {},
-      'versions': _versions('tensorflow', 'keras', 'numpy'),
+      'versions': versions('tensorflow', 'keras', 'numpy'),
       'precision': {'matmul': precision, 'convolution': precision},
       'precision_from': ('TensorFlow\'s TF32 setting '
                          f'({"on" if tf32 else "off"}) and the model\'s '

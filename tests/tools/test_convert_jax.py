@@ -128,8 +128,7 @@ def test_predictions_of_another_checkpoint_are_refused_before_any_work(
 
 
 @pytest.mark.parametrize('args, said', [
-    (['--verify'], '--verify of a port on JAX compares with the legacy '
-     'predictions recorded on TF 2.15'),
+    (['--verify'], '--verify of a port on JAX 0.'),
     catalogue([f'--predictions={TF215_DIR}/kit_predictions.npz'],
               '--predictions is what --verify compares with: add --verify'),
     catalogue(['--verify', f'--predictions={TF215_DIR}/kit_pair.npz'],

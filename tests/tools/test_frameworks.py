@@ -3,6 +3,7 @@
 accepts nothing says, and that the tools ask a port's framework, not its
 type. Needs no framework: on every profile."""
 import ast
+import glob
 import os
 
 import pytest
@@ -13,6 +14,7 @@ from migration_tools.pair import array_port
 from migration_tools.pair import frameworks
 from migration_tools.pair import port as port_lib
 from migration_tools.pair.frameworks import base
+from migration_tools.pair.frameworks import pytorch
 from toy_array_model import Linear
 
 
@@ -25,7 +27,16 @@ def test_each_port_is_its_frameworks():
   assert frameworks.framework_of(_keras_port()).name == 'keras_tf'
   assert frameworks.framework_of(array_port.ArrayPort(make=Linear)).name == (
       'arrays')
-  assert [f.name for f in frameworks.registered()] == ['keras_tf', 'arrays']
+  assert [f.name for f in frameworks.registered()] == ['keras_tf', 'arrays',
+                                                      'pytorch']
+
+
+def test_a_torch_port_is_pytorchs_though_it_is_an_array_port_too():
+  # The adapter built on another answers for its own ports; no torch needed.
+  torch_port = pytorch.TorchPort(make=Linear)
+  assert frameworks.framework_of(torch_port).name == 'pytorch'
+  assert frameworks.framework_of(array_port.ArrayPort(make=Linear)).name == (
+      'arrays')
 
 
 def test_an_object_no_framework_takes_is_refused_naming_the_contracts():
@@ -34,7 +45,8 @@ def test_an_object_no_framework_takes_is_refused_naming_the_contracts():
   assert str(e.value).startswith(
       '--port mine:make_port returned a dict, not a '
       'migration_tools.pair.port.Port or '
-      'migration_tools.pair.array_port.ArrayPort (a port on JAX)')
+      'migration_tools.pair.array_port.ArrayPort (a port on JAX) or '
+      'migration_tools.pair.frameworks.pytorch.TorchPort')
 
 
 def test_a_new_framework_is_one_register_call(monkeypatch):
@@ -51,7 +63,7 @@ def test_a_new_framework_is_one_register_call(monkeypatch):
       return isinstance(port, Mine)
 
     check = describe = placements = runner = seeded = None
-    dropout_unaligned = ran_on = None
+    dropout_unaligned = ran_on = tpu_ready = None
 
   frameworks.register(MineFramework())
   assert frameworks.framework_of(Mine()).name == 'mine'
@@ -96,4 +108,25 @@ def test_no_tool_asks_a_ports_type_outside_the_adapters():
           path = os.path.join(root, name)
           found += [f'{os.path.relpath(path, REPO)}:{line}: {code}'
                     for line, code in _type_questions(path)]
+  assert not found, found
+
+
+def test_the_commands_name_no_framework():
+  # A new framework is its adapter's file and one register call: compare/
+  # and checkpoint/ ask the adapter, and key nothing by a framework's name.
+  names = [f.name for f in frameworks.registered()]
+  found = []
+  for folder in ('compare', 'checkpoint'):
+    for path in sorted(glob.glob(os.path.join(REPO, 'migration_tools', folder,
+                                              '*.py'))):
+      with open(path, encoding='utf-8') as f:
+        tree = ast.parse(f.read())
+      for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value in names:
+          found.append(f'{os.path.relpath(path, REPO)}:{node.lineno}: '
+                       f'{node.value!r}')
+        if isinstance(node, ast.ImportFrom) and 'frameworks.' in (
+            node.module or ''):
+          found.append(f'{os.path.relpath(path, REPO)}:{node.lineno}: '
+                       f'from {node.module}')
   assert not found, found

@@ -10,7 +10,8 @@ import tensorflow as tf
 
 from conftest import TESTS
 from migration_tools.compare import checks
-from migration_tools.compare import tpu_ready
+from migration_tools.pair.frameworks import keras_tf_tpu as tpu_ready
+from migration_tools.pair.frameworks import tpu
 
 sys.path.insert(0, os.path.join(TESTS, 'user_code'))
 import bert_legacy  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -92,7 +93,7 @@ def test_problems_are_grouped_with_their_fix_once():
   problems = [tpu_ready.Problem('the input pipeline', 'input_shape', name,
                                 'shape (None, 8)')
               for name in ('a', 'b', 'c', 'd')]
-  text = tpu_ready.describe(problems)
+  text = tpu.describe(problems, tpu_ready.CAUSES)
   assert text.startswith('the input pipeline: a (shape (None, 8)), b '
                          '(shape (None, 8)), c (shape (None, 8)) and 1 more '
                          'has a shape that is not fully defined; ')
@@ -114,10 +115,10 @@ def bert(tmp_path_factory):
 def test_the_bert_port_is_tpu_ready(bert):
   params, batches = bert
   result = tpu_ready.check(bert_port.make_port(), params, batches)
-  assert result.status == checks.PASSED, result.message
+  assert result.status == checks.PASSED, result.summary
   assert result.figures['problems'] == []
   assert result.figures['input_shapes_checked']
-  assert result.message.startswith('the step and predict compile with XLA')
+  assert result.summary.startswith('the step and predict compile with XLA')
 
 
 @pytest.mark.parametrize('port, named, fix', [
@@ -140,9 +141,9 @@ def test_each_thing_a_tpu_refuses_fails_naming_the_op_and_the_fix(
   params, batches = bert
   result = tpu_ready.check(getattr(bert_port, port)(), params, batches)
   assert result.status == checks.FAILED
-  assert result.message.startswith(f'not ready for a TPU: {named}'), (
-      result.message)
-  assert fix in result.message
+  assert result.summary.startswith(f'not ready for a TPU: {named}'), (
+      result.summary)
+  assert fix in result.summary
   # Only the cause put there: the optimizer's sparse update is no finding.
   assert len({p['cause'] for p in result.figures['problems']}) == 1, (
       result.figures['problems'])

@@ -3,6 +3,7 @@
 # Registered in this order: a Keras port's contract is named first.
 from migration_tools.pair.frameworks import keras_tf  # pylint: disable=unused-import
 from migration_tools.pair.frameworks import arrays  # pylint: disable=unused-import,g-bad-import-order
+from migration_tools.pair.frameworks import pytorch  # pylint: disable=unused-import,g-bad-import-order
 from migration_tools.pair.frameworks.base import Framework
 from migration_tools.pair.frameworks.base import framework_of
 from migration_tools.pair.frameworks.base import label

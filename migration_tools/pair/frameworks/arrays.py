@@ -13,6 +13,7 @@ from kit_core.errors import KitError
 from migration_tools.pair import array_port
 from migration_tools.pair import runs_on
 from migration_tools.pair.frameworks import base
+from migration_tools.pair.frameworks import tpu
 
 
 class Arrays(base.Framework):
@@ -58,6 +59,27 @@ class Arrays(base.Framework):
     return ('the port draws its dropout masks from its own framework\'s '
             'random numbers, which cannot be aligned with TF 1\'s random '
             'ops; the steps are compared without dropout')
+
+  def tpu_ready(self, port: Any, params: dict, batches: list,
+                progress: progress_lib.Progress) -> tpu.Readiness:
+    if port.programs is None:
+      return tpu.Readiness(
+          tpu.NOT_CHECKED, 'the port gives no programs (ArrayPort.programs: '
+          'its jit-compiled step and predict) to compile for a TPU')
+    from migration_tools.pair.frameworks import arrays_tpu  # pylint: disable=g-import-not-at-top
+    progress.now('tpu_ready: compiling the step and predict with jax.jit, '
+                 'lowering them for a TPU')
+    model = port.make(dict(params), 1, False)
+    features, labels = batches[0]
+    return arrays_tpu.check(port.programs(model, features, labels))
+
+  def save_state(self, port: Any, model: Any, directory: str) -> str:
+    # The port's own format (the kit's: Keras 3's .weights.h5), else named
+    # arrays.
+    return (port.save_weights or array_port.write_state)(model, directory)
+
+  def load_state(self, port: Any, model: Any, path: str) -> None:
+    (port.load_weights or array_port.read_state)(model, path)
 
   def ran_on(self, port: Any, runner: Any, placement: Any,
              counts: list[int], batches: list) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from kit_core.errors import KitError
 from kit_core.errors import one_line
 from migration_tools.pair import loading
 from migration_tools.pair import runs_on
+from migration_tools.pair.frameworks import tpu
 
 
 class Framework(abc.ABC):
@@ -74,6 +75,26 @@ class Framework(abc.ABC):
     them, or '' where they can (the dropout check then runs)."""
 
   @abc.abstractmethod
+  def tpu_ready(self, port: Any, params: dict, batches: list,
+                progress: progress_lib.Progress) -> tpu.Readiness:
+    """Whether the port's step and predict compile for a TPU, as this
+    framework compiles for one, checked on the CPU: built afresh on one
+    replica, fed the first of the legacy batches (tpu.py)."""
+
+  def save_state(self, port: Any, model: Any, directory: str) -> str:
+    """Writes a converted model's state (variables, optimizer slots and
+    step) into the new directory, as the port restores it; returns the
+    file's path. For the frameworks not on TensorFlow, whose checkpoints
+    the converter writes through the port's model (checkpoint/arrays.py)."""
+    raise KitError(f'the converter writes a {self.name} port\'s checkpoint '
+                   'with TensorFlow, not through save_state')
+
+  def load_state(self, port: Any, model: Any, path: str) -> None:
+    """Restores save_state's file into a model built by the port."""
+    raise KitError(f'the converter verifies a {self.name} port\'s '
+                   'checkpoint with TensorFlow, not through load_state')
+
+  @abc.abstractmethod
   def ran_on(self, port: Any, runner: Any, placement: Any,
              counts: list[int], batches: list) -> dict[str, Any]:
     """Where the port's first run (runner, on placement) runs: the report's
@@ -88,7 +109,8 @@ _REGISTRY: list[Framework] = []
 
 
 def register(framework: Framework) -> Framework:
-  """Adds a framework; the first registered that accepts a port is its."""
+  """Adds a framework; of those that accept a port, the most derived is
+  its (framework_of)."""
   if any(f.name == framework.name for f in _REGISTRY):
     raise ValueError(f'a framework named {framework.name!r} is registered '
                      'already')
@@ -106,8 +128,12 @@ def framework_of(port: Any, where: str = '') -> Framework:
   Raises:
     KitError: none does; where names the port's --port for the message.
   """
-  for framework in _REGISTRY:
-    if framework.accepts(port):
+  accepting = [f for f in _REGISTRY if f.accepts(port)]
+  for framework in accepting:
+    # The most specific: an adapter built on another (PyTorch's on the
+    # arrays adapter) answers for its own ports.
+    if not any(other is not framework and isinstance(other, type(framework))
+               for other in accepting):
       return framework
   contracts = ' or '.join(f.contract for f in _REGISTRY)
   raise KitError(f'--port {where or "(the port)"} returned a '

@@ -55,6 +55,12 @@ class KerasOnTensorFlow(base.Framework):
               'compared on Keras 2 (TF 2.15) only')
     return ''
 
+  def tpu_ready(self, port: Any, params: dict, batches: list,
+                progress: progress_lib.Progress):
+    from migration_tools.pair.frameworks import keras_tf_tpu  # pylint: disable=g-import-not-at-top
+    progress.now('tpu_ready: compiling the step and predict with XLA')
+    return keras_tf_tpu.check(port, params, batches)
+
   def ran_on(self, port: Any, runner: Any, placement: Any,
              counts: list[int], batches: list) -> dict[str, Any]:
     del port, counts, batches  # Read from the strategy and the model.

@@ -1,5 +1,6 @@
-"""tpu_ready for a port on JAX: will its step and its predict compile for a
-TPU? Checked on the CPU, as tpu_ready.py checks a Keras port's.
+"""TPU readiness of a port on JAX: will its step and its predict compile for
+a TPU? Checked on the CPU, as keras_tf_tpu.py checks a Keras port's (the
+arrays adapter's tpu_ready).
 
 The port hands over its compiled functions with arguments of the shapes it
 trains on (``ArrayPort.programs``). Each is
@@ -13,19 +14,18 @@ trains on (``ArrayPort.programs``). Each is
    shapes known only at run time.
 
 The rule table (``CAUSES``, ``HOST_CALLBACKS``) is apart from the reading
-(``program_problems``), as in tpu_ready.py.
+(``program_problems``), as in keras_tf_tpu.py.
 """
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Callable
 
 from kit_core.errors import Interrupted
 from kit_core.errors import one_line
-from migration_tools.compare import checks
-from migration_tools.compare.tpu_ready import Cause
-from migration_tools.compare.tpu_ready import Problem
-from migration_tools.compare.tpu_ready import describe
+from migration_tools.pair.frameworks import tpu
+from migration_tools.pair.frameworks.tpu import Cause
+from migration_tools.pair.frameworks.tpu import Problem
 
 CAUSES = {
     'host_callback': Cause(
@@ -83,20 +83,12 @@ def program_problems(part: str, function: Callable, args: tuple
   return problems
 
 
-def check(programs: dict[str, tuple[Callable, tuple]]) -> checks.CheckResult:
-  """The tpu_ready check of a port on JAX: {part: (function, arguments)}."""
+def check(programs: dict[str, tuple[Callable, tuple]]) -> tpu.Readiness:
+  """The TPU readiness of a port on JAX: {part: (function, arguments)}."""
   problems = []
   for part, (function, args) in programs.items():
     problems += program_problems(part, function, args)
-  figures: dict[str, Any] = {
-      'problems': [p.__dict__ for p in problems],
-      'programs': list(programs)}
-  if not problems:
-    return checks.CheckResult(
-        'tpu_ready', checks.PASSED,
-        f'{" and ".join(programs)} compile with jax.jit and lower for a TPU, '
-        'with no host callback and static shapes', figures=figures)
-  return checks.CheckResult('tpu_ready', checks.FAILED,
-                            'not ready for a TPU: ' + describe(problems,
-                                                               causes=CAUSES),
-                            figures=figures)
+  return tpu.judged(
+      problems, CAUSES,
+      f'{" and ".join(programs)} compile with jax.jit and lower for a TPU, '
+      'with no host callback and static shapes', {'programs': list(programs)})

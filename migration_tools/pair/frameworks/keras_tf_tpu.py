@@ -1,4 +1,5 @@
-"""tpu_ready: will the port's step compile for a TPU? Checked on the CPU.
+"""TPU readiness of a Keras port on TensorFlow: will its step compile for a
+TPU? Checked on the CPU (the keras_tf adapter's tpu_ready).
 
 On a TPU, every step ``strategy.run`` runs and every prediction goes through
 XLA, with static shapes and no host ops. A team without a TPU at hand finds
@@ -25,7 +26,6 @@ The rule table (``CAUSES``, the op sets) is apart from the reading (``check``,
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import re
 from typing import Any, Iterator
 
@@ -35,15 +35,10 @@ from kit_core.errors import Interrupted
 from kit_core.errors import one_line
 from kit_core.lazy import tensorflow as tf
 from migration_tools import outputs as outputs_lib
-from migration_tools.compare import checks
 from migration_tools.pair import port as port_lib
-
-
-@dataclasses.dataclass(frozen=True)
-class Cause:
-  """Why a TPU refuses something, and the usual fix."""
-  what: str
-  fix: str
+from migration_tools.pair.frameworks.tpu import Cause
+from migration_tools.pair.frameworks.tpu import Problem
+from migration_tools.pair.frameworks import tpu
 
 
 CAUSES = {
@@ -87,23 +82,6 @@ DYNAMIC_SHAPE_OPS = frozenset({
 # String constants that feed only assertions, and the assertions: XLA drops
 # them, and Keras puts them in many steps.
 _STRING_EXEMPT = frozenset({'Const', 'Assert', 'NoOp'})
-
-
-@dataclasses.dataclass(frozen=True)
-class Problem:
-  """Something of the port that a TPU refuses.
-
-  part: 'the training step', 'predict' or 'the input pipeline'.
-  cause: a key of CAUSES.
-  op: the op's type, or the input's path.
-  name: the op's name (its name scope says the layer), or the input's shape.
-  detail: XLA's own line, when XLA refused it.
-  """
-  part: str
-  cause: str
-  op: str
-  name: str
-  detail: str = ''
 
 
 def _function_names(op: tf.Operation) -> list[str]:
@@ -341,8 +319,8 @@ def _predict_problems(port: port_lib.Port, model, features) -> list[Problem]:
   return _compile_problems(graphs, error, part, model_code=True)
 
 
-def check(port: port_lib.Port, params: dict, batches: list) -> (
-    checks.CheckResult):
+def check(port: port_lib.Port, params: dict, batches: list
+          ) -> tpu.Readiness:
   """The tpu_ready check: the port built afresh on one CPU replica, its
   inputs' shapes read, its step and predict compiled with XLA.
 
@@ -370,40 +348,14 @@ def check(port: port_lib.Port, params: dict, batches: list) -> (
   problems += _loss_problems(trainer, dataset, strategy)
   problems += _step_problems(trainer, dataset, strategy)
   problems += _predict_problems(port, model, batches[0][0])
-  problems = list(dict.fromkeys(problems))  # A graph traced twice: once.
-  figures = {'problems': [dataclasses.asdict(p) for p in problems],
-             'int64_inputs': int64,
-             'input_shapes_checked': port.input_pipeline is not None}
   note = (f'int64 inputs ({", ".join(int64)}): TPU-era pipelines cast them to '
           'int32 (BERT\'s _decode_record), as TPUs handle int64 slowly'
           if int64 else '')
-  if not problems:
-    inputs = (', on inputs of fully defined shapes' if port.input_pipeline
-              else '; the port gives no input_pipeline, so its input shapes '
-              'are not checked')
-    return checks.CheckResult(
-        'tpu_ready', checks.PASSED,
-        f'the step and predict compile with XLA{inputs}' + (
-            f'; {note}' if note else ''), figures=figures)
-  return checks.CheckResult(
-      'tpu_ready', checks.FAILED,
-      'not ready for a TPU: ' + describe(problems) + (
-          f'; {note}' if note else ''), figures=figures)
-
-
-def describe(problems: list[Problem], shown: int = 3,
-             causes: dict[str, Cause] | None = None) -> str:
-  """The problems grouped by where and why: each group's first ops, what is
-  wrong and the fix (from causes, CAUSES by default), once."""
-  causes = CAUSES if causes is None else causes
-  groups = {}
-  for problem in problems:
-    groups.setdefault((problem.part, problem.cause), []).append(problem)
-  texts = []
-  for (part, cause), group in groups.items():
-    ops = ', '.join(f'{p.op} ({p.name})' + (f': {p.detail}' if p.detail else '')
-                    for p in group[:shown]) + (
-        f' and {len(group) - shown} more' if len(group) > shown else '')
-    texts.append(f'{part}: {ops} {causes[cause].what}; {causes[cause].fix}')
-  return '; '.join(texts)
-
+  inputs = (', on inputs of fully defined shapes' if port.input_pipeline
+            else '; the port gives no input_pipeline, so its input shapes '
+            'are not checked')
+  return tpu.judged(problems, CAUSES,
+                    f'the step and predict compile with XLA{inputs}',
+                    {'int64_inputs': int64,
+                     'input_shapes_checked': port.input_pipeline is not None},
+                    note)

@@ -1,0 +1,194 @@
+"""The torch profile: the kit's PyTorch port (kit_pair/mnist_torch.py)
+checked from the golden bundle TF 2.15 recorded (KIT_TF215_DIR), with no
+TensorFlow and no JAX in the process; two planted bugs
+(tests/user_code/torch_bugs.py) failing with their cause; the Estimator
+checkpoint carried to the port's state_dict and verified; and the
+adapter's layouts, TPU readiness and state file on their own."""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import TF215_DIR, TOOLS_PYTHONPATH, catalogue
+from conftest import run_compare, run_module
+from kit_core import checkpoint_files
+from kit_core import tensor_bundle
+from kit_core.errors import KitError
+from migration_tools.pair.frameworks import pytorch
+from migration_tools.pair.frameworks import tpu
+
+PORT = '--port=kit_pair.mnist_torch:make_port'
+from_tf215 = pytest.mark.from_tf215
+
+
+def _bundle() -> str:
+  return os.path.join(TF215_DIR, 'kit_pair.npz')
+
+
+@from_tf215
+@pytest.mark.e2e
+def test_the_kits_torch_port_passes_every_check_on_1_and_2_replicas(
+    tmp_path):
+  result, checks = run_compare(tmp_path / 'report.json',
+                               f'--bundle={_bundle()}', PORT)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+  assert (f'Port: kit_pair.mnist_torch:make_port, on PyTorch '
+          f'{torch.__version__}') in result.stdout
+  assert ('2 replicas: the global batch split into consecutive shares and '
+          'the gradients averaged, as DDP does, in one process'
+          ) in result.stdout
+  assert (f'Ran on: cpu (cpu), 1 device; torch {torch.__version__}; matmul '
+          'float32, convolution float32') in result.stdout
+  assert {'inventory', 'optimizer', 'inputs', 'inference',
+          'one_step (1 replica)', 'one_step (2 replicas)',
+          'learning_rate (2 replicas)', 'updates (2 replicas)',
+          'stepwise (2 replicas)', 'evaluation', 'served_predictions',
+          'tpu_ready', 'dropout (1 replica)'} <= set(checks)
+  for name, check in checks.items():
+    if name.startswith('dropout'):
+      assert check['status'] == 'skipped', check
+      assert 'PyTorch draws its dropout masks' in check['message']
+    else:
+      assert check['passed'], (name, check['message'])
+  assert checks['tpu_ready']['message'] == (
+      'the loss and predict export with torch.export as one graph of static '
+      'shapes')
+  report = json.loads((tmp_path / 'report.json').read_text())
+  assert report['port_ran_on']['framework'] == 'pytorch'
+  assert report['port_ran_on']['versions']['torch'] == torch.__version__
+  assert 'tensorflow' not in report and 'jax' not in report
+
+
+@from_tf215
+@pytest.mark.e2e
+@pytest.mark.parametrize('port, first, said', [
+    # torch.distributed.all_reduce sums: right on 1 replica, 2x on 2.
+    ('summed_gradients', 'one_step (2 replicas)',
+     "the port's gradients are 2x the legacy ones"),
+    catalogue('flattened_nchw', 'inference', 'a kernel read in another '
+              'layout'),
+])
+def test_a_planted_torch_bug_fails_naming_its_cause(tmp_path, port, first,
+                                                   said):
+  result, checks = run_compare(tmp_path / 'report.json',
+                               f'--bundle={_bundle()}',
+                               f'--port=torch_bugs:{port}', '--notpu_ready')
+  assert result.returncode == 1, result.stdout[-3000:]
+  assert f'First to fix: {first}' in result.stdout
+  assert said in checks[first]['message']
+  if port == 'summed_gradients':
+    assert checks['one_step (1 replica)']['passed']
+    assert 'all_reduce is a SUM' in checks[first]['message']
+
+
+@from_tf215
+@pytest.mark.e2e
+def test_the_estimator_checkpoint_becomes_a_state_dict_that_predicts_alike(
+    tmp_path):
+  output = tmp_path / 'converted'
+  result = run_module('migration_tools.checkpoint',
+                      f'--estimator_dir={TF215_DIR}/estimator',
+                      f'--output={output}', PORT, '--verify',
+                      f'--predictions={TF215_DIR}/kit_predictions.npz',
+                      env={'PYTHONPATH': TOOLS_PYTHONPATH})
+  assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+  assert f'Checkpoint: {output}/model-30.pt' in result.stdout
+  assert 'Verified on 496 examples: every output agrees' in result.stdout
+  # PyTorch itself restores it: the module's, optimizer's and scheduler's
+  # state_dicts, in PyTorch's layout.
+  state = torch.load(output / 'model-30.pt', weights_only=True)
+  legacy = tensor_bundle.read(checkpoint_files.latest(
+      os.path.join(TF215_DIR, 'estimator')))
+  assert state['step'] == legacy['global_step'] == 30
+  assert state['scheduler']['last_epoch'] == 30
+  assert set(state['optimizer']) == {'state', 'param_groups'}
+  np.testing.assert_array_equal(state['model']['conv1.weight'].numpy(),
+                                legacy['conv1/kernel'].transpose(3, 2, 0, 1))
+  np.testing.assert_array_equal(state['model']['dense.weight'].numpy(),
+                                legacy['dense/kernel'].T)
+  rate = state['optimizer']['param_groups'][0]['lr']
+  assert rate == pytest.approx(0.05 * 0.96 ** (30 / 100000), rel=1e-12)
+
+
+def test_a_file_that_is_no_state_dict_is_refused_in_one_line(tmp_path):
+  output = tmp_path / 'converted'
+  output.mkdir()
+  bad = output / 'model-30.pt'
+  bad.write_bytes(b'not a checkpoint')
+  from kit_pair import mnist_torch  # pylint: disable=g-import-not-at-top
+  port = mnist_torch.make_port()
+  model = port.make({'learning_rate': 0.05}, 1, False)
+  with pytest.raises(KitError) as raised:
+    pytorch.PyTorch().load_state(port, model, str(bad))
+  assert str(raised.value).startswith(
+      f'{bad} is not a checkpoint the converter wrote for this port')
+  assert '\n' not in str(raised.value)
+  assert str(raised.value).endswith('; convert again')
+
+
+# The adapter's parts, on small modules ---------------------------------------
+
+def test_the_layouts_hand_over_tfs_names_and_shapes_and_come_back():
+  net = torch.nn.Sequential()
+  net.add_module('conv', torch.nn.Conv2d(3, 8, (5, 4)))
+  net.add_module('norm', torch.nn.BatchNorm2d(8))
+  net.add_module('embed', torch.nn.Embedding(11, 6))
+  net.add_module('dense', torch.nn.Linear(6, 2))
+  model = pytorch.TorchModel()
+  model.module = net
+  values = model.variables()
+  assert {k: v.shape for k, v in values.items()} == {
+      'conv/kernel': (5, 4, 3, 8), 'conv/bias': (8,),
+      'norm/gamma': (8,), 'norm/beta': (8,), 'norm/moving_mean': (8,),
+      'norm/moving_variance': (8,), 'embed/embeddings': (11, 6),
+      'dense/kernel': (6, 2), 'dense/bias': (2,)}
+  assert model.trainable() == ['conv/kernel', 'conv/bias', 'norm/gamma',
+                               'norm/beta', 'embed/embeddings',
+                               'dense/kernel', 'dense/bias']
+  np.testing.assert_array_equal(values['dense/kernel'],
+                                net.dense.weight.detach().numpy().T)
+  kernel = np.arange(5 * 4 * 3 * 8, dtype=np.float32).reshape(5, 4, 3, 8)
+  model.set_variables({'conv/kernel': kernel})
+  np.testing.assert_array_equal(model.variables()['conv/kernel'], kernel)
+  # [kh, kw, in, out] -> [out, in, kh, kw]: out 1, in 2, row 3, column 0.
+  assert net.conv.weight[1, 2, 3, 0].item() == kernel[3, 0, 2, 1]
+
+
+def test_replicas_average_their_shares_gradients_as_ddp_does():
+  def model(replicas):
+    torch.manual_seed(0)
+    made = pytorch.TorchModel()
+    made.module = torch.nn.Linear(3, 1)
+    made.optimizer = torch.optim.SGD(made.module.parameters(), lr=0.1)
+    made.replicas = replicas
+    made.loss = lambda x, y: ((made.module(x)[:, 0] - y) ** 2).mean()
+    return made
+
+  features = np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32)
+  labels = np.arange(8, dtype=np.float32)
+  one, four = model(1).train_step(features, labels), model(4).train_step(
+      features, labels)
+  # Equal shares: the mean of the shares' means is the batch's mean.
+  assert four['loss'] == pytest.approx(one['loss'], rel=1e-6)
+  for name, gradient in one['gradients'].items():
+    np.testing.assert_allclose(four['gradients'][name], gradient, rtol=1e-5)
+
+
+def test_a_value_read_back_to_python_is_not_tpu_ready():
+  class Reads(torch.nn.Module):
+
+    def forward(self, x):
+      if x.sum().item() > 0:  # A branch on a value: the graph breaks.
+        return x * 2
+      return x
+
+  problems = pytorch.export_problems('predict', Reads(), (torch.ones(2, 3),))
+  assert [(p.part, p.cause) for p in problems] == [('predict',
+                                                    'data_dependent')]
+  text = tpu.describe(problems, pytorch.CAUSES)
+  assert text.startswith('predict: ')
+  assert 'no .item(), .tolist() or Python branches on them' in text
+  assert pytorch.export_problems('predict', torch.nn.Linear(3, 2),
+                                 (torch.ones(2, 3),)) == []

@@ -1,0 +1,44 @@
+"""Deliberate bugs in the kit's PyTorch port (kit_pair/mnist_torch.py), each
+a mistake met in real PyTorch ports of TPU-era models; the checks must fail
+them and name the cause (tests/tools/test_torch_ports.py)."""
+import dataclasses
+
+from kit_pair import mnist_torch
+
+
+class SummedGradients(mnist_torch.MnistTorch):
+  """The replicas' gradients summed, as torch.distributed.all_reduce does by
+  default (op=SUM) when a hand-written loop forgets to divide by the world
+  size: on N replicas the step is N times the model_fn's."""
+
+  def all_reduce(self, gradients):
+    return sum(gradients)
+
+
+def summed_gradients():
+  return dataclasses.replace(mnist_torch.make_port(), make=SummedGradients)
+
+
+class FlattenedNchw(mnist_torch.MnistTorch):
+  """The feature map flattened in PyTorch's order (channels first), so that
+  dense/kernel's rows meet other features than in the model_fn."""
+
+  def __init__(self, params, replicas, dropout):
+    super().__init__(params, replicas, dropout)
+    net = self.module
+
+    def forward(images, taps=None):
+      import torch  # pylint: disable=g-import-not-at-top
+      from torch.nn import functional  # pylint: disable=g-import-not-at-top
+      y = images.permute(0, 3, 1, 2)
+      y = functional.max_pool2d(torch.relu(net.conv1(y)), 2)
+      y = functional.max_pool2d(torch.relu(net.conv2(y)), 2)
+      y = torch.relu(net.dense(y.flatten(1)))
+      return net.logits(net.dropout(y))
+
+    net.forward = forward
+
+
+def flattened_nchw():
+  return dataclasses.replace(mnist_torch.make_port(), make=FlattenedNchw,
+                             layer_outputs=None)
