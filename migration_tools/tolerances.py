@@ -23,11 +23,6 @@ ONE_STEP_ATOL = 1e-6
 LEARNING_RATE_ATOL = 1e-9
 LEARNING_RATE_RTOL = 2.5e-7
 
-
-def learning_rate_bar(legacy_rate):
-  """The bar for a port's rate where the legacy one is legacy_rate (a
-  number or an array of them)."""
-  return LEARNING_RATE_ATOL + LEARNING_RATE_RTOL * abs(legacy_rate)
 # The loss of every step of a trajectory, and the weights at its end.
 TRAJECTORY_ATOL = 1e-5
 # A trajectory (a free run) is held to TRAJECTORY_ATOL only when its steps
@@ -74,7 +69,7 @@ UPDATE_FLOOR = 1e-1
 # below FLIP_RTOL (updates) or FLIP_ATOL (stepwise), and at most FLIP_SHARE
 # of the steps are (none of fewer than 10). A bug in a formula or a
 # hyper-parameter shows at every step; one in a schedule at its boundary is
-# the learning_rate check's, held to 1e-9.
+# the learning_rate check's, held to LEARNING_RATE_ATOL and _RTOL.
 FLIP_RTOL = 1e-2
 FLIP_ATOL = 1e-4
 FLIP_SHARE = 0.1
@@ -88,3 +83,9 @@ SPEED_MARGIN = 0.9
 # The host_call's tensors at identical state (the loss, the rate a summary
 # logs), relative to the larger of 1 and the legacy value.
 HOST_CALL_RTOL = 1e-6
+
+
+def learning_rate_bar(legacy_rate):
+  """The bar for a port's rate where the legacy one is legacy_rate (a
+  number or an array of them)."""
+  return LEARNING_RATE_ATOL + LEARNING_RATE_RTOL * abs(legacy_rate)
