@@ -13,8 +13,12 @@ INPUT_ATOL = 1e-6
 # counts (accuracy, top-k) must agree to the example over up to 1e5 examples,
 # means of float outputs to their summation order.
 EVAL_METRIC_RTOL = 1e-5
-# One step at identical weights: the loss, every gradient, the updated weights.
+# One step at identical weights: the loss, every gradient, the updated weights
+# (and each step of stepwise and dropout).
 ONE_STEP_ATOL = 1e-6
+# The optimizer's hyper-parameters, relative (a float32 config against TF 1's
+# attributes).
+OPTIMIZER_RTOL = 1e-6
 # The learning rate each side applied at a step: LEARNING_RATE_ATOL plus
 # LEARNING_RATE_RTOL of the legacy rate, about two float32 roundings (TF 1
 # computes a schedule in float32, a PyTorch scheduler in float64: one ulp of

@@ -148,7 +148,8 @@ def inventory(theirs: dict, ours: dict, paired_by_order: list | None = None,
   port_averages = port_averages or {}
   # Before any step: an average must start at its variable's value.
   elsewhere = sorted(k for k, v in port_averages.items() if k in ours and not
-                     np.allclose(v, ours[k], rtol=1e-6, atol=0))
+                     np.allclose(v, ours[k], rtol=tolerances.OPTIMIZER_RTOL,
+                                 atol=0))
   theirs = {k: list(v.shape) for k, v in theirs.items()}
   ours = {k: list(v.shape) for k, v in ours.items()}
   missing = sorted(set(theirs) - set(ours))

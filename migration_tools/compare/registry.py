@@ -35,6 +35,12 @@ _SCOPE_TEXT = {ONCE: '1 replica', EACH: 'each replica count',
                'after the others'}
 
 
+def bar_text(value: float) -> str:
+  """A bar's value as the docs write it: 1e-6, 2.5e-7, 5e-5."""
+  mantissa, exponent = f'{value:e}'.split('e')
+  return f'{float(mantissa):g}e{int(exponent)}'
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
   """What a comparison is asked to run: replica labels ('1 replica' first)
@@ -58,8 +64,9 @@ class Check:
     (None for AFTER). It raises to be an ERROR with the cause.
   needs: the questions it asks, as 'legacy.step' / 'port.step' (the side
     interface's methods), for the docs and the interface's tests.
-  bar: its bar in words ('1e-6'), as the docs table shows it; the value is
-    in tolerances.py.
+  bar: its bar in words, as the docs table and --help show it, written from
+    the very values in tolerances.py that its judge holds the port to
+    (bar_text(tolerances.ONE_STEP_ATOL) is '1e-6'): one declaration.
   planned: whether a plan runs it (e.g. only with --speed).
   bare_on_first: an EACH check named bare on the single-replica run
     ('inputs', 'inputs (2 replicas)').

@@ -37,6 +37,7 @@ from migration_tools.compare.context import Upstream
 from migration_tools.compare.registry import AFTER
 from migration_tools.compare.registry import AFTER_EACH
 from migration_tools.compare.registry import Check
+from migration_tools.compare.registry import bar_text
 from migration_tools.compare.registry import EACH
 from migration_tools.compare.registry import ONCE
 from migration_tools.compare.registry import register
@@ -119,7 +120,7 @@ register(Check(
     needs=('legacy.describe_optimizer', 'legacy.slots', 'legacy.describe_run',
            'port.describe_optimizer', 'port.slots', 'port.slot_tokens',
            'port.use_slot_map'),
-    bar='equal (relative 1e-6)'))
+    bar=f'equal (relative {bar_text(tolerances.OPTIMIZER_RTOL)})'))
 
 
 # inputs ---------------------------------------------------------------------
@@ -134,7 +135,8 @@ def inputs(run: Run, replicas: Replicas) -> CheckResult:
 register(Check(
     'inputs', 'the port\'s input pipeline against the `input_fn`: examples '
     'per step, every feature and label', EACH, inputs,
-    needs=('port.first_pipeline_batch',), bar='1e-6', bare_on_first=True))
+    needs=('port.first_pipeline_batch',), bar=bar_text(tolerances.INPUT_ATOL),
+    bare_on_first=True))
 
 
 # inference ------------------------------------------------------------------
@@ -160,7 +162,8 @@ register(Check(
     'part', ONCE, inference,
     needs=('legacy.predict', 'legacy.layer_outputs', 'port.predict',
            'port.layer_outputs'),
-    bar='1e-6; integers exact; layers relative 1e-5'))
+    bar=f'{bar_text(tolerances.INFERENCE_ATOL)}; integers exact; layers relative '
+        f'{bar_text(tolerances.LAYER_RTOL)}'))
 
 
 # one_step, learning_rate, trajectory: one pass over the legacy trajectory ---
@@ -242,7 +245,7 @@ register(Check(
            'legacy.describe_optimizer', 'legacy.describe_run', 'port.step',
            'port.state', 'port.slots', 'port.describe_optimizer',
            'legacy.averages', 'port.averages'),
-    bar='1e-6'))
+    bar=bar_text(tolerances.ONE_STEP_ATOL)))
 
 
 def learning_rate(run: Run, replicas: Replicas) -> CheckResult:
@@ -258,8 +261,8 @@ def learning_rate(run: Run, replicas: Replicas) -> CheckResult:
 register(Check(
     'learning_rate', 'the rate each side applied, every step', EACH,
     learning_rate, needs=('legacy.step', 'legacy.describe_run', 'port.step'),
-    bar=f'{tolerances.LEARNING_RATE_ATOL:g} + '
-        f'{tolerances.LEARNING_RATE_RTOL:g} x the legacy rate'))
+    bar=f'{bar_text(tolerances.LEARNING_RATE_ATOL)} + '
+        f'{bar_text(tolerances.LEARNING_RATE_RTOL)} x the legacy rate'))
 
 
 def _replays_exactly(result: CheckResult | None) -> bool:
@@ -293,7 +296,7 @@ register(Check(
     EACH, trajectory,
     needs=('legacy.step', 'legacy.state', 'legacy.global_step', 'port.step',
            'port.state', 'port.global_step'),
-    bar='1e-5'))
+    bar=bar_text(tolerances.TRAJECTORY_ATOL)))
 
 
 # evaluation and served_predictions: on the single-replica run, before the
@@ -321,7 +324,7 @@ register(Check(
     needs=('legacy.state', 'legacy.evaluate', 'legacy.evaluate_weights',
            'legacy.describe_run', 'port.set_state',
            'port.evaluate', 'legacy.averages', 'port.set_averages'),
-    bar='relative 1e-5'))
+    bar=f'relative {bar_text(tolerances.EVAL_METRIC_RTOL)}'))
 
 
 def served_predictions(run: Run, replicas: Replicas) -> CheckResult:
@@ -344,7 +347,8 @@ register(Check(
            'legacy.describe_run',
            'port.set_state', 'port.serve', 'legacy.averages',
            'port.set_averages'),
-    bar='1e-6; integers exact', planned=lambda plan: plan.serving))
+    bar=f'{bar_text(tolerances.INFERENCE_ATOL)}; integers exact',
+    planned=lambda plan: plan.serving))
 
 
 # stepwise and updates: one pass at identical state, on a fresh run ---------
@@ -458,7 +462,7 @@ register(Check(
            'port.set_slots', 'port.step', 'port.learning_rate', 'port.state',
            'port.slots', 'legacy.averages',
            'port.averages', 'port.set_averages'),
-    bar='relative 5e-5'))
+    bar=f'relative {bar_text(tolerances.UPDATE_RTOL)}'))
 
 
 def stepwise(run: Run, replicas: Replicas) -> CheckResult:
@@ -472,7 +476,7 @@ register(Check(
     'step', EACH, stepwise,
     needs=('legacy.step', 'legacy.state', 'legacy.slots', 'port.step',
            'port.state', 'port.slots', 'legacy.averages', 'port.averages'),
-    bar='1e-6'))
+    bar=bar_text(tolerances.ONE_STEP_ATOL)))
 
 
 def host_call(run: Run, replicas: Replicas) -> CheckResult:
@@ -489,7 +493,7 @@ register(Check(
     'or a line saying why they were not compared; for a model_fn with a '
     '`host_call`', ONCE, host_call,
     needs=('legacy.describe_run', 'legacy.step', 'port.step'),
-    bar='relative 1e-6',
+    bar=f'relative {bar_text(tolerances.HOST_CALL_RTOL)}',
     applies=lambda run, replicas: bool(
         replicas.describe()['host_call'])))
 
@@ -523,7 +527,7 @@ register(Check(
     'state, the random numbers aligned', AFTER, dropout,
     needs=('legacy.step', 'legacy.state', 'port.set_state',
            'port.step_as_trained'),
-    bar='1e-6'))
+    bar=bar_text(tolerances.ONE_STEP_ATOL)))
 
 
 def tpu_ready(run: Run, replicas: Replicas | None) -> CheckResult:
@@ -586,5 +590,6 @@ register(Check(
     'of the timed windows, and the kernels whose time per step differs most '
     '(below); with `--speed`', AFTER_EACH, speed,
     needs=('legacy.train_only', 'port.train_window'),
-    bar='below 90% of the legacy rate: `REVIEW`, which fails nothing',
+    bar=f'below {tolerances.SPEED_MARGIN:.0%} of the legacy rate: `REVIEW`, '
+        'which fails nothing',
     planned=lambda plan: plan.speed))

@@ -255,3 +255,17 @@ def test_a_signal_inside_a_shared_pass_stops_the_comparison():
     units._trajectory(run, replicas)  # pylint: disable=protected-access
   with pytest.raises(context.Upstream, match='the first step raised'):
     units._trajectory(run, replicas)  # pylint: disable=protected-access
+
+
+def test_each_bars_figures_are_the_values_its_judge_holds():
+  # A check owns its bar: the text is written from tolerances.py's values,
+  # so no figure in it can drift from the one the judge compares with.
+  from migration_tools import tolerances  # pylint: disable=g-import-not-at-top
+  values = {registry.bar_text(v) for k, v in vars(tolerances).items()
+            if k.isupper() and isinstance(v, float) and v < 1}
+  values.add(f'{tolerances.SPEED_MARGIN:.0%}')
+  for check in registry.checks():
+    figures = re.findall(r'\d+(?:\.\d+)?(?:e-?\d+|%)', check.bar)
+    assert set(figures) <= values, (check.name, check.bar)
+  assert registry.bar_text(tolerances.ONE_STEP_ATOL) in {
+      c.name: c.bar for c in registry.checks()}["one_step"]
