@@ -64,7 +64,7 @@ class CheckResult:
     figure = ''
     if self.max_abs_diff is not None:
       figure = f' max diff {self.max_abs_diff:.3g} ' + (
-          f'(tolerance {self.tolerance:.0e})' if self.tolerance is not None
+          f'(tolerance {self.tolerance:.3g})' if self.tolerance is not None
           else '(free run, reported; stepwise holds each step)')
     label = {PASSED: 'PASS', FAILED: 'FAIL', ERROR: 'ERROR',
              NOT_RUN: 'NOT RUN', SKIPPED: 'SKIP',
