@@ -422,10 +422,13 @@ def describe_torch(model: TorchModel, counts: list[int]) -> dict[str, Any]:
                    for c in counts},
       'versions': runs_on.versions('torch', 'numpy'),
       'precision': {'matmul': matmul, 'convolution': convolution},
-      'precision_from': ('torch\'s float32_matmul_precision '
-                         f'({torch.get_float32_matmul_precision()}), cuDNN\'s '
-                         f'allow_tf32 ({torch.backends.cudnn.allow_tf32}) and '
-                         f'the module\'s dtype ({dtype})'),
+      'precision_from': (
+          f'the module\'s dtype ({dtype}) on the {device.type.upper()}'
+          if device.type != 'cuda' else
+          'torch\'s float32_matmul_precision '
+          f'({torch.get_float32_matmul_precision()}), cuDNN\'s allow_tf32 '
+          f'({torch.backends.cudnn.allow_tf32}) and the module\'s dtype '
+          f'({dtype})'),
   }
 
 CAUSES = {
