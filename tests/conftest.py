@@ -48,7 +48,9 @@ if _QUIET_HERE:
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Further cases of a behaviour one case of the same test already covers in
-# the default run: left out of it, run by CI and `pytest -m "not slow"`.
+# the default run: left out of it, run by `pytest -m "not slow"` (CI runs the
+# jax and torch profiles' so, and leaves the TensorFlow profiles' out:
+# docs/TESTING.md).
 CATALOGUE = pytest.mark.catalogue
 
 
@@ -144,7 +146,7 @@ def pytest_report_header(config):
   if 'not catalogue' in (config.option.markexpr or ''):
     lines.append('left out: the tests marked "catalogue", further cases of '
                  'behaviours the default run covers (run them with -m '
-                 '"not slow", as CI does)')
+                 'catalogue)')
   lines.append(f'TF 2.15 artifacts: {TF215_DIR}' if TF215_DIR else
                'left out: the tests marked "from_tf215" (set KIT_TF215_DIR '
                'to the output of tests/tf215_artifacts.py)')
