@@ -162,8 +162,8 @@ register(Check(
     'part', ONCE, inference,
     needs=('legacy.predict', 'legacy.layer_outputs', 'port.predict',
            'port.layer_outputs'),
-    bar=f'{bar_text(tolerances.INFERENCE_ATOL)}; integers exact; layers relative '
-        f'{bar_text(tolerances.LAYER_RTOL)}'))
+    bar=f'{bar_text(tolerances.INFERENCE_ATOL)}; integers exact; layers '
+        f'relative {bar_text(tolerances.LAYER_RTOL)}'))
 
 
 # one_step, learning_rate, trajectory: one pass over the legacy trajectory ---

@@ -60,18 +60,28 @@ class Arrays(base.Framework):
             'random numbers, which cannot be aligned with TF 1\'s random '
             'ops; the steps are compared without dropout')
 
+  # What its port's programs are, and how they are compiled for a TPU (the
+  # tpu_ready lines): an adapter built on this one names its own.
+  programs_are = 'ArrayPort.programs: its jit-compiled step and predict'
+  compiling = ('compiling the step and predict with jax.jit, lowering them '
+               'for a TPU')
+
   def tpu_ready(self, port: Any, params: dict, batches: list,
                 progress: progress_lib.Progress) -> tpu.Readiness:
     if port.programs is None:
       return tpu.Readiness(
-          tpu.NOT_CHECKED, 'the port gives no programs (ArrayPort.programs: '
-          'its jit-compiled step and predict) to compile for a TPU')
-    from migration_tools.pair.frameworks import arrays_tpu  # pylint: disable=g-import-not-at-top
-    progress.now('tpu_ready: compiling the step and predict with jax.jit, '
-                 'lowering them for a TPU')
+          tpu.NOT_CHECKED, f'the port gives no programs ({self.programs_are}) '
+          'to compile for a TPU')
+    progress.now(f'tpu_ready: {self.compiling}')
     model = port.make(dict(params), 1, False)
     features, labels = batches[0]
-    return arrays_tpu.check(port.programs(model, features, labels))
+    return self.readiness(port.programs(model, features, labels))
+
+  def readiness(self, programs: dict) -> tpu.Readiness:
+    """What a TPU would refuse in the port's programs, {part: (function,
+    arguments)}: jax.jit and jax.export's reading (arrays_tpu.py)."""
+    from migration_tools.pair.frameworks import arrays_tpu  # pylint: disable=g-import-not-at-top
+    return arrays_tpu.check(programs)
 
   def save_state(self, port: Any, model: Any, directory: str) -> str:
     # The port's own format (the kit's: Keras 3's .weights.h5), else named

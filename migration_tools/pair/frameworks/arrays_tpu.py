@@ -85,10 +85,6 @@ def program_problems(part: str, function: Callable, args: tuple
 
 def check(programs: dict[str, tuple[Callable, tuple]]) -> tpu.Readiness:
   """The TPU readiness of a port on JAX: {part: (function, arguments)}."""
-  problems = []
-  for part, (function, args) in programs.items():
-    problems += program_problems(part, function, args)
-  return tpu.judged(
-      problems, CAUSES,
-      f'{" and ".join(programs)} compile with jax.jit and lower for a TPU, '
-      'with no host callback and static shapes', {'programs': list(programs)})
+  return tpu.read_programs(
+      programs, program_problems, CAUSES, 'compile with jax.jit and lower for '
+      'a TPU, with no host callback and static shapes')

@@ -350,24 +350,14 @@ class PyTorch(arrays.Arrays):
             'cannot be aligned with TF 1\'s random ops; the steps are '
             'compared without dropout')
 
-  def tpu_ready(self, port: Any, params: dict, batches: list,
-                progress: progress_lib.Progress) -> tpu.Readiness:
-    if port.programs is None:
-      return tpu.Readiness(
-          tpu.NOT_CHECKED, 'the port gives no programs (TorchPort.programs: '
-          'the modules of its loss and predict) to export for a TPU')
-    progress.now('tpu_ready: exporting the loss and predict with '
-                 'torch.export')
-    model = port.make(dict(params), 1, False)
-    features, labels = batches[0]
-    programs = port.programs(model, features, labels)
-    problems = []
-    for part, (module, args) in programs.items():
-      problems += export_problems(part, module, args)
-    return tpu.judged(
-        problems, CAUSES,
-        f'{" and ".join(programs)} export with torch.export as one graph of '
-        'static shapes', {'programs': list(programs)})
+  programs_are = 'TorchPort.programs: the modules of its loss and predict'
+  compiling = 'exporting the loss and predict with torch.export'
+
+  def readiness(self, programs: dict) -> tpu.Readiness:
+    """torch.export's reading of {part: (module, arguments)} (CAUSES)."""
+    return tpu.read_programs(programs, export_problems, CAUSES,
+                             'export with torch.export as one graph of '
+                             'static shapes')
 
   def save_state(self, port: Any, model: Any, directory: str) -> str:
     if port.save_weights is not None:

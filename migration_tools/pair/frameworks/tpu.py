@@ -80,3 +80,15 @@ def judged(problems: list[Problem], causes: dict[str, Cause], ready: str,
     return Readiness(READY, ready + tail, figures)
   return Readiness(NOT_READY, 'not ready for a TPU: ' +
                    describe(problems, causes) + tail, figures)
+
+
+def read_programs(programs: dict, problems_of, causes: dict[str, Cause],
+                  ready: str) -> Readiness:
+  """Each of a port's programs, {part: (program, arguments)}, read by
+  problems_of(part, program, arguments) -> [Problem]; READY says
+  '<parts> <ready>'."""
+  problems = []
+  for part, (program, args) in programs.items():
+    problems += problems_of(part, program, args)
+  return judged(problems, causes, f'{" and ".join(programs)} {ready}',
+                {'programs': list(programs)})
