@@ -29,16 +29,15 @@ import contextlib
 import re
 from typing import Any, Iterator
 
-
 from kit_core import process
 from kit_core.errors import Interrupted
 from kit_core.errors import one_line
 from kit_core.lazy import tensorflow as tf
 from migration_tools import outputs as outputs_lib
 from migration_tools.pair import port as port_lib
+from migration_tools.pair.frameworks import tpu
 from migration_tools.pair.frameworks.tpu import Cause
 from migration_tools.pair.frameworks.tpu import Problem
-from migration_tools.pair.frameworks import tpu
 
 
 CAUSES = {

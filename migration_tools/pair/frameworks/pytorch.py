@@ -315,20 +315,15 @@ class TorchPort(array_port.ArrayPort):
 
 
 class PyTorch(arrays.Arrays):
-  """A TorchPort: the arrays adapter's runner and converter, PyTorch's
-  devices, seeding, precision, TPU readiness and checkpoint file."""
+  """A TorchPort: the arrays adapter's contract check, description,
+  runner and converter; PyTorch's devices, seeding, precision, TPU
+  readiness and checkpoint file."""
 
   name = 'pytorch'
   contract = 'migration_tools.pair.frameworks.pytorch.TorchPort'
 
   def accepts(self, port: Any) -> bool:
     return isinstance(port, TorchPort)
-
-  def check(self, port: Any, where: str) -> TorchPort:
-    return array_port.check_array_port(port, where)
-
-  def describe(self, port: Any) -> str:
-    return port.framework
 
   def placements(self, counts: list[int], progress: progress_lib.Progress,
                  skipped: dict[str, str]) -> dict[str, Any]:
