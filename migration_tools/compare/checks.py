@@ -130,10 +130,11 @@ def non_finite_in(a: dict, b: dict) -> str:
 def inventory(theirs: dict, ours: dict, paired_by_order: list | None = None,
               warm_start: dict | None = None, train_variables=None,
               not_compared: dict | None = None,
-              port_averages: dict | None = None) -> CheckResult:
+              port_averages: dict | None = None,
+              random_ops: dict | None = None) -> CheckResult:
   """Every legacy variable maps onto one port variable of the same shape,
-  and every other variable the legacy step moves is compared by a check or
-  declared left out.
+  every other variable the legacy step moves is compared by a check or
+  declared left out, and the legacy step draws no random number.
 
   Args:
     theirs, ours: {legacy name: array}, the port's through its variable map.
@@ -144,8 +145,11 @@ def inventory(theirs: dict, ours: dict, paired_by_order: list | None = None,
     port_averages: the port's moving averages before any step, {legacy
       name of the variable: value}: each must start at its variable (ours),
       as TF 1 starts a shadow at its variable's initial value.
+    random_ops: the legacy run's random ops (describe_run()['random_ops']:
+      switched off, and left drawing); None: not read (an older bundle).
   """
   port_averages = port_averages or {}
+  random_ops = random_ops or {'switched_off': {}, 'left': {}}
   # Before any step: an average must start at its variable's value.
   elsewhere = sorted(k for k, v in port_averages.items() if k in ours and not
                      np.allclose(v, ours[k], rtol=tolerances.OPTIMIZER_RTOL,
@@ -162,7 +166,12 @@ def inventory(theirs: dict, ours: dict, paired_by_order: list | None = None,
              'extra_in_port': extra, 'wrong_shape': shapes,
              'paired_by_order': paired_by_order or [],
              'warm_start': warm_start or {}, 'train_state': account.table,
-             'unaccounted': account.unaccounted}
+             'unaccounted': account.unaccounted,
+             'random_ops_switched_off': random_ops['switched_off'],
+             'random_ops_left': random_ops['left']}
+  if passed and random_ops['left']:
+    return CheckResult('inventory', FAILED, _drawing_text(random_ops['left']),
+                       figures=figures)
   if passed and account.unaccounted:
     return CheckResult('inventory', FAILED, legacy_state.unaccounted_text(
         account, train_variables), figures=figures)
@@ -180,6 +189,13 @@ def inventory(theirs: dict, ours: dict, paired_by_order: list | None = None,
         figures={**figures, 'averages_start_elsewhere': elsewhere})
   if passed:
     said = []
+    if random_ops['switched_off']:
+      masks = sorted(random_ops['switched_off'])
+      said.append(f'{len(masks)} random mask{"s" if len(masks) > 1 else ""} '
+                  'of the legacy step put at its expectation, as inference '
+                  f'computes it ({", ".join(masks[:3])}'
+                  f'{" ..." if len(masks) > 3 else ""}); the port\'s dropout '
+                  'must be off for these checks')
     if warm_start:
       said.append('both sides start from the legacy warm start: ' + ', '.join(
           f'{path} ({count} variables)' for path, count in warm_start.items()))
@@ -196,6 +212,20 @@ def inventory(theirs: dict, ours: dict, paired_by_order: list | None = None,
       'the variables do not map one to one (' + '; '.join(shown) + '): '
       'fix the port\'s variable map, or the layer names and sizes',
       figures=figures)
+
+
+def _drawing_text(left: dict[str, str]) -> str:
+  """The failure for a legacy step that draws random numbers the kit
+  cannot switch off: which, why, and what to do."""
+  first = sorted(left)[0]
+  more = f' and {len(left) - 1} more' if len(left) > 1 else ''
+  return (f'the legacy training step draws random numbers the kit cannot '
+          f'switch off: {first} ({left[first]}){more}; each run of the step '
+          'draws anew, so no step can be compared at identical state: give '
+          'the model_fn a switch for it that --params can set (as a drop '
+          'rate of 0) and the port the same, or write it as dropout '
+          '(tf.nn.dropout, or x / keep * floor(keep + uniform)) '
+          '(docs/EQUIVALENCE.md, "Random numbers")')
 
 
 def _leaves(structure) -> dict[str, np.ndarray]:
@@ -338,20 +368,26 @@ def optimizer(theirs, ours, starts: list[str] | None = None) -> CheckResult:
   return CheckResult('optimizer', PASSED, figures=figures)
 
 
-def optimizer_by_behaviour(legacy_run: dict, ours,
-                           slot_map) -> CheckResult:
-  """For a legacy optimizer the kit does not read by its ops: its state must
-  pair one to one with the port optimizer's (its slots through the slot
-  map); its updates, and so its hyper-parameters, are judged in `updates`.
+def optimizer_by_behaviour(legacy_run: dict, ours, slot_map,
+                           theirs=None, starts: list[str] | None = None
+                           ) -> CheckResult:
+  """For an optimizer the tables do not read on one side (a legacy
+  tf.compat.v1.train.Optimizer subclass, a port's hand-written or
+  another framework's): its state must pair one to one with the other
+  side's (its slots through the slot map) and start at the same values;
+  its updates, and so its hyper-parameters, are judged in `updates`.
 
   Args:
     legacy_run: the legacy runner's describe_run().
     ours: optimizers.Description of the port's.
     slot_map: optimizers.SlotMap between the two.
+    theirs: optimizers.Description of the legacy one where its ops read it.
+    starts: the slots that start at other values, as phrases.
   """
-  name = legacy_run['optimizer']
+  name = str(theirs) if theirs is not None else legacy_run['optimizer']
   figures = {'legacy': name, 'port': str(ours), 'slot_map': str(slot_map),
-             'read_by': 'what it does (updates)'}
+             'read_by': 'what it does (updates)',
+             'slot_starts': list(starts or [])}
   if slot_map.legacy_only or slot_map.port_only:
     return CheckResult(
         'optimizer', FAILED, f'the optimizers keep other state: the legacy '
@@ -359,9 +395,17 @@ def optimizer_by_behaviour(legacy_run: dict, ours,
         f'the port\'s {", ".join(slot_map.port_only) or "(none)"} pair with '
         'nothing on the other side: give the port the legacy optimizer\'s '
         'slots, or pair them (Port.slot_map)', figures=figures)
+  if starts:
+    return CheckResult('optimizer', FAILED, '; '.join(starts) + ': start '
+                       'the port\'s slots where the legacy optimizer starts '
+                       'them', figures=figures)
+  shown = f' ({ours})' if ours is not None else ''
+  read = (f'the port\'s optimizer{shown} is not one the kit reads by its '
+          'config' if theirs is not None else
+          f'{name} is not read by its ops')
   return CheckResult(
-      'optimizer', PASSED, f'{name} is not read by its ops: its slots pair '
-      f'one to one ({slot_map}), and what it does (its hyper-parameters, its '
+      'optimizer', PASSED, f'{read}: its slots pair one to one ({slot_map}) '
+      'and start alike, and what it does (its hyper-parameters, its '
       'schedule) is judged at every step in the updates checks',
       figures=figures)
 
@@ -402,7 +446,8 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
   """
   loss = outputs.output_diff(np.float64(theirs['loss']),
                              np.float64(ours['loss']))
-  gradient, worst = max_diff(theirs['gradients'], ours['gradients'])
+  legacy_gradients, received = _in_the_ports_units(theirs, ours)
+  gradient, worst = max_diff(legacy_gradients, ours['gradients'])
   rate = abs(theirs.get('learning_rate', np.nan) - ours['learning_rate'])
   weights, state, worst_state = _split_state(legacy_state, port_state,
                                              theirs['gradients'])
@@ -415,10 +460,7 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
   averages, worst_average = None, None
   if legacy_averages:
     averages, worst_average = max_diff(legacy_averages, port_averages or {})
-  ratio = float(np.median([
-      np.abs(ours['gradients'][k]).sum() /
-      max(np.abs(theirs['gradients'][k]).sum(), 1e-30)
-      for k in theirs['gradients']]))
+  ratio = _scale_ratio(legacy_gradients, ours['gradients'])
   non_finite = next((said for said in (
       non_finite_in({'loss': theirs['loss']}, {'loss': ours['loss']}),
       non_finite_in(theirs['gradients'], ours['gradients']),
@@ -433,6 +475,9 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
              'worst_slot': '/'.join(worst_slot) if worst_slot else None,
              'averages_diff': averages, 'worst_average': worst_average,
              'learning_rate_diff': rate, 'gradient_scale_ratio': ratio,
+             'legacy_gradients_as': (
+                 f'received by its optimizer ({received:g}x the mean: the '
+                 'cores\' sum)' if received != 1 else 'the mean'),
              'legacy_learning_rate': theirs.get('learning_rate'),
              'port_learning_rate': ours['learning_rate'],
              'legacy_examples': theirs.get('examples'),
@@ -454,6 +499,34 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
   if parting and result.failed:
     said.append(f'inside the model, {parting} (see inference)')
   return dataclasses.replace(result, message='; '.join(said))
+
+
+def _scale_ratio(theirs: dict, ours: dict) -> float:
+  """The median over variables of |ours| / |theirs| (summed)."""
+  return float(np.median([
+      np.abs(ours[k]).sum() / max(np.abs(theirs[k]).sum(), 1e-30)
+      for k in theirs]))
+
+
+def _in_the_ports_units(theirs: dict, ours: dict) -> tuple[dict, float]:
+  """The legacy gradients in the units the port gives its own, and that
+  unit in means.
+
+  A legacy step taken as on TPU cores gives the mean gradient (of the loss
+  / global batch), and says what its optimizer received (received_scale):
+  the cores' sum of their own mean losses' gradients where the model_fn
+  took them itself (BERT's tf.gradients), 2x the mean on 2 cores. A port
+  that gives its gradients as its optimizer receives them is compared in
+  those units: what the optimizer then does with them, weights and slots,
+  is judged alike either way.
+  """
+  scale = float(theirs.get('received_scale', 1))
+  if scale != 1:
+    ratio = _scale_ratio(theirs['gradients'], ours['gradients'])
+    if abs(ratio - scale) < abs(ratio - 1):
+      return {k: v * np.float32(scale)
+              for k, v in theirs['gradients'].items()}, scale
+  return theirs['gradients'], 1.0
 
 
 def _one_step_hint(f: dict, replicas: int) -> str:

@@ -111,9 +111,10 @@ class Run:
   placement_counts: list = dataclasses.field(default_factory=list)
   memo: _Memo = dataclasses.field(default_factory=_Memo)
 
-  def legacy(self, purpose: str, shards: int = 1):
-    """A fresh legacy run from the start state."""
-    legacy = self.source.runner(shards, purpose)
+  def legacy(self, purpose: str, shards: int = 1, draws: bool = False):
+    """A fresh legacy run from the start state (drawing its random numbers
+    where draws is True: LegacySource.runner)."""
+    legacy = self.source.runner(shards, purpose, draws)
     if self.start is not None:
       legacy.set_state(self.start)
     return legacy

@@ -149,11 +149,11 @@ class LiveSource:
     self._spec, self.batches = data.spec, data.batches
     return data
 
-  def runner(self, shards: int, purpose: str):
+  def runner(self, shards: int, purpose: str, draws: bool = False):
     runner = legacy_lib.LegacyRunner(
         self.pair.model_fn, self.options.params, self._spec,
         self.options.global_batch, shards, self.options.warm_start_from,
-        self.pair.serving_input_fn, self.pair.serving_inputs)
+        self.pair.serving_input_fn, self.pair.serving_inputs, draws)
     if self.tape is None:
       return runner
     return recorded.RecordingRunner(runner, self.tape, purpose)
@@ -176,8 +176,8 @@ class ReplaySource:
   def data(self) -> side.Data:
     return side.Data(None, self.bundle.batches)
 
-  def runner(self, shards: int, purpose: str):
-    del shards  # Recorded with the run.
+  def runner(self, shards: int, purpose: str, draws: bool = False):
+    del shards, draws  # Recorded with the run.
     return recorded.ReplayedRunner(self.bundle.tape, purpose)
 
   def timing_runner(self) -> None:

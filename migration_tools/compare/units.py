@@ -47,10 +47,10 @@ from migration_tools.pair import variable_map
 
 
 def _slots_compared(legacy, runner) -> bool:
+  if runner.slot_map:  # Read by what it does: through the slot map.
+    return True
   theirs = legacy.describe_optimizer()
-  if theirs is None:  # Read by what it does: through the slot map.
-    return bool(runner.slot_map)
-  return theirs.kind == runner.describe_optimizer().kind
+  return theirs is not None and theirs.kind == runner.describe_optimizer().kind
 
 
 # inventory ------------------------------------------------------------------
@@ -68,7 +68,8 @@ def inventory(run: Run, replicas: Replicas) -> CheckResult:
   result = checks.inventory(theirs, ours, resolved.by_order(),
                             replicas.describe()['warm_start'],
                             legacy.train_variables(), run.port.not_compared,
-                            runner.averages())
+                            runner.averages(),
+                            replicas.describe().get('random_ops'))
   if result.passed:
     run.pairs, run.start = resolved.pairs, theirs
     run.start_averages = legacy.averages()
@@ -81,42 +82,51 @@ register(Check(
     'inventory', 'every legacy variable (weights, batch-norm statistics) '
     'pairs with one port variable of the same shape; every other variable '
     'the legacy train_op writes (slots, step, moving averages, counters) is '
-    'compared by a check, or declared left out (`Port.not_compared`)', ONCE,
+    'compared by a check, or declared left out (`Port.not_compared`); the '
+    'legacy step draws no random number the kit cannot switch off (see '
+    '"Random numbers")', ONCE,
     inventory,
     needs=('legacy.state', 'legacy.describe_run', 'legacy.train_variables',
            'legacy.averages', 'port.averages', 'port.set_averages',
            'port.shapes',
            'port.use_map', 'port.state', 'port.set_state'),
-    bar='exact', gate='inventory failed: the state cannot be aligned'))
+    bar='exact', gate='inventory failed: the two sides cannot start a step '
+    'from one state (its line says why)'))
 
 
 # optimizer ------------------------------------------------------------------
 
 def optimizer(run: Run, replicas: Replicas) -> CheckResult:
-  """Kind and hyper-parameters; for an optimizer the kit does not read by
-  its ops, the slot map its updates and slots are compared through."""
+  """Kind and hyper-parameters where both sides' optimizers are in the
+  tables; else the slot map its updates and slots are compared through. On
+  either reading, the value each slot starts at."""
   legacy, runner = replicas.legacy, replicas.port
-  theirs = legacy.describe_optimizer()
-  if theirs is not None:
-    ours = runner.describe_optimizer()
-    # Before any step; a slot a rate scales (momentum's) starts at 0 on both
-    # sides, whatever the rate it is read at.
-    starts = optimizers.initial_slot_differences(
-        legacy.slots(0.0), runner.slots(1.0)) if theirs.kind == ours.kind else []
+  theirs, ours = legacy.describe_optimizer(), runner.describe_optimizer()
+  by_tables = theirs is not None and ours is not None and (
+      ours.kind in optimizers.KERAS_KINDS)
+  if not by_tables:
+    slot_map = optimizers.resolve_slot_map(
+        optimizers.slot_tokens(legacy.slots(0.0)), runner.slot_tokens(),
+        run.port.slot_map)
+    run.slot_map = slot_map.pairs
+    runner.use_slot_map(slot_map.pairs)
+  # Before any step; a slot a rate scales (momentum's) starts at 0 on both
+  # sides, whatever the rate it is read at.
+  starts = optimizers.initial_slot_differences(
+      legacy.slots(0.0), runner.slots(1.0)) if (
+          not by_tables or theirs.kind == ours.kind) else []
+  if by_tables:
     return checks.optimizer(theirs, ours, starts)
-  slot_map = optimizers.resolve_slot_map(
-      optimizers.slot_tokens(legacy.slots(0.0)), runner.slot_tokens(),
-      run.port.slot_map)
-  run.slot_map = slot_map.pairs
-  runner.use_slot_map(slot_map.pairs)
-  return checks.optimizer_by_behaviour(
-      replicas.describe(), runner.describe_optimizer(), slot_map)
+  return checks.optimizer_by_behaviour(replicas.describe(), ours, slot_map,
+                                       theirs, starts)
 
 
 register(Check(
     'optimizer', 'kind and hyper-parameters, read from the legacy graph\'s '
-    'apply ops, against the Keras optimizer\'s config; the value each slot '
-    'starts at', ONCE, optimizer,
+    'apply ops, against the Keras optimizer\'s config; where either side\'s '
+    'is not in the tables (a TF 1 subclass, a hand-written Keras optimizer, '
+    'another framework\'s), its slots pair one to one and `updates` judges '
+    'what it does; the value each slot starts at', ONCE, optimizer,
     needs=('legacy.describe_optimizer', 'legacy.slots', 'legacy.describe_run',
            'port.describe_optimizer', 'port.slots', 'port.slot_tokens',
            'port.use_slot_map'),
@@ -239,8 +249,10 @@ def one_step(run: Run, replicas: Replicas) -> CheckResult:
 
 register(Check(
     'one_step', 'loss, every gradient (the replicas\' summed, as the '
-    'all-reduce sums them), updated weights, other state the step moved, '
-    'optimizer slots (TF 1 convention)', EACH, one_step,
+    'all-reduce sums them; of the loss / global batch, or as the legacy '
+    'optimizer received them on TPU cores where the port gives them so), '
+    'updated weights, other state the step moved, optimizer slots (TF 1 '
+    'convention)', EACH, one_step,
     needs=('legacy.step', 'legacy.state', 'legacy.slots',
            'legacy.describe_optimizer', 'legacy.describe_run', 'port.step',
            'port.state', 'port.slots', 'port.describe_optimizer',
@@ -516,7 +528,7 @@ def dropout(run: Run, replicas: Replicas | None) -> CheckResult:
     return CheckResult(name, checks.SKIPPED, unaligned)
   tool = tf.compat.v1.keras.utils.DeterministicRandomTestTool()
   with tool.scope():
-    legacy = run.legacy(name)
+    legacy = run.legacy(name, draws=True)
     runner = run.port_runner(tf.distribute.OneDeviceStrategy('/cpu:0'))
     resynced = resynced_steps(run, legacy, runner, name, dropout=True)
   return checks.dropout(name, resynced.per_step, resynced.losses)

@@ -30,6 +30,7 @@ from migration_tools import outputs
 from migration_tools.pair import legacy_optimizer
 from migration_tools.pair import legacy_state
 from migration_tools.pair import optimizers
+from migration_tools.pair import random_ops
 from migration_tools.pair import serving
 from migration_tools.pair import side
 
@@ -195,15 +196,22 @@ class _Graph:
   as TPUEstimator initialises it: the variables' initializers (which
   tf.compat.v1.train.init_from_checkpoint redirects to a checkpoint), after
   the spec's scaffold_fn ran in the graph, then the Scaffold's init_fn; in
-  TRAIN, the Estimator's warm_start_from."""
+  TRAIN, the Estimator's warm_start_from.
+
+  Unless draws is True, the random masks of a TRAIN step are put at their
+  expectation (random_ops.switch_off), and random_ops says what it did.
+  """
 
   def __init__(self, model_fn, mode, params: dict, spec: tuple,
-               batch_size: int, warm_start_from: str = ''):
+               batch_size: int, warm_start_from: str = '',
+               draws: bool = True):
+    self.random_ops = random_ops.Found({}, {})
     with timing.spent('legacy graph building'):
-      self._build(model_fn, mode, params, spec, batch_size, warm_start_from)
+      self._build(model_fn, mode, params, spec, batch_size, warm_start_from,
+                  draws)
 
   def _build(self, model_fn, mode, params: dict, spec: tuple,
-             batch_size: int, warm_start_from: str) -> None:
+             batch_size: int, warm_start_from: str, draws: bool) -> None:
     self.graph = tf.Graph()
     with self.graph.as_default():
       self.features = _placeholders(spec[0], batch_size)
@@ -213,6 +221,9 @@ class _Graph:
       self.global_step = tf.compat.v1.train.create_global_step()
       self.spec = model_fn(self.features, self.labels, mode, dict(params))
       self.scaffold = scaffold = _scaffold(self.spec)
+      if not draws and mode == tf.compat.v1.estimator.ModeKeys.TRAIN:
+        self.random_ops = random_ops.switch_off(
+            [self.spec.loss, self.spec.train_op])
       if warm_start_from:
         tf.compat.v1.train.warm_start(warm_start_from)
       self.all_variables = {v.op.name: v
@@ -322,7 +333,8 @@ class LegacyRunner(side.LegacySide):
 
   def __init__(self, model_fn, params: dict, spec: tuple, batch_size: int,
                shards: int = 1, warm_start_from: str = '',
-               serving_input_fn=None, serving_inputs_fn=None):
+               serving_input_fn=None, serving_inputs_fn=None,
+               draws: bool = False):
     """Builds the TRAIN, PREDICT and EVAL graphs.
 
     Args:
@@ -338,6 +350,10 @@ class LegacyRunner(side.LegacySide):
       serving_inputs_fn: (params) -> {receiver tensor: examples}, the
         user's inputs for the receiver (e.g. JPEG bytes); None: made from
         the data (serving.inputs).
+      draws: the TRAIN step draws its random numbers (for the dropout
+        check, which aligns them with the port's); else its random masks
+        are put at their expectation, and what could not be is named
+        (random_ops.switch_off, describe_run).
 
     Raises:
       KitError: the model_fn has no trainable variable or no train_op.
@@ -347,7 +363,7 @@ class LegacyRunner(side.LegacySide):
     self.serving_input_fn = serving_input_fn
     self.serving_inputs_fn = serving_inputs_fn
     self.spec, self.batch_size = spec, batch_size
-    self.warm_start_from = warm_start_from
+    self.warm_start_from, self.draws = warm_start_from, draws
     self._steps_taken = 0  # Its start is restored with its averages.
     # How the steps are taken, for the report.
     self.reference = 'on the whole batch'
@@ -393,7 +409,7 @@ class LegacyRunner(side.LegacySide):
       self.train = _Graph(self.model_fn,
                           tf.compat.v1.estimator.ModeKeys.TRAIN,
                           model_params(self.params, batch), self.spec, batch,
-                          self.warm_start_from)
+                          self.warm_start_from, self.draws)
     with self.train.graph.as_default():
       trainable = tf.compat.v1.trainable_variables()
       if not trainable or self.train.spec.train_op is None:
@@ -407,6 +423,12 @@ class LegacyRunner(side.LegacySide):
     self.host_call = _host_call_tensors(self.train.spec)
     self.optimizer = legacy_optimizer.read(
         self.train.graph, self.train.all_variables, watched)
+    # What the optimizer receives on the cores, in units of the mean
+    # gradient: the mean where CrossShardOptimizer's compute_gradients (or
+    # minimize) took the loss, the cores' sum where the model_fn took its
+    # own gradients (BERT's tf.gradients) and the cores' were summed.
+    self.received_scale = 1 if (self.shards == 1 or watched.scaled & set(
+        self.optimizer.applied)) else self.shards
 
   def _unfed(self) -> list[str]:
     """The variables whose applied gradient the kit cannot feed."""
@@ -443,7 +465,8 @@ class LegacyRunner(side.LegacySide):
             'rate_source': self.optimizer.rate_source,
             'evaluates_with': self.evaluates_with(),
             'exports': self.evaluates_with(self.infer),
-            'host_call': list(self.host_call)}
+            'host_call': list(self.host_call),
+            'random_ops': self.train.random_ops.to_json()}
 
   def state(self) -> dict[str, np.ndarray]:
     """The model's variables, trainable or not, by name."""
@@ -548,7 +571,9 @@ class LegacyRunner(side.LegacySide):
     those across the cores and applied the sum once (the optimizer's own
     compute_gradients had scaled the loss by 1/cores: legacy_optimizer).
     Each core moved its own statistics; Keras reads mirrored statistics as
-    their mean across replicas, and so are they kept here.
+    their mean across replicas, and so are they kept here. The gradients
+    returned are the mean of the cores' (of the loss / global batch);
+    received_scale says what the optimizer received in those units.
     """
     def part(structure, i):
       size = len(tf.nest.flatten(structure)[0]) // self.shards
@@ -590,7 +615,7 @@ class LegacyRunner(side.LegacySide):
     self.train.write(self._averaged_again(averaged, before, mean))
     values = {'loss': float(np.mean(np.array([s['loss'] for s in shards],
                                              np.float32))),
-              'gradients': gradients,
+              'gradients': gradients, 'received_scale': self.received_scale,
               'examples': len(tf.nest.flatten(features)[0])}
     if 'learning_rate' in rate:
       values['learning_rate'] = rate['learning_rate']

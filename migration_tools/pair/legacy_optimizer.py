@@ -43,10 +43,13 @@ RATE_ATTRIBUTES = ('_learning_rate_tensor', 'learning_rate', '_learning_rate',
 
 @dataclasses.dataclass
 class Watched:
-  """What watch() saw: the optimizers made, and per variable the gradient
-  tensor (or IndexedSlices) the model_fn handed to apply_gradients."""
+  """What watch() saw: the optimizers made, per variable the gradient
+  tensor (or IndexedSlices) the model_fn handed to apply_gradients, and the
+  variables whose gradient came from a compute_gradients whose loss it
+  scaled by 1/shards."""
   optimizers: list = dataclasses.field(default_factory=list)
   applied: dict = dataclasses.field(default_factory=dict)
+  scaled: set = dataclasses.field(default_factory=set)
 
 
 @contextlib.contextmanager
@@ -83,13 +86,18 @@ def watch(shards: int = 1):
         depth['apply'] -= 1
 
     def compute_gradients(loss, *args, **kwargs):
-      if shards > 1 and not depth['compute'] and not callable(loss):
+      scale = shards > 1 and not depth['compute'] and not callable(loss)
+      if scale:
         loss = loss * (1.0 / shards)
       depth['compute'] += 1
       try:
-        return compute(loss, *args, **kwargs)
+        grads_and_vars = compute(loss, *args, **kwargs)
       finally:
         depth['compute'] -= 1
+      if scale:
+        watched.scaled.update(v.op.name for g, v in grads_and_vars
+                              if g is not None)
+      return grads_and_vars
 
     optimizer.apply_gradients = apply_gradients
     optimizer.compute_gradients = compute_gradients

@@ -189,8 +189,11 @@ class LegacySource(Protocol):
   def data(self) -> Data:
     """The legacy input_fn's batches."""
 
-  def runner(self, shards: int, purpose: str) -> LegacySide:
-    """A fresh legacy run on `shards` cores, named by purpose."""
+  def runner(self, shards: int, purpose: str, draws: bool = False
+             ) -> LegacySide:
+    """A fresh legacy run on `shards` cores, named by purpose; its training
+    step draws its random numbers only where draws is True (else its random
+    masks are switched off: pair/random_ops.py)."""
 
   def timing_runner(self) -> Any:
     """A fresh legacy run to time (train_only), or None when the legacy

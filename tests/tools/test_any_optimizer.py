@@ -184,3 +184,27 @@ def test_an_unread_optimizer_passes_only_if_its_slots_pair_one_to_one():
   failed = checks.optimizer_by_behaviour(run, ours, other)
   assert failed.failed and "the port's velocity pair with nothing" in (
       failed.message)
+
+
+def test_a_hand_written_port_optimizer_is_read_by_what_it_does():
+  # TF 1's RMSProp, read by its ops, against a port's own Keras optimizer
+  # of the same update: no kind to compare, so its slots pair and start
+  # alike, and updates judges the rest.
+  theirs = optimizers.Description(optimizers.RMSPROP, {'rho': 0.9})
+  ours = optimizers.Description('TF1RMSProp', {})
+  paired = optimizers.resolve_slot_map(['momentum', 'rms'],
+                                       ['momentum', 'rms'], {})
+  run = {'optimizer': 'RMSPropOptimizer'}
+  result = checks.optimizer_by_behaviour(run, ours, paired, theirs)
+  assert result.passed, result.message
+  assert result.message.startswith(
+      "the port's optimizer (TF1RMSProp()) is not one the kit reads by its "
+      'config: its slots pair one to one')
+  assert result.figures['legacy'] == 'RMSProp(rho=0.9)'
+  started = checks.optimizer_by_behaviour(
+      run, ours, paired, theirs,
+      ["the rms slots start at 1 in the legacy optimizer and at 0 in the "
+       "port's"])
+  assert started.failed and started.message.startswith(
+      "the rms slots start at 1 in the legacy optimizer and at 0 in the "
+      "port's: start the port's slots where")

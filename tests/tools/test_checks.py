@@ -53,6 +53,28 @@ def test_one_step_names_a_gradient_scale_of_the_replica_count():
   assert 'averaged over each replica' in result.message
 
 
+def test_one_step_takes_gradients_as_the_legacy_optimizer_received_them():
+  # A model_fn that takes its own gradients (BERT's tf.gradients) hands
+  # CrossShardOptimizer each core's mean loss's: 2x the mean on 2 cores. A
+  # port whose optimizer receives the same is compared in those units.
+  theirs, ours = _step(), _step()
+  theirs['received_scale'] = 2
+  ours['gradients'] = {k: v * 2 for k, v in ours['gradients'].items()}
+  result = checks.one_step('one_step (2 replicas)', theirs, ours, _state(),
+                           _state(), 2)
+  assert result.passed, result.message
+  assert result.figures['gradient_diff'] == 0
+  assert result.figures['legacy_gradients_as'] == (
+      "received by its optimizer (2x the mean: the cores' sum)")
+  # The mean is compared as before, and a third scale is still named.
+  assert checks.one_step('one_step (2 replicas)', theirs, _step(), _state(),
+                         _state(), 2).passed
+  ours['gradients'] = {k: v * 4 for k, v in _step()['gradients'].items()}
+  result = checks.one_step('one_step (2 replicas)', theirs, ours, _state(),
+                           _state(), 2)
+  assert "the port's gradients are 2x the legacy ones" in result.message
+
+
 def test_one_step_puts_other_examples_before_the_gradients():
   result = checks.one_step('one_step (2 replicas)', _step(),
                            _step(scale=3, examples=128), _state(), _state(),
@@ -157,6 +179,29 @@ def test_inventory_lists_missing_extra_and_reshaped_variables():
   assert result.figures['extra_in_port'] == ['d']
   assert result.figures['wrong_shape'] == ['b']
   assert checks.inventory(theirs, dict(theirs)).passed
+
+
+def test_inventory_fails_on_a_draw_left_and_says_which_masks_it_switched_off():
+  state = {'a': np.zeros(2)}
+  left = {'noise/RandomStandardNormal': 'RandomStandardNormal, used '
+          'otherwise than as a mask the kit knows (...)',
+          'sample/Multinomial': 'Multinomial, ...'}
+  result = checks.inventory(state, dict(state), random_ops={
+      'switched_off': {}, 'left': left})
+  assert result.failed
+  assert result.message.startswith(
+      'the legacy training step draws random numbers the kit cannot switch '
+      'off: noise/RandomStandardNormal (RandomStandardNormal, used otherwise '
+      'than as a mask the kit knows (...)) and 1 more; ')
+  assert result.figures['random_ops_left'] == left
+  off = {'block/random_uniform/RandomUniform': 'floor of keep + uniform'}
+  result = checks.inventory(state, dict(state), random_ops={
+      'switched_off': off, 'left': {}})
+  assert result.passed and result.message.startswith(
+      '1 random mask of the legacy step put at its expectation, as inference '
+      'computes it (block/random_uniform/RandomUniform)')
+  # An older bundle's run says nothing of random ops: nothing is said.
+  assert checks.inventory(state, dict(state)).message == ''
 
 
 def test_a_summary_line_shows_the_figure_against_its_bar():

@@ -219,6 +219,12 @@ def _assert_effnet_run(checks):
   assert checks['served_predictions']['legacy_exports'] == (
       'the moving averages')
   assert checks['served_predictions']['inputs'] == {'image_bytes': [64]}
+  # Its drop connect (a uniform and a floor) switched off, and said.
+  assert list(checks['inventory']['random_ops_switched_off'].values()) == [
+      'floor of keep + uniform']
+  assert checks['inventory']['random_ops_left'] == {}
+  assert 'random mask of the legacy step put at its expectation' in (
+      checks['inventory']['message'])
   # TF 1's RMSProp read by its ops; the host_call's two summaries compared.
   assert checks['optimizer']['legacy'] == (
       'RMSProp(centered=False, epsilon=0.001, momentum=0.9, rho=0.9)')
@@ -248,6 +254,45 @@ EFFNET_BUGS = [
     ('summary_of_the_next_rate', 'host_call',
      'learning_rate differs at step 1 (0 vs'),
 ]
+
+
+def test_a_hand_written_optimizer_of_the_same_update_passes(data_dirs,
+                                                          tmp_path):
+  # TF 1's RMSProp as the team's own Keras optimizer class: no kind to read,
+  # so it is read by what it does.
+  result, checks = _compare('effnet', data_dirs, tmp_path, '--steps=3',
+                            '--replicas=1', '--notpu_ready',
+                            port='hand_written_rmsprop')
+  assert result.returncode == 0, result.stdout[-3000:]
+  optimizer = checks['optimizer']
+  assert optimizer['read_by'] == 'what it does (updates)'
+  assert optimizer['legacy'] == (
+      'RMSProp(centered=False, epsilon=0.001, momentum=0.9, rho=0.9)')
+  assert optimizer['message'].startswith(
+      "the port's optimizer (TF1RMSProp()) is not one the kit reads by its "
+      'config: its slots pair one to one'), optimizer['message']
+  assert checks['one_step (1 replica)']['slots_diff'] is not None
+
+
+def test_a_legacy_step_that_draws_beyond_a_mask_fails_inventory_naming_it(
+    data_dirs, tmp_path):
+  params = {**PAIRS['effnet'].params_in(data_dirs['effnet']),
+            'input_noise': 0.1}
+  result, checks = _compare('effnet', data_dirs, tmp_path, '--steps=1',
+                            '--replicas=1', f'--params={json.dumps(params)}')
+  assert result.returncode == 1, result.stderr[-2000:]
+  inventory = checks['inventory']
+  assert not inventory['passed']
+  assert inventory['message'].startswith(
+      'the legacy training step draws random numbers the kit cannot switch '
+      'off: random_normal/RandomStandardNormal (RandomStandardNormal, used '
+      'otherwise than as a mask'), inventory['message']
+  # The drop connect is still switched off; the checks after it say why
+  # they did not run.
+  assert len(inventory['random_ops_switched_off']) == 1
+  assert checks['one_step (1 replica)']['message'] == (
+      'inventory failed: the two sides cannot start a step from one state '
+      '(its line says why)')
 
 
 @pytest.mark.parametrize('port, failing, cause', [
@@ -305,6 +350,22 @@ def _train_legacy(name, data_dir, estimator_dir, steps=5):
   result = subprocess.run(args, capture_output=True, text=True, check=False,
                           env={**os.environ, **ENV}, timeout=600)
   assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_a_bert_port_giving_its_optimizer_the_replicas_sum_passes(
+    data_dirs, tmp_path):
+  # Each replica's own mean loss, the sum of their gradients applied: what
+  # BERT's model_fn does on TPU cores (tf.gradients, then
+  # CrossShardOptimizer's sum), written as its team would.
+  result, checks = _compare('bert', data_dirs, tmp_path, '--steps=3',
+                            '--replicas=1,2', '--notpu_ready',
+                            port='per_replica_mean')
+  assert result.returncode == 0, result.stdout[-3000:]
+  assert checks['one_step (2 replicas)']['legacy_gradients_as'] == (
+      "received by its optimizer (2x the mean: the cores' sum)")
+  assert checks['one_step (1 replica)']['legacy_gradients_as'] == 'the mean'
+  assert checks['one_step (2 replicas)']['gradient_scale_ratio'] == (
+      pytest.approx(1, abs=1e-3))
 
 
 @pytest.mark.parametrize('port, failing, cause', [

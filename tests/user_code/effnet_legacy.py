@@ -107,11 +107,16 @@ def _squeeze_excite(net):
 
 
 def _drop_connect(net, training):
-  """Stochastic depth: the whole residual branch of an example dropped."""
+  """Stochastic depth: the whole residual branch of an example dropped, in
+  the form EfficientNet and MnasNet write it (no tf.nn.dropout: a uniform
+  draw and a floor)."""
   if not training:
     return net
+  survival = 1.0 - DROP_CONNECT
   batch = tf.shape(net)[0]
-  return tf.nn.dropout(net, rate=DROP_CONNECT, noise_shape=[batch, 1, 1, 1])
+  binary = tf.floor(survival + v1.random_uniform([batch, 1, 1, 1],
+                                                 dtype=net.dtype))
+  return v1.div(net, survival) * binary
 
 
 def network(images, training):
@@ -173,6 +178,11 @@ def metric_fn(labels, logits):
 def model_fn(features, labels, mode, params):
   spec = v1.estimator.tpu.TPUEstimatorSpec
   training = mode == v1.estimator.ModeKeys.TRAIN
+  if training and params.get('input_noise'):
+    # Gaussian noise on the images, as a team might add it (a random op no
+    # dropout form covers: the kit names it).
+    features += v1.random_normal(tf.shape(features),
+                                 stddev=params['input_noise'])
   logits = network(features, training)
   if mode == v1.estimator.ModeKeys.PREDICT:
     predictions = {'classes': tf.argmax(logits, 1, output_type=tf.int32),

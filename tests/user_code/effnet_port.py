@@ -313,17 +313,24 @@ def keras_rmsprop() -> port_lib.Port:
           momentum=legacy.RMS_MOMENTUM, epsilon=legacy.RMS_EPSILON)))
 
 
+def _rate_and_index(optimizer, variable, learning_rate):
+  """(the rate in the variable's dtype, the variable's index in the
+  optimizer's slot lists) in an update_step on Keras 2 (which passes no
+  rate) and Keras 3."""
+  if learning_rate is None:
+    learning_rate = optimizer.learning_rate
+  index = (optimizer._get_variable_index(variable) if hasattr(  # pylint: disable=protected-access
+      optimizer, '_get_variable_index') else
+           optimizer._index_dict[optimizer._var_key(variable)])  # pylint: disable=protected-access
+  return tf.cast(learning_rate, variable.dtype), index
+
+
 class _EpsilonOutside(tf1_optimizers.RMSpropFromOnes):
   """RMSProp with epsilon added outside the square root:
   lr * g / (sqrt(ms) + eps), as some ports of it write it."""
 
   def update_step(self, gradient, variable, learning_rate=None):
-    if learning_rate is None:  # Keras 2 passes none.
-      learning_rate = self.learning_rate
-    rate = tf.cast(learning_rate, variable.dtype)
-    index = (self._get_variable_index(variable) if hasattr(
-        self, '_get_variable_index') else
-             self._index_dict[self._var_key(variable)])
+    rate, index = _rate_and_index(self, variable, learning_rate)
     velocity, momentum = self._velocities[index], self._momentums[index]
     gradient = tf.convert_to_tensor(gradient)
     velocity.assign(self.rho * tf.convert_to_tensor(velocity) +
@@ -340,6 +347,54 @@ def epsilon_outside_the_square_root() -> port_lib.Port:
       _EpsilonOutside(_schedule(params), rho=legacy.RMS_DECAY,
                       momentum=legacy.RMS_MOMENTUM,
                       epsilon=legacy.RMS_EPSILON)))
+
+
+class TF1RMSProp(tf.keras.optimizers.Optimizer):
+  """TF 1's RMSPropOptimizer written as a team's own Keras optimizer (no
+  Keras RMSprop underneath): ms starts at 1; ms = rho ms + (1 - rho) g^2,
+  mom = momentum mom + lr g / sqrt(ms + eps), var -= mom. Correct: the kit
+  reads it by what it does."""
+
+  def __init__(self, learning_rate, rho, momentum, epsilon,
+               name='TF1RMSProp'):
+    if keras_compat.is_keras3():
+      super().__init__(learning_rate=learning_rate, name=name)
+    else:
+      super().__init__(name=name)
+      self._learning_rate = self._build_learning_rate(learning_rate)
+    self.rho, self.momentum, self.epsilon = rho, momentum, epsilon
+
+  def build(self, var_list):
+    if getattr(self, '_rms', None) is not None:
+      return
+    super().build(var_list)
+    self._rms, self._mom = [], []
+    for variable in var_list:
+      rms = self.add_variable_from_reference(variable, 'rms')
+      rms.assign(tf.ones(rms.shape, rms.dtype))
+      self._rms.append(rms)
+      self._mom.append(self.add_variable_from_reference(variable, 'momentum'))
+
+  def update_step(self, gradient, variable, learning_rate=None):
+    rate, index = _rate_and_index(self, variable, learning_rate)
+    rms, mom = self._rms[index], self._mom[index]
+    gradient = tf.convert_to_tensor(gradient)
+    rms.assign(self.rho * tf.convert_to_tensor(rms) +
+               (1 - self.rho) * tf.square(gradient))
+    mom.assign(self.momentum * tf.convert_to_tensor(mom) + rate * gradient /
+               tf.sqrt(tf.convert_to_tensor(rms) + self.epsilon))
+    variable.assign_sub(tf.convert_to_tensor(mom))
+
+  def get_config(self):
+    return {**super().get_config(), 'rho': self.rho,
+            'momentum': self.momentum, 'epsilon': self.epsilon}
+
+
+def hand_written_rmsprop() -> port_lib.Port:
+  """Correct: TF 1's RMSProp as the team's own optimizer class."""
+  return dataclasses.replace(make_port(), make_optimizer=lambda params: (
+      TF1RMSProp(_schedule(params), rho=legacy.RMS_DECAY,
+                 momentum=legacy.RMS_MOMENTUM, epsilon=legacy.RMS_EPSILON)))
 
 
 def batch_norm_momentum_0_9() -> port_lib.Port:
