@@ -77,6 +77,10 @@ UPDATE_FLOOR = 1e-1
 FLIP_RTOL = 1e-2
 FLIP_ATOL = 1e-4
 FLIP_SHARE = 0.1
+# The outputs at the start state with its kernels and embeddings scaled
+# (beyond_init), relative to the larger of 1 and each output's largest
+# value: larger weights make larger values, whose rounding is larger too.
+BEYOND_INIT_RTOL = 1e-5
 # Each layer's output at identical weights, relative to its scale
 # (compare/layers.py), to say where two models part: the first layer over it.
 LAYER_RTOL = 1e-5

@@ -1,4 +1,4 @@
-"""The six deliberate bugs of a BERT port, as bert_port.py (Keras) and
+"""The seven deliberate bugs of a BERT port, as bert_port.py (Keras) and
 bert_jax_port.py (JAX) each write them: the port function, the check that
 fails first and what its hint names. One table, so that a bug fails with the
 same check and hint on TensorFlow and on JAX (tests/tools/test_user_pairs.py,
@@ -18,4 +18,7 @@ BERT_BUGS = [
      "the legacy rate is 0 there, as a warmup from 0 starts: compare the "
      "port's warmup"),
     ('bias_corrected_adam', 'updates (1 replica)', "Adam's bias correction"),
+    # Equal at the start state (3e-8 apart at the pair's small activations).
+    ('erf_gelu', 'beyond_init', 'the activations now leave their '
+     'near-linear range, and one differs (e.g. erf GELU for tanh GELU'),
 ]

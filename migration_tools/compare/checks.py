@@ -6,6 +6,7 @@ message that first says what the numbers show and only then names likely
 causes, as examples.
 """
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -53,18 +54,30 @@ class CheckResult:
     cannot judge says why, and fails nothing."""
     return self.status in (FAILED, ERROR)
 
+  @property
+  def ratio_to_bar(self) -> float | None:
+    """The figure as a multiple of its bar (a pass is at most 1), so a PASS
+    says how close it came; None where the check has no such pair."""
+    if self.max_abs_diff is None or self.tolerance is None:
+      return None
+    if self.tolerance == 0:  # An exact bar.
+      return 0.0 if self.max_abs_diff == 0 else math.inf
+    return float(self.max_abs_diff / self.tolerance)
+
   def to_json(self) -> dict[str, Any]:
     """The report's form: the figures beside the named fields."""
     return {'name': self.name, 'passed': self.passed, 'status': self.status,
             'max_abs_diff': self.max_abs_diff, 'tolerance': self.tolerance,
-            **self.figures, 'message': self.message}
+            'ratio_to_bar': self.ratio_to_bar, **self.figures,
+            'message': self.message}
 
   def summary(self) -> str:
     """One line: PASS/FAIL/ERROR/NOT RUN name: figure; message."""
     figure = ''
     if self.max_abs_diff is not None:
       figure = f' max diff {self.max_abs_diff:.3g} ' + (
-          f'(tolerance {self.tolerance:.3g})' if self.tolerance is not None
+          f'(tolerance {self.tolerance:.3g}, {self.ratio_to_bar:.2g}x it)'
+          if self.tolerance is not None
           else '(free run, reported; stepwise holds each step)')
     label = {PASSED: 'PASS', FAILED: 'FAIL', ERROR: 'ERROR',
              NOT_RUN: 'NOT RUN', SKIPPED: 'SKIP',
@@ -331,6 +344,52 @@ def inference(theirs: dict, ours: dict, output_map: dict[str, str],
   return dataclasses.replace(result, message=result.message + (
       '; ' if result.message else 'the outputs agree within the bar, but '
       'inside the model ') + parting)
+
+
+def computable_factor(outputs_at, asked: float
+                      ) -> tuple[float | None, dict]:
+  """The largest of asked, asked / 2, ... (down to 2) at which the outputs
+  outputs_at(factor) gives are finite, and those outputs; (None, the last)
+  where none is. A deep network without normalisation grows by the factor
+  at each layer, and overflows."""
+  factor = asked
+  while True:
+    answer = outputs_at(factor)
+    finite = all(not outputs.numeric(np.asarray(v)) or np.all(np.isfinite(v))
+                 for v in answer.values())
+    if finite:
+      return factor, answer
+    if factor / 2 < 2:
+      return None, answer
+    factor /= 2
+
+
+def beyond_init(theirs: dict, ours: dict, output_map: dict[str, str],
+                factor: float, layers: dict | None = None,
+                parting: str = '') -> CheckResult:
+  """The PREDICT outputs at the start state with its kernels and embeddings
+  scaled by factor, each output's difference relative to the larger of 1
+  and its largest legacy value."""
+  pairs, missing = outputs.paired_outputs(theirs, ours, output_map)
+  if missing or not pairs:
+    return CheckResult('beyond_init', NOT_RUN, 'the outputs do not pair (see '
+                       'inference)')
+  relative = {k: outputs.output_diff(a, b) / max(
+      1.0, float(np.max(np.abs(a), initial=0.0)) if outputs.numeric(
+          np.asarray(a)) else 1.0) for k, (a, b) in pairs.items()}
+  worst = max(relative, key=relative.get)
+  figures = {'factor': factor, 'relative_diff_by_output': relative,
+             'worst_output': worst, 'layers': layers or {}}
+  hint = (f'with every kernel and embedding of the start state {factor:g}x '
+          f'larger, {worst} differs by {relative[worst]:.3g} of its scale, '
+          'though the outputs agree at the start state: the activations '
+          'now leave their near-linear range, and one differs (e.g. erf '
+          'GELU for tanh GELU, swish for SiLU with another beta, a '
+          'hard-sigmoid, a softmax or layer norm computed otherwise)')
+  result = judged('beyond_init', relative[worst], tolerances.BEYOND_INIT_RTOL,
+                  figures, hint + (f'; inside the model, {parting}'
+                                   if parting else ''))
+  return result
 
 
 def optimizer(theirs, ours, starts: list[str] | None = None) -> CheckResult:

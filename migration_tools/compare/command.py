@@ -86,6 +86,12 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
                       'trainable variables), the port from the same weights. '
                       'A warm start in the model_fn (scaffold_fn, '
                       'init_from_checkpoint) runs without it.', **define)
+  flags.DEFINE_float('beyond_init', default.beyond_init,
+                     'The beyond_init check sets both sides to the start '
+                     'state with every kernel and embedding scaled by this '
+                     'factor, where activations leave their near-linear '
+                     'range, and compares the outputs; 0: off. Recorded in '
+                     'a bundle.', lower_bound=0, **define)
   flags.DEFINE_list('replicas', ['1', '2', '4'],
                     'Replica counts to run the port on; the first must be 1.',
                     **define)
@@ -177,7 +183,8 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
   options = harness.Options(tool_flags.steps, tool_flags.batch_size,
                             tool_flags.eval_batches,
                             cli.parse_params(tool_flags.params),
-                            warm_start_from=tool_flags.warm_start_from)
+                            warm_start_from=tool_flags.warm_start_from,
+                            beyond_init=tool_flags.beyond_init)
   counts = _replica_counts(tool_flags.replicas, options.global_batch)
   devices.split_cpu(max(counts))
   serving = tool_flags.legacy_serving_input_fn

@@ -37,6 +37,8 @@ class Options:
   warm_start_from: the checkpoint TPUEstimator(warm_start_from=...) got;
     the legacy TRAIN graph starts from it (its trainable variables), and
     the port from the legacy start.
+  beyond_init: the factor the beyond_init check scales every kernel and
+    embedding of the start state by (0: the check is off).
   """
   steps: int = 100
   global_batch: int = 64
@@ -44,6 +46,7 @@ class Options:
   params: dict = dataclasses.field(default_factory=dict)
   seed: int = 0
   warm_start_from: str = ''
+  beyond_init: float = 16.0
 
 
 class Upstream(KitError):
@@ -101,6 +104,8 @@ class Run:
   start: dict | None = None
   # The legacy moving averages at the start, {variable: value} (inventory).
   start_averages: dict = dataclasses.field(default_factory=dict)
+  # The legacy names of the trainable variables of the start (inventory).
+  weights: tuple = ()
   # {legacy slot suffix: port token}, for an optimizer read by what it does.
   slot_map: dict | None = None
   # Where the layers' outputs part (compare/layers), '' if they do not.

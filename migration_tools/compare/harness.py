@@ -241,9 +241,10 @@ def check_bundle(bundle: golden.Bundle,
                           progress, skipped)
   if about is not None:
     about['replicas_skipped'] = skipped
+  # A bundle recorded before an option was added ran without it.
+  options = Options(**{'beyond_init': 0.0, **bundle.options})
   return run_checks(ReplaySource(bundle), port, workdir, strategies,
-                    Options(**bundle.options), tpu_ready, speed, progress,
-                    about)
+                    options, tpu_ready, speed, progress, about)
 
 
 def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,

@@ -65,13 +65,16 @@ def inventory(run: Run, replicas: Replicas) -> CheckResult:
       run.port.variable_map)
   runner.use_map(resolved.pairs)
   ours = runner.state()
+  train_variables = legacy.train_variables()
   result = checks.inventory(theirs, ours, resolved.by_order(),
                             replicas.describe()['warm_start'],
-                            legacy.train_variables(), run.port.not_compared,
+                            train_variables, run.port.not_compared,
                             runner.averages(),
                             replicas.describe().get('random_ops'))
   if result.passed:
     run.pairs, run.start = resolved.pairs, theirs
+    run.weights = tuple(n for n, e in train_variables.items()
+                        if e['role'] == legacy_state.WEIGHTS and n in theirs)
     run.start_averages = legacy.averages()
     runner.set_state(theirs)
     runner.set_averages(run.start_averages)
@@ -174,6 +177,65 @@ register(Check(
            'port.layer_outputs'),
     bar=f'{bar_text(tolerances.INFERENCE_ATOL)}; integers exact; layers '
         f'relative {bar_text(tolerances.LAYER_RTOL)}'))
+
+
+# beyond_init ----------------------------------------------------------------
+
+def scaled_start(start: dict, weights, factor: float) -> dict:
+  """The start state with every trainable variable of 2 or more dimensions
+  (kernels, embeddings) times factor; biases, norms' scales and offsets and
+  batch-norm statistics as they are."""
+  return {name: value * np.asarray(factor, value.dtype) if (
+      name in weights and np.ndim(value) >= 2) else value
+          for name, value in start.items()}
+
+
+def beyond_init(run: Run, replicas: Replicas) -> CheckResult:
+  """The outputs again, both sides set to the start state with its kernels
+  and embeddings scaled by --beyond_init: at a fresh initialisation most
+  activations work near 0, where an activation and its variants agree
+  (tanh and erf GELU part by 3e-8 at 0.1); scaled, they leave that range.
+  Where the legacy outputs overflow (a deep network without normalisation
+  grows by the factor at each layer), the factor is halved until they do
+  not. Both sides go back to the start state after."""
+  name, asked = 'beyond_init', run.options.beyond_init
+  if not asked:
+    return CheckResult(name, checks.SKIPPED, 'off (--beyond_init=0, or a '
+                       'bundle recorded before this check)')
+  legacy, runner = replicas.legacy, replicas.port
+  features = run.data.batches[0][0]
+
+  def legacy_at(factor: float) -> dict:
+    legacy.set_state(scaled_start(run.start, set(run.weights), factor))
+    return legacy.predict(features)
+
+  try:
+    factor, theirs = checks.computable_factor(legacy_at, asked)
+    if factor is None:
+      return CheckResult(name, checks.SKIPPED, 'the legacy outputs overflow '
+                         'with the weights scaled by any factor down to 2: '
+                         'no such state is one the model computes')
+    runner.set_state(scaled_start(run.start, set(run.weights), factor))
+    ours = runner.predict(features)
+    figures = layers.compare(legacy.layer_outputs(features),
+                             runner.layer_outputs(features),
+                             layers.pairs(run.pairs))
+  finally:
+    legacy.set_state(run.start)
+    runner.set_state(run.start)
+  return checks.beyond_init(theirs, ours, run.port.output_map, factor,
+                            figures, layers.parting_text(figures))
+
+
+register(Check(
+    'beyond_init', 'every PREDICT output by name, both sides set to the '
+    'start state with every kernel and embedding scaled by `--beyond_init` '
+    '(16; halved while the legacy outputs overflow), where activations leave '
+    'their near-linear range; relative to each '
+    'output\'s scale', ONCE, beyond_init,
+    needs=('legacy.predict', 'legacy.layer_outputs', 'legacy.set_state',
+           'port.predict', 'port.layer_outputs', 'port.set_state'),
+    bar=f'relative {bar_text(tolerances.BEYOND_INIT_RTOL)}'))
 
 
 # one_step, learning_rate, trajectory: one pass over the legacy trajectory ---

@@ -208,7 +208,13 @@ def test_a_summary_line_shows_the_figure_against_its_bar():
   result = checks.judged('inference', 2e-6, tolerances.INFERENCE_ATOL, {},
                          'the outputs differ')
   assert result.summary() == ('FAIL inference: max diff 2e-06 (tolerance '
-                              '1e-06); the outputs differ')
+                              '1e-06, 2x it); the outputs differ')
+  assert result.to_json()['ratio_to_bar'] == pytest.approx(2)
+  close = checks.judged('inference', 2.5e-7, tolerances.INFERENCE_ATOL, {}, '')
+  assert close.summary() == ('PASS inference: max diff 2.5e-07 (tolerance '
+                             '1e-06, 0.25x it)')
+  exact = checks.judged('evaluation', 1.0, 0.0, {}, 'counts differ')
+  assert exact.ratio_to_bar == float('inf')
   not_run = checks.CheckResult('stepwise (2 replicas)', checks.NOT_RUN,
                                'inventory failed')
   assert not_run.summary() == 'NOT RUN stepwise (2 replicas): inventory failed'
@@ -365,3 +371,44 @@ def test_near_ties_are_alone_small_and_few(per_step, ties):
     assert result.figures['near_ties'] == ties
     assert f'step {ties[0]} (' in result.message
     assert result.max_abs_diff <= tolerances.ONE_STEP_ATOL
+
+
+def test_beyond_init_judges_each_output_relative_to_its_scale():
+  theirs = {'logits': np.array([[300.0, -20.0]], np.float32),
+            'probabilities': np.array([[1.0, 0.0]], np.float32),
+            'classes': np.array([0], np.int32)}
+  # 300 in float32 rounds by 3e-5: large values are held to their scale.
+  ours = {'logits': np.array([[300.00003, -20.0]], np.float32),
+          'probabilities': np.array([[1.0, 0.0]], np.float32),
+          'classes': np.array([0], np.int32)}
+  result = checks.beyond_init(theirs, ours, {}, 16.0)
+  assert result.passed, result.message
+  assert result.figures['relative_diff_by_output']['logits'] == (
+      pytest.approx(3.05e-5 / 300, rel=0.01))
+  assert result.figures['factor'] == 16.0
+  # Probabilities under 1 are held to the bar itself.
+  ours['probabilities'] = np.array([[0.9998, 0.0002]], np.float32)
+  result = checks.beyond_init(theirs, ours, {}, 16.0, parting='they part '
+                              'at layer_1/intermediate')
+  assert result.failed
+  assert result.message.startswith(
+      'with every kernel and embedding of the start state 16x larger, '
+      'probabilities differs by 0.0002 of its scale')
+  assert result.message.endswith('; inside the model, they part at '
+                                 'layer_1/intermediate')
+
+
+def test_beyond_init_halves_its_factor_while_the_outputs_overflow():
+  asked = []
+
+  def outputs_at(factor):  # Finite from 4 down, as a deep net would be.
+    asked.append(factor)
+    value = np.float32(1e35) * np.float32(factor) ** 4
+    return {'logits': np.array([value], np.float32), 'ids': np.array([1])}
+
+  with np.errstate(over='ignore'):
+    factor, answer = checks.computable_factor(outputs_at, 16.0)
+    assert (factor, asked) == (4.0, [16.0, 8.0, 4.0])
+    assert np.isfinite(answer['logits']).all()
+    assert checks.computable_factor(lambda f: {'x': np.array([np.inf])},
+                                    16.0)[0] is None

@@ -23,7 +23,7 @@ def test_kit_pair_passes_bit_identical_on_one_replica(tmp_path,
   result, checks = _compare(tmp_path, digits_data_dir, '--steps=30',
                             '--batch_size=32', '--replicas=1,2,4')
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
-  assert len(checks) == 25 and all(c["passed"] for c in checks.values())
+  assert len(checks) == 26 and all(c["passed"] for c in checks.values())
   assert checks['trajectory (1 replica)']['bit_identical']
   assert len(checks['trajectory (1 replica)']['port_losses']) == 30
   assert checks['dropout (1 replica)']['max_abs_diff'] == 0
@@ -129,7 +129,7 @@ def test_legacy_module_with_the_common_absl_flags_compares(tmp_path,
       '--legacy_serving_input_fn=flagged_legacy:serving_input_receiver_fn',
       '--legacy_flags=--nouse_tpu --data_dir=/not/read')
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
-  assert len(checks) == 19
+  assert len(checks) == 20
   assert [n for n, c in checks.items() if not c['passed']] == []
 
 
@@ -150,7 +150,7 @@ def test_a_check_that_raises_fails_alone_and_the_report_lists_all(
       '--port=broken_ports:raises_in_evaluation',
       '--legacy_serving_input_fn=broken_ports:serving_fn_returning_dict')
   assert result.returncode == 1, result.stderr[-2000:]
-  assert len(checks) == 19
+  assert len(checks) == 20
   evaluation = checks['evaluation']
   assert evaluation['status'] == 'error'
   # The cause, and where in the user's code it was raised.
@@ -179,7 +179,7 @@ def test_a_port_with_keras_default_layer_names_gets_one_line(tmp_path,
   assert 'give each Keras layer a fixed name' in inventory['message']
   # Every planned check; host_call among them, as whether it applies is
   # known only when its turn comes.
-  assert len(checks) == 14 and 'host_call' in checks
+  assert len(checks) == 15 and 'host_call' in checks
   assert {c['status'] for n, c in checks.items() if n != 'inventory'} == {
       'not run'}
 

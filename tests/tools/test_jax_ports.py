@@ -2,7 +2,7 @@
 bundles TF 2.15 recorded (KIT_TF215_DIR), with no TensorFlow in the process:
 of the kit's pair, its own Keras 3 port (the default --port there), a
 plain-JAX port with optax and a deliberate bug; of the BERT-shaped pair, a
-plain-JAX port and its six deliberate bugs, each failing as on TensorFlow."""
+plain-JAX port and its seven deliberate bugs, each failing as on TensorFlow."""
 import json
 import os
 import subprocess

@@ -129,7 +129,7 @@ def test_the_correct_port_passes_on_1_2_and_4_replicas(name, data_dirs,
                             '--replicas=1,2,4')
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
   assert all(c['passed'] for c in checks.values()), result.stdout
-  assert len(checks) == (24 + PAIRS[name].serving + PAIRS[name].host_call)
+  assert len(checks) == (25 + PAIRS[name].serving + PAIRS[name].host_call)
   for label in ('1 replica', '2 replicas', '4 replicas'):
     assert checks[f'updates ({label})']['max_abs_diff'] <= 5e-5
     assert checks[f'one_step ({label})']['legacy_reference'] == (

@@ -11,7 +11,7 @@ Checked against the bundle TF 2.15 recorded of bert_legacy:
 
   migration-compare --bundle=bert.npz --port=bert_jax_port:make_port
 
-Below it, the six deliberate bugs of bert_port.py, on JAX.
+Below it, the seven deliberate bugs of bert_port.py, on JAX.
 """
 import dataclasses
 import functools
@@ -74,6 +74,7 @@ class Config:
   beta_1: float = 0.9
   beta_2: float = 0.999
   adam_epsilon: float = 1e-6
+  exact_gelu: bool = False
 
 
 def _layer_norm(jnp, x, params, scope, epsilon, taps):
@@ -93,13 +94,16 @@ def _dense(jnp, x, params, scope, taps, activation=None):
   return y
 
 
-def _gelu(jnp, x):
+def _gelu(jnp, x, exact=False):
+  if exact:  # The erf form: the bug below.
+    import jax  # pylint: disable=g-import-not-at-top
+    return 0.5 * x * (1.0 + jax.scipy.special.erf(x / math.sqrt(2.0)))
   return 0.5 * x * (1.0 + jnp.tanh(math.sqrt(2 / math.pi) *
                                    (x + 0.044715 * jnp.power(x, 3))))
 
 
 def forward(params: dict, words, segments, mask, epsilon: float,
-            taps: dict | None = None):
+            taps: dict | None = None, exact_gelu: bool = False):
   """The logits from the rows of the two embedding tables already looked
   up (words, segments: [batch, SEQ, HIDDEN]); taps gets each layer's
   output by its variables' scope."""
@@ -129,7 +133,7 @@ def forward(params: dict, words, segments, mask, epsilon: float,
     x = _layer_norm(jnp, attended + x, params,
                     f'{layer}/attention/output/LayerNorm', epsilon, taps)
     inner = _dense(jnp, x, params, f'{layer}/intermediate/dense', taps,
-                   functools.partial(_gelu, jnp))
+                   functools.partial(_gelu, jnp, exact=exact_gelu))
     out = _dense(jnp, inner, params, f'{layer}/output/dense', taps)
     x = _layer_norm(jnp, out + x, params, f'{layer}/output/LayerNorm',
                     epsilon, taps)
@@ -224,7 +228,7 @@ class BertJaxModel:
 
     def loss_of(rest, words, segments):
       logits = forward(rest, words, segments, batch['input_mask'],
-                       self.config.epsilon)
+                       self.config.epsilon, exact_gelu=self.config.exact_gelu)
       return jnp.mean(per_example_loss(logits, batch['label_ids']))
 
     loss, (grads, words, segments) = jax.value_and_grad(
@@ -309,7 +313,8 @@ class BertJaxModel:
     return np.asarray(forward(w, w[WORDS][features['input_ids']],
                               w[SEGMENTS][features['segment_ids']],
                               np.asarray(features['input_mask']),
-                              self.config.epsilon, taps))
+                              self.config.epsilon, taps,
+                              self.config.exact_gelu))
 
   def predict(self, features) -> dict[str, np.ndarray]:
     logits = self.logits(features)
@@ -330,18 +335,19 @@ class BertJaxModel:
   def programs(self, features, labels) -> dict:
     del labels
     batch = {k: np.asarray(v) for k, v in features.items()}
-    serve = self._jax.jit(functools.partial(_served, self.config.epsilon))
+    serve = self._jax.jit(functools.partial(
+        _served, self.config.epsilon, self.config.exact_gelu))
     return {'the training step': (self._step, (
         self.weights, self.adam, batch, np.float32(0), np.float32(0))),
             'predict': (serve, (self.weights, {k: batch[k] for k in INPUTS}))}
 
 
-def _served(epsilon, weights, inputs):
+def _served(epsilon, exact_gelu, weights, inputs):
   import jax  # pylint: disable=g-import-not-at-top
   take = jax.numpy.take
   logits = forward(weights, take(weights[WORDS], inputs['input_ids'], axis=0),
                    take(weights[SEGMENTS], inputs['segment_ids'], axis=0),
-                   inputs['input_mask'], epsilon)
+                   inputs['input_mask'], epsilon, exact_gelu=exact_gelu)
   return {'probabilities': jax.nn.softmax(logits),
           'label': logits.argmax(-1).astype('int32')}
 
@@ -361,7 +367,7 @@ def export(model: BertJaxModel, base_dir: str) -> str:
   batch = jax_export.symbolic_shape('batch')[0]
   spec = {k: jax.ShapeDtypeStruct((batch, SEQ), np.int32) for k in INPUTS}
   program = jax_export.export(jax.jit(lambda inputs: _served(
-      model.config.epsilon, weights, inputs)))(spec)
+      model.config.epsilon, model.config.exact_gelu, weights, inputs)))(spec)
   os.makedirs(base_dir, exist_ok=True)
   path = tempfile.mkdtemp(dir=base_dir)
   with open(os.path.join(path, 'serving.jaxexport'), 'wb') as f:
@@ -431,3 +437,7 @@ def no_warmup() -> array_port.ArrayPort:
 
 def bias_corrected_adam() -> array_port.ArrayPort:
   return make_port(Config(bias_correction=True))
+
+
+def erf_gelu() -> array_port.ArrayPort:
+  return make_port(Config(exact_gelu=True))

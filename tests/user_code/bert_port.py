@@ -384,6 +384,21 @@ def no_warmup() -> port_lib.Port:
       make_optimizer(params, warmup=False)))
 
 
+def _erf_gelu(x):
+  return 0.5 * x * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
+
+
+def erf_gelu() -> port_lib.Port:
+  """The exact GELU in place of the model's tanh approximation: the two part
+  by 3e-8 at |x| = 0.1, 2.5e-6 at 0.3, and up to 4.7e-4 near 2.7."""
+  def build(params):
+    model = build_model(params)
+    for layer in model.encoder_layers:
+      layer.intermediate.activation = _erf_gelu
+    return model
+  return dataclasses.replace(make_port(), build_model=build)
+
+
 def bias_corrected_adam() -> port_lib.Port:
   return dataclasses.replace(make_port(), make_optimizer=lambda params: (
       make_optimizer(params, bias_correction=True)))
