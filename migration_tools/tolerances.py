@@ -16,6 +16,13 @@ EVAL_METRIC_RTOL = 1e-5
 # One step at identical weights: the loss, every gradient, the updated weights
 # (and each step of stepwise and dropout).
 ONE_STEP_ATOL = 1e-6
+# The state after a step (weights, other state, slots, moving averages) is
+# stored in float32: a difference within ONE_STEP_ULPS units in the last
+# place of the larger of the two values is the rounding of storing it, and
+# only what exceeds it is held to ONE_STEP_ATOL. Below 1 that is at most
+# 1.2e-7; for an RMSProp mean square of 30 it is 3.8e-6 (one unit there is
+# 1.9e-6, over the absolute bar alone). As updates' UPDATE_ULPS, below.
+ONE_STEP_ULPS = 2
 # The optimizer's hyper-parameters, relative (a float32 config against TF 1's
 # attributes).
 OPTIMIZER_RTOL = 1e-6

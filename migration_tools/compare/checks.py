@@ -122,12 +122,28 @@ def near_tie_text(steps: list[int], values, what: str, bar: str) -> str:
           f'decided otherwise, not failed (tolerances.{bar})')
 
 
-def max_diff(a: dict, b: dict) -> tuple[float, str]:
+def max_diff(a: dict, b: dict, ulps: int = 0) -> tuple[float, str]:
   """The largest |a[k] - b[k]| over the keys of a, and its key; inf where
-  a value is not finite on one side (outputs.output_diff)."""
-  diffs = {k: outputs.output_diff(a[k], b[k]) for k in a}
+  a value is not finite on one side (outputs.output_diff). With ulps, each
+  element's difference less ulps units in the last place (float32) of the
+  larger of its two values: what storing them rounds."""
+  diffs = {k: _beyond_rounding(a[k], b[k], ulps) for k in a}
   worst = max(diffs, key=diffs.get)
   return diffs[worst], worst
+
+
+def _beyond_rounding(a, b, ulps: int) -> float:
+  """output_diff, less ulps units in the last place of the values."""
+  a, b = np.asarray(a), np.asarray(b)
+  if not ulps or a.shape != b.shape or not (
+      outputs.numeric(a) and outputs.numeric(b)):
+    return outputs.output_diff(a, b)
+  diffs = outputs.elementwise_diff(a, b)
+  with np.errstate(invalid='ignore', over='ignore'):
+    larger = np.maximum(np.abs(a), np.abs(b)).astype(np.float32)
+    rounding = ulps * np.spacing(larger).astype(np.float64)
+  return float(np.maximum(diffs - np.nan_to_num(rounding), 0.0).max(
+      initial=0.0))
 
 
 def non_finite_in(a: dict, b: dict) -> str:
@@ -473,8 +489,9 @@ def _split_state(theirs: dict, ours: dict, trainable) -> tuple:
   """(weights diff, other state diff and its worst name) over legacy names."""
   weights = {k: theirs[k] for k in trainable}
   others = {k: v for k, v in theirs.items() if k not in weights}
-  weight_diff = max_diff(weights, ours)[0] if weights else 0.0
-  state_diff, worst = max_diff(others, ours) if others else (0.0, None)
+  ulps = tolerances.ONE_STEP_ULPS
+  weight_diff = max_diff(weights, ours, ulps)[0] if weights else 0.0
+  state_diff, worst = max_diff(others, ours, ulps) if others else (0.0, None)
   return weight_diff, state_diff, worst
 
 
@@ -515,10 +532,11 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
   if legacy_slots and port_slots is not None:
     missing = sorted(set(legacy_slots) - set(port_slots))
     slots, worst_slot = (float('inf'), missing[0]) if missing else max_diff(
-        legacy_slots, port_slots)
+        legacy_slots, port_slots, tolerances.ONE_STEP_ULPS)
   averages, worst_average = None, None
   if legacy_averages:
-    averages, worst_average = max_diff(legacy_averages, port_averages or {})
+    averages, worst_average = max_diff(legacy_averages, port_averages or {},
+                                       tolerances.ONE_STEP_ULPS)
   ratio = _scale_ratio(legacy_gradients, ours['gradients'])
   non_finite = next((said for said in (
       non_finite_in({'loss': theirs['loss']}, {'loss': ours['loss']}),

@@ -457,6 +457,7 @@ def resynced_steps(run: Run, legacy, runner, label: str,
   per_step, losses, steps, rate, host_calls = [], [], [], 0.0, []
   trainable = set()
   both = _slots_compared(legacy, runner)
+  ulps = tolerances.ONE_STEP_ULPS  # The rounding of storing the state.
   for number, (features, labels) in enumerate(run.batches, 1):
     run.progress.now(f'{label}: step {number} of {len(run.batches)}')
     before = legacy.state()
@@ -480,15 +481,15 @@ def resynced_steps(run: Run, legacy, runner, label: str,
     after, ours_after = legacy.state(), runner.state()
     diffs = [outputs.output_diff(np.float64(theirs['loss']),
                                  np.float64(ours)),
-             checks.max_diff(after, ours_after)[0]]
+             checks.max_diff(after, ours_after, ulps)[0]]
     legacy_slots = legacy.slots(rate) if both else {}
     port_slots = runner.slots(rate) if legacy_slots else {}
     if legacy_slots:
-      diffs.append(checks.max_diff(legacy_slots, port_slots)[0])
+      diffs.append(checks.max_diff(legacy_slots, port_slots, ulps)[0])
     averages = _averages_after(legacy, runner)
     if averages['legacy_averages']:
       diffs.append(checks.max_diff(averages['legacy_averages'],
-                                   averages['port_averages'])[0])
+                                   averages['port_averages'], ulps)[0])
     per_step.append(max(diffs))
     losses.append(float(theirs['loss']))
     steps.append(updates.step(

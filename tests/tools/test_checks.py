@@ -412,3 +412,24 @@ def test_beyond_init_halves_its_factor_while_the_outputs_overflow():
     assert np.isfinite(answer['logits']).all()
     assert checks.computable_factor(lambda f: {'x': np.array([np.inf])},
                                     16.0)[0] is None
+
+
+def test_one_step_takes_two_units_in_the_last_place_of_a_value_for_rounding():
+  # An RMSProp mean square of 30: one float32 unit there is 1.9e-6, over
+  # the absolute bar alone; two are the rounding of storing it.
+  slot = np.full(3, 30.0, np.float32)
+  two_units = slot + 2 * np.spacing(slot)
+  result = checks.one_step('one_step (1 replica)', _step(), _step(), _state(),
+                           _state(), 1, {('w', 'rms'): slot},
+                           {('w', 'rms'): two_units})
+  assert result.passed and result.figures['slots_diff'] == 0
+  five_units = slot + 5 * np.spacing(slot)
+  result = checks.one_step('one_step (1 replica)', _step(), _step(), _state(),
+                           _state(), 1, {('w', 'rms'): slot},
+                           {('w', 'rms'): five_units})
+  assert result.failed
+  assert result.figures['slots_diff'] == pytest.approx(
+      3 * float(np.spacing(np.float32(30))))
+  # Small values are held to the absolute bar as before.
+  assert checks.max_diff({'a': np.float32([1e-3])},
+                         {'a': np.float32([1e-3 + 2e-6])}, 2)[0] > 1e-6
