@@ -76,9 +76,10 @@ class StorageError(KitError):
 
 
 def one_line(error: BaseException) -> str:
-  """An exception as the one line a user is shown: a KitError's message, else
-  'Type: its cause' (at most 300 characters), and where in the user's own
-  code it was raised, if it was.
+  """An exception as the one line a user is shown: a KitError's message
+  (whole: the kit writes it, and bounds what it lists), else 'Type: its
+  cause' (at most 300 characters), and where in the user's own code it was
+  raised, if it was.
 
   The cause of an error raised inside a tf.function is the last line of its
   message (the first is 'in user code:'); the user's frame is the innermost
@@ -87,7 +88,7 @@ def one_line(error: BaseException) -> str:
   text = str(error).strip()
   lines = [line.strip() for line in text.splitlines() if line.strip()]
   if isinstance(error, KitError):
-    return lines[0][:300] if lines else ''
+    return lines[0] if lines else ''
   if lines and lines[0] == 'in user code:':
     frames = [line for line in lines if line.startswith('File "') and
               not any(part in line for part in _NOT_USER)]

@@ -19,6 +19,7 @@ from kit_core import stale
 from kit_core import timing
 from kit_core.errors import Interrupted
 from kit_core.errors import KitError
+from kit_core.errors import one_line
 
 
 def _object_checkpoints(directory, steps):
@@ -215,3 +216,10 @@ def test_timing_counts_each_second_once_for_the_innermost_phase():
   assert ledger.totals()['exports'] == 1
   ledger.restart()
   assert ledger.totals() == {'other': 0, 'total': 0}
+
+
+def test_a_kit_error_is_shown_whole_and_a_foreign_one_cut():
+  long = 'x' * 400
+  assert one_line(KitError(f'cannot pair {long} (left: a, b)')).endswith(
+      '(left: a, b)')
+  assert len(one_line(ValueError(long))) == len('ValueError: ') + 300

@@ -59,12 +59,20 @@ def compare(legacy_outputs: dict, port_outputs: dict,
   Returns:
     {'compared': [legacy scopes], 'by_layer': {scope: relative diff},
      'port_layers': {scope: port layer}, 'parting': the first scope over the
-     bar or None, 'last_equal': the last scope before it within the bar}.
+     bar or None, 'last_equal': the last scope before it within the bar,
+     'other_sizes': {scope: [its size, the port layer's]} of the pairs whose
+     outputs differ in size, left out}.
   """
-  by_layer, port_layers = {}, {}
+  by_layer, port_layers, sizes = {}, {}, {}
   for name, output in legacy_outputs.items():
     ours = scope_pairs.get(name)
     if ours is None or ours not in port_outputs:
+      continue
+    size, port_size = np.size(output), np.size(port_outputs[ours])
+    if size != port_size:
+      # The two group their operations otherwise (a port's layer that also
+      # projects, say): no output of one is the other's to compare.
+      sizes[name] = [int(size), int(port_size)]
       continue
     by_layer[name] = relative_diff(output, port_outputs[ours])
     port_layers[name] = ours
@@ -76,7 +84,7 @@ def compare(legacy_outputs: dict, port_outputs: dict,
     last_equal = name
   return {'compared': list(by_layer), 'by_layer': by_layer,
           'port_layers': port_layers, 'parting': parting,
-          'last_equal': last_equal}
+          'last_equal': last_equal, 'other_sizes': sizes}
 
 
 def parting_text(figures: dict) -> str:

@@ -134,6 +134,12 @@ def test_layers_part_at_the_first_layer_over_the_bar_in_legacy_order():
   # A NaN in a layer's output is where they part, not a layer that agrees.
   nan = dict(ours, **{'e/d': np.array([np.nan, 2, 2, 2])})
   assert layers.compare(theirs, nan, pairs)['parting'] == 'enc/dense'
+  # A port layer that also projects (its output another size) is left
+  # out, not a parting: the two sides group their operations otherwise.
+  wider = dict(ours, **{'e/d': np.ones(8)})
+  figures = layers.compare(theirs, wider, pairs)
+  assert figures['parting'] is None
+  assert figures['other_sizes'] == {'enc/dense': [4, 8]}
 
 
 def test_an_error_in_a_tf_function_shows_its_cause_and_the_users_frame():
