@@ -60,6 +60,27 @@ TRAJECTORY_ATOL = 1e-5
 # against Adam steps of 0.2 to 3 learning rates), at any learning rate.
 UPDATE_RTOL = 5e-5
 UPDATE_ULPS = 2
+# A variable whose every optimizer slot is under NOISE_GRADIENT_SHARE of its
+# kind's typical size has a gradient of rounding noise (an attention key's
+# bias: softmax cancels it; measured 1e-7 of the typical first moment on
+# the ALBERT-style pair, its second moment 1e-14). Adam and LAMB divide by
+# its own scale and step about a rate per element in a direction no two
+# roundings share: on that pair from weights of scale 0.3, a correct port's
+# key-bias updates were 0.88x to 0.98x the legacy ones. Such an update is
+# held to NOISE_STEP_RATES learning rates per element (root mean square of
+# the difference), which a step in another unit or a rate off by orders
+# still exceeds; its formula shows in the other variables.
+NOISE_GRADIENT_SHARE = 1e-5
+NOISE_STEP_RATES = 10.0
+# An update whose norm is within TRUST_RATIO_RTOL of the rate times the
+# variable's norm is read as a trust ratio's (LAMB's layer adaptation: the
+# ratio ||w|| / ||r|| makes ||lr * ratio * r|| = lr ||w||), one ten times
+# that away as none; between the two, not read (the hint of `updates` only
+# names a variable read both ways). Measured on the ALBERT-style pair at a
+# rate of 1e-3: a correct LAMB 5e-7 to 5e-6 from 1 (the rounding of storing
+# the weights), the weight decay added outside the ratio 1.6e-4 to 1.8e-3,
+# AdamW's a factor of 56 (median).
+TRUST_RATIO_RTOL = 1e-4
 # A part's difference is judged over the larger of its own size and this
 # fraction of its group's typical size (per element, scaled to its count):
 # a variable whose gradient is zero up to rounding has a step of noise. At

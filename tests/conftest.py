@@ -173,6 +173,17 @@ TOOLS_PYTHONPATH = os.pathsep.join([REPO, TESTS,
                                     os.path.join(TESTS, 'user_code')])
 
 
+def failed_first(result, checks: dict, failing: str, cause: str) -> None:
+  """A comparison failed (exit 1), the first check to fail or raise being
+  failing, its message naming cause, and the summary's first to fix."""
+  assert result.returncode == 1, result.stderr[-2000:]
+  failed = [n for n, c in checks.items() if c['status'] in ('failed',
+                                                            'error')]
+  assert failed and failed[0] == failing, result.stdout
+  assert cause in checks[failing]['message'], checks[failing]['message']
+  assert f'First to fix: {failing}' in result.stdout
+
+
 def passed_but_dropout(checks: dict, unaligned: str) -> None:
   """Every check of a report passed but dropout, SKIP with a reason that
   says unaligned (a port whose masks cannot be drawn as TF 1 drew them)."""

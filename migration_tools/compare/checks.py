@@ -381,11 +381,11 @@ def computable_factor(outputs_at, asked: float
 
 
 def beyond_init(theirs: dict, ours: dict, output_map: dict[str, str],
-                factor: float, layers: dict | None = None,
+                gain: float, factor: float, layers: dict | None = None,
                 parting: str = '') -> CheckResult:
   """The PREDICT outputs at the start state with its kernels and embeddings
-  scaled by factor, each output's difference relative to the larger of 1
-  and its largest legacy value."""
+  scaled up to gain (factor: the median scale), each output's difference
+  relative to the larger of 1 and its largest legacy value."""
   pairs, missing = outputs.paired_outputs(theirs, ours, output_map)
   if missing or not pairs:
     return CheckResult('beyond_init', NOT_RUN, 'the outputs do not pair (see '
@@ -394,10 +394,12 @@ def beyond_init(theirs: dict, ours: dict, output_map: dict[str, str],
       1.0, float(np.max(np.abs(a), initial=0.0)) if outputs.numeric(
           np.asarray(a)) else 1.0) for k, (a, b) in pairs.items()}
   worst = max(relative, key=relative.get)
-  figures = {'factor': factor, 'relative_diff_by_output': relative,
-             'worst_output': worst, 'layers': layers or {}}
-  hint = (f'with every kernel and embedding of the start state {factor:g}x '
-          f'larger, {worst} differs by {relative[worst]:.3g} of its scale, '
+  figures = {'gain': gain, 'factor': factor,
+             'relative_diff_by_output': relative, 'worst_output': worst,
+             'layers': layers or {}}
+  hint = (f'with the kernels and embeddings of the start state scaled up to '
+          f'a gain of {gain:g} ({factor:.3g}x, median), {worst} differs by '
+          f'{relative[worst]:.3g} of its scale, '
           'though the outputs agree at the start state: the activations '
           'now leave their near-linear range, and one differs (e.g. erf '
           'GELU for tanh GELU, swish for SiLU with another beta, a '

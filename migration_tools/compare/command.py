@@ -88,10 +88,11 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
                       'init_from_checkpoint) runs without it.', **define)
   flags.DEFINE_float('beyond_init', default.beyond_init,
                      'The beyond_init check sets both sides to the start '
-                     'state with every kernel and embedding scaled by this '
-                     'factor, where activations leave their near-linear '
-                     'range, and compares the outputs; 0: off. Recorded in '
-                     'a bundle.', lower_bound=0, **define)
+                     'state with every kernel and embedding scaled up until '
+                     'its root mean square times the square root of its '
+                     'fan-in is this gain, where activations leave their '
+                     'near-linear range, and compares the outputs; 0: off. '
+                     'Recorded in a bundle.', lower_bound=0, **define)
   flags.DEFINE_list('replicas', ['1', '2', '4'],
                     'Replica counts to run the port on; the first must be 1.',
                     **define)

@@ -37,8 +37,8 @@ class Options:
   warm_start_from: the checkpoint TPUEstimator(warm_start_from=...) got;
     the legacy TRAIN graph starts from it (its trainable variables), and
     the port from the legacy start.
-  beyond_init: the factor the beyond_init check scales every kernel and
-    embedding of the start state by (0: the check is off).
+  beyond_init: the gain the beyond_init check scales every kernel and
+    embedding of the start state up to (0: the check is off).
   """
   steps: int = 100
   global_batch: int = 64
@@ -46,7 +46,7 @@ class Options:
   params: dict = dataclasses.field(default_factory=dict)
   seed: int = 0
   warm_start_from: str = ''
-  beyond_init: float = 16.0
+  beyond_init: float = 2.0
 
 
 class Upstream(KitError):

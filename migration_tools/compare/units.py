@@ -181,41 +181,54 @@ register(Check(
 
 # beyond_init ----------------------------------------------------------------
 
-def scaled_start(start: dict, weights, factor: float) -> dict:
+def scaled_start(start: dict, weights, gain: float) -> dict:
   """The start state with every trainable variable of 2 or more dimensions
-  (kernels, embeddings) times factor; biases, norms' scales and offsets and
-  batch-norm statistics as they are."""
-  return {name: value * np.asarray(factor, value.dtype) if (
-      name in weights and np.ndim(value) >= 2) else value
-          for name, value in start.items()}
+  (kernels, embeddings) scaled up, never down, until its root mean square
+  times the square root of its fan-in (every dimension but the last) is
+  gain: what a unit input comes out as. Biases, norms' scales and offsets
+  and batch-norm statistics stay as they are."""
+  scaled = dict(start)
+  for name in weights:
+    value = start[name]
+    if np.ndim(value) < 2:
+      continue
+    fan_in = int(np.prod(np.shape(value)[:-1]))
+    rms = float(np.sqrt(np.mean(np.square(value, dtype=np.float64))))
+    if rms > 0:
+      factor = max(1.0, gain / (rms * np.sqrt(fan_in)))
+      scaled[name] = value * np.asarray(factor, value.dtype)
+  return scaled
 
 
 def beyond_init(run: Run, replicas: Replicas) -> CheckResult:
   """The outputs again, both sides set to the start state with its kernels
-  and embeddings scaled by --beyond_init: at a fresh initialisation most
-  activations work near 0, where an activation and its variants agree
-  (tanh and erf GELU part by 3e-8 at 0.1); scaled, they leave that range.
-  Where the legacy outputs overflow (a deep network without normalisation
-  grows by the factor at each layer), the factor is halved until they do
-  not. Both sides go back to the start state after."""
+  and embeddings scaled up to a gain of --beyond_init: at a fresh
+  initialisation (BERT's standard deviation of 0.02) most activations work
+  near 0, where an activation and its variants agree (tanh and erf GELU part
+  by 3e-8 at 0.1); scaled, they leave that range. Where the legacy outputs
+  overflow (a deep network without normalisation grows by the gain at each
+  layer), the gain is halved until they do not. Both sides go back to the
+  start state after."""
   name, asked = 'beyond_init', run.options.beyond_init
   if not asked:
     return CheckResult(name, checks.SKIPPED, 'off (--beyond_init=0, or a '
                        'bundle recorded before this check)')
   legacy, runner = replicas.legacy, replicas.port
   features = run.data.batches[0][0]
+  weights = set(run.weights)
 
-  def legacy_at(factor: float) -> dict:
-    legacy.set_state(scaled_start(run.start, set(run.weights), factor))
+  def legacy_at(gain: float) -> dict:
+    legacy.set_state(scaled_start(run.start, weights, gain))
     return legacy.predict(features)
 
   try:
-    factor, theirs = checks.computable_factor(legacy_at, asked)
-    if factor is None:
+    gain, theirs = checks.computable_factor(legacy_at, asked)
+    if gain is None:
       return CheckResult(name, checks.SKIPPED, 'the legacy outputs overflow '
-                         'with the weights scaled by any factor down to 2: '
-                         'no such state is one the model computes')
-    runner.set_state(scaled_start(run.start, set(run.weights), factor))
+                         'with the weights scaled to any gain down to 2: no '
+                         'such state is one the model computes')
+    scaled = scaled_start(run.start, weights, gain)
+    runner.set_state(scaled)
     ours = runner.predict(features)
     figures = layers.compare(legacy.layer_outputs(features),
                              runner.layer_outputs(features),
@@ -223,16 +236,22 @@ def beyond_init(run: Run, replicas: Replicas) -> CheckResult:
   finally:
     legacy.set_state(run.start)
     runner.set_state(run.start)
-  return checks.beyond_init(theirs, ours, run.port.output_map, factor,
+  factors = [float(np.sqrt(np.mean(np.square(scaled[n], dtype=np.float64)) /
+                           np.mean(np.square(run.start[n], dtype=np.float64))))
+             for n in weights if np.ndim(run.start[n]) >= 2 and
+             np.any(run.start[n])]
+  return checks.beyond_init(theirs, ours, run.port.output_map, gain,
+                            float(np.median(factors)) if factors else 1.0,
                             figures, layers.parting_text(figures))
 
 
 register(Check(
     'beyond_init', 'every PREDICT output by name, both sides set to the '
-    'start state with every kernel and embedding scaled by `--beyond_init` '
-    '(16; halved while the legacy outputs overflow), where activations leave '
-    'their near-linear range; relative to each '
-    'output\'s scale', ONCE, beyond_init,
+    'start state with every kernel and embedding scaled up to a gain (root '
+    'mean square times the square root of the fan-in) of `--beyond_init` '
+    '(2; halved while the legacy outputs overflow), where activations leave '
+    'their near-linear range; relative to each output\'s scale', ONCE,
+    beyond_init,
     needs=('legacy.predict', 'legacy.layer_outputs', 'legacy.set_state',
            'port.predict', 'port.layer_outputs', 'port.set_state'),
     bar=f'relative {bar_text(tolerances.BEYOND_INIT_RTOL)}'))

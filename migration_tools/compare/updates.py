@@ -49,6 +49,10 @@ class Part:
   relative: excess over the larger of size and the step's floor (Step).
   non_finite: what is NaN or infinite on one side only
     (outputs.non_finite), or '': then excess and relative are inf.
+  legacy_norm, port_norm: each side's update norm over the rate times the
+    variable's norm before the step: exactly 1 where an optimizer scales
+    the update to the variable by a trust ratio (LAMB's layer adaptation);
+    NaN for a slot, or without a rate or a norm.
   """
   size: float
   excess: float
@@ -58,6 +62,8 @@ class Part:
   count: int
   relative: float = 0.0
   non_finite: str = ''
+  legacy_norm: float = float('nan')
+  port_norm: float = float('nan')
 
 
 def _ulps(values: np.ndarray) -> np.ndarray:
@@ -91,16 +97,52 @@ def part(before, theirs, ours, rate: float | None) -> Part:
   size = float(np.linalg.norm(legacy))
   scale = float(np.vdot(port, legacy) / np.vdot(legacy, legacy)) if size else (
       0.0)
+  norms = [float('nan')] * 2
+  if before is not None and rate and np.any(start):
+    # Over the rate times the variable's norm: 1 under a trust ratio. Not
+    # for a step that moves every element by one amount (a bias-corrected
+    # Adam's first, rate * sign(g)): on a layer norm's gamma of ones that
+    # has the same norm.
+    unit = rate * float(np.linalg.norm(start))
+    norms = [float(np.linalg.norm(u)) / unit if np.ptp(np.abs(u)) > 1e-3 * (
+        np.abs(u).max()) else float('nan') for u in (legacy, port)]
   return Part(size, float(np.linalg.norm(excess)), decay, fit, scale,
-              int(theirs.size))
+              int(theirs.size), legacy_norm=norms[0], port_norm=norms[1])
 
 
-def with_floors(parts: dict[str, Part], group) -> dict[str, Part]:
+def noise_gradients(legacy_slots: dict[tuple, Any]) -> set[str]:
+  """The variables whose every slot (Adam's m and v, LAMB's, a momentum)
+  is under tolerances.NOISE_GRADIENT_SHARE of its kind's typical size (root
+  mean square over all variables): their gradient is rounding noise. An
+  optimizer that divides by the gradient's own scale (Adam, LAMB) turns
+  such noise into a step of a learning rate or more per element, which no
+  two roundings share. A slot that starts away from 0 (TF 1's RMSProp's rms,
+  at 1) never reads so: that optimizer's step stays as small as its
+  gradient."""
+  by_kind: dict[str, list] = {}
+  for (variable, slot), value in legacy_slots.items():
+    by_kind.setdefault(slot, []).append(
+        (variable, float(np.sqrt(np.mean(np.square(
+            np.asarray(value, np.float64)))))))
+  shares: dict[str, list] = {}
+  for entries in by_kind.values():
+    typical = float(np.sqrt(np.mean([r ** 2 for _, r in entries])))
+    for variable, rms in entries:
+      shares.setdefault(variable, []).append(rms / typical if typical else
+                                             1.0)
+  return {v for v, found in shares.items()
+          if max(found) < tolerances.NOISE_GRADIENT_SHARE}
+
+
+def with_floors(parts: dict[str, Part], group, noise: set[str] = frozenset(),
+                rate: float | None = None) -> dict[str, Part]:
   """parts with their relative difference set: over the part's own size,
   or over tolerances.UPDATE_FLOOR of its group's typical size if that is
   larger. A variable whose gradient is zero up to rounding (an attention
   key's bias: softmax ignores it) has an update, and slots, of pure
-  rounding noise; judged against its own size it would always differ."""
+  rounding noise; judged against its own size it would always differ.
+  The variables in noise (noise_gradients) are held to
+  tolerances.NOISE_STEP_RATES learning rates per element instead."""
   totals = {}
   for name, p in parts.items():
     if p.non_finite:
@@ -115,6 +157,11 @@ def with_floors(parts: dict[str, Part], group) -> dict[str, Part]:
     squares, count = totals[group(name)]
     floor = tolerances.UPDATE_FLOOR * np.sqrt(squares / max(count, 1) *
                                               p.count)
+    if name in noise and rate:
+      # relative <= UPDATE_RTOL exactly when the difference is within
+      # NOISE_STEP_RATES rates per element (its root mean square).
+      floor = (tolerances.NOISE_STEP_RATES * rate * np.sqrt(p.count) /
+               tolerances.UPDATE_RTOL)
     bound = max(p.size, floor)
     relative = p.excess / bound if bound else (
         float('inf') if p.excess else 0.0)
@@ -132,6 +179,8 @@ class Step:
   variables: dict[str, Part]
   slots: dict[str, Part]
   averages: dict[str, Part] = dataclasses.field(default_factory=dict)
+  # The variables whose gradient is rounding noise (noise_gradients).
+  noise: frozenset = frozenset()
 
   def moved(self) -> bool:
     """Whether the legacy step moved any variable."""
@@ -175,10 +224,12 @@ def step(number: int, before: dict, theirs: dict, ours: dict,
     # No weight-decay fit: an average's change is no optimizer step.
     averaged = {name: part(start[name], value, port_after[name], None)
                 for name, value in legacy_after.items() if name in port_after}
+  noise = noise_gradients(legacy_slots) if rate else set()
   # Slots grouped by kind ('m', 'adam_v'): their scales differ by orders.
-  return Step(number, rate, with_floors(variables, lambda name: ''),
+  return Step(number, rate, with_floors(variables, lambda name: '', noise,
+                                        rate),
               with_floors(slots, lambda name: name.rsplit('/', 1)[-1]),
-              with_floors(averaged, lambda name: ''))
+              with_floors(averaged, lambda name: ''), frozenset(noise))
 
 
 def check(name: str, steps: list[Step], parting: str = '') -> CheckResult:
@@ -219,6 +270,8 @@ def check(name: str, steps: list[Step], parting: str = '') -> CheckResult:
                        '(a learning rate of 0 at every step, e.g. all in '
                        'warmup): no update can be judged; compare more steps '
                        '(--steps)', figures=figures)
+  noise = sorted(set().union(*(s.noise for s in judged)))
+  figures['noise_gradient'] = noise
   if not over:
     figures['first_judged_step'] = judged[0].number
     said = ''
@@ -227,6 +280,13 @@ def check(name: str, steps: list[Step], parting: str = '') -> CheckResult:
       said = (f'the variables are judged from step {judged[0].number}, the '
               'first whose learning rate is above 0 (the steps before it '
               'moved no variable on either side; their slots are judged)')
+    if noise:
+      said = '; '.join(filter(None, [said, (
+          f'the gradients of {len(noise)} variables are rounding noise '
+          f'({_names(noise)}: e.g. an attention key\'s bias, which softmax '
+          'ignores), which their optimizer turns into a step of about a '
+          'rate per element: those updates are held to '
+          f'{tolerances.NOISE_STEP_RATES:g} rates per element')]))
     return CheckResult(name, PASSED, said, value, tolerances.UPDATE_RTOL,
                        figures)
   first = over[0]
@@ -241,11 +301,15 @@ def check(name: str, steps: list[Step], parting: str = '') -> CheckResult:
 
 def _worst_parts(s: Step, count: int = 5) -> dict[str, dict]:
   """The parts that differ most: relative difference, the port's step
-  over the legacy one, and the difference as a weight-decay rate."""
+  over the legacy one, the difference as a weight-decay rate, and each
+  side's update norm over the rate times the variable's (1: a trust
+  ratio's)."""
   parts = s.judged()
   names = sorted(parts, key=lambda k: -parts[k].relative)[:count]
   return {k: {'relative': parts[k].relative, 'scale': parts[k].scale,
-              'decay_rate': parts[k].decay} for k in names}
+              'decay_rate': parts[k].decay,
+              'legacy_norm_over_rate_norm': parts[k].legacy_norm,
+              'port_norm_over_rate_norm': parts[k].port_norm} for k in names}
 
 
 def _still_hint(s: Step) -> str:
@@ -281,6 +345,11 @@ def hint(s: Step) -> str:
   at = f'at step {s.number}'
   if failing_averages and not failing:
     return _average_hint(at, failing_averages)
+  # Before the weight-decay reading: a decay added outside a trust ratio
+  # differs from the legacy update by a multiple of the weights too.
+  trust = _trust_ratio_hint(at, s.variables) if failing else ''
+  if trust:
+    return trust
   if failing and all(p.decay_fit < 0.2 for p in failing.values()):
     rates = np.array([p.decay for p in failing.values()])
     if np.all(rates > 0):
@@ -347,6 +416,49 @@ def hint(s: Step) -> str:
             'model computes a little otherwise (e.g. a layer-norm epsilon) or '
             'its gradients are transformed otherwise')
   return f'{at} the updates differ by less than each bar alone shows'
+
+
+def _adapted(ratio: float) -> bool:
+  """Whether an update norm of ratio times the rate times the variable's
+  norm is a trust ratio's (within tolerances.TRUST_RATIO_RTOL of 1)."""
+  return abs(ratio - 1) <= tolerances.TRUST_RATIO_RTOL
+
+
+def _not_adapted(ratio: float) -> bool:
+  """Whether it is clearly not: ten times that away (between the two, the
+  rounding of a small step may hide a ratio; NaN: not read)."""
+  return abs(ratio - 1) > 10 * tolerances.TRUST_RATIO_RTOL
+
+
+def _trust_ratio_hint(at: str, variables: dict[str, Part]) -> str:
+  """Where one side's optimizer scales each update to the rate times the
+  variable's norm (a trust ratio: LAMB, LARS) and the other's clearly does
+  not, for the same variables: which, and what that reads as; '' where no
+  variable reads so."""
+  legacy_only = sorted(k for k, p in variables.items()
+                       if _adapted(p.legacy_norm) and _not_adapted(p.port_norm))
+  port_only = sorted(k for k, p in variables.items()
+                     if _adapted(p.port_norm) and _not_adapted(p.legacy_norm))
+  if legacy_only:
+    ratios = np.array([variables[k].port_norm for k in legacy_only])
+    near = bool(np.all(np.abs(ratios - 1) < 0.05))
+    cause = ('a term added to the update outside the trust ratio (e.g. the '
+             'weight decay applied after it, where LAMB adds it to the '
+             'update the ratio scales)' if near else
+             'no trust ratio (e.g. AdamW in LAMB\'s place: its step does '
+             'not follow the variable\'s norm)')
+    return (f'{at} the legacy optimizer moves {len(legacy_only)} variables '
+            f'({_names(legacy_only)}) by exactly the learning rate times '
+            'their norm (a trust ratio, as LAMB\'s layer adaptation), the '
+            f'port\'s by {np.median(ratios):.4g}x that (median): {cause}')
+  if port_only:
+    return (f'{at} the port\'s optimizer moves {len(port_only)} variables '
+            f'({_names(port_only)}) by exactly the learning rate times their '
+            'norm (a trust ratio), which the legacy optimizer does not for '
+            'them: compare which variables are excluded from layer '
+            'adaptation (e.g. LayerNorm and bias, as LAMB\'s '
+            'exclude_from_layer_adaptation)')
+  return ''
 
 
 def _average_hint(at: str, failing: dict[str, Part]) -> str:

@@ -97,9 +97,25 @@ def infer(legacy: dict[str, tuple], port: dict[str, tuple]) -> Resolved:
              for label, items in (('legacy', list(left_legacy.items())),
                                   ('port', list(left_port.items()))) if items]
     raise KitError('cannot pair every variable by name or by shape and order '
-                   f'(left: {"; ".join(shown)}); give the map explicitly '
-                   '(Port.variable_map or --variable_map=map.json)')
+                   f'(left: {"; ".join(shown)}){_shared_text(groups)}; give '
+                   'the map explicitly (Port.variable_map or '
+                   '--variable_map=map.json)')
   return Resolved({k: pairs[k] for k in legacy}, how)
+
+
+def _shared_text(groups: dict[tuple, tuple[list, list]]) -> str:
+  """Where the port holds k copies of several kinds of legacy variables (a
+  block the legacy model shares across its layers, made per layer in the
+  port): said, else ''."""
+  factors = [len(ours) // len(theirs) for theirs, ours in groups.values()
+             if theirs and len(ours) > len(theirs) and
+             len(ours) % len(theirs) == 0]
+  if len(factors) < 2 or len(set(factors)) != 1:
+    return ''
+  return (f': the port holds {factors[0]} copies of {len(factors)} kinds of '
+          'variables the legacy model has once (e.g. a block the legacy '
+          'model shares across its layers, one variable scope reused, made '
+          'once per layer in the port: call one layer instance in each)')
 
 
 def resolve(legacy: dict[str, tuple], port: dict[str, tuple],

@@ -381,34 +381,35 @@ def test_beyond_init_judges_each_output_relative_to_its_scale():
   ours = {'logits': np.array([[300.00003, -20.0]], np.float32),
           'probabilities': np.array([[1.0, 0.0]], np.float32),
           'classes': np.array([0], np.int32)}
-  result = checks.beyond_init(theirs, ours, {}, 16.0)
+  result = checks.beyond_init(theirs, ours, {}, 2.0, 28.0)
   assert result.passed, result.message
   assert result.figures['relative_diff_by_output']['logits'] == (
       pytest.approx(3.05e-5 / 300, rel=0.01))
-  assert result.figures['factor'] == 16.0
+  assert (result.figures['gain'], result.figures['factor']) == (2.0, 28.0)
   # Probabilities under 1 are held to the bar itself.
   ours['probabilities'] = np.array([[0.9998, 0.0002]], np.float32)
-  result = checks.beyond_init(theirs, ours, {}, 16.0, parting='they part '
-                              'at layer_1/intermediate')
+  result = checks.beyond_init(theirs, ours, {}, 2.0, 28.0,
+                              parting='they part at layer_1/intermediate')
   assert result.failed
   assert result.message.startswith(
-      'with every kernel and embedding of the start state 16x larger, '
-      'probabilities differs by 0.0002 of its scale')
+      'with the kernels and embeddings of the start state scaled up to a '
+      'gain of 2 (28x, median), probabilities differs by 0.0002 of its '
+      'scale')
   assert result.message.endswith('; inside the model, they part at '
                                  'layer_1/intermediate')
 
 
-def test_beyond_init_halves_its_factor_while_the_outputs_overflow():
+def test_beyond_init_halves_its_gain_while_the_outputs_overflow():
   asked = []
 
-  def outputs_at(factor):  # Finite from 4 down, as a deep net would be.
-    asked.append(factor)
-    value = np.float32(1e35) * np.float32(factor) ** 4
+  def outputs_at(gain):  # Finite from 4 down, as a deep net would be.
+    asked.append(gain)
+    value = np.float32(1e35) * np.float32(gain) ** 4
     return {'logits': np.array([value], np.float32), 'ids': np.array([1])}
 
   with np.errstate(over='ignore'):
-    factor, answer = checks.computable_factor(outputs_at, 16.0)
-    assert (factor, asked) == (4.0, [16.0, 8.0, 4.0])
+    gain, answer = checks.computable_factor(outputs_at, 16.0)
+    assert (gain, asked) == (4.0, [16.0, 8.0, 4.0])
     assert np.isfinite(answer['logits']).all()
     assert checks.computable_factor(lambda f: {'x': np.array([np.inf])},
                                     16.0)[0] is None

@@ -38,7 +38,7 @@ def test_bundle_replays_as_the_live_comparison_on_2_15(tmp_path, recorded):
                                  f'--bundle={bundle}')
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
   assert 'recorded with TensorFlow 2.15.1; replicas 1,2' in result.stdout
-  assert list(replayed) == list(live) and len(live) == 19
+  assert list(replayed) == list(live) and len(live) == 20
   for name, check in live.items():
     assert replayed[name]['status'] == check['status'] == 'passed', name
     assert replayed[name].get('max_abs_diff') == check.get('max_abs_diff')

@@ -13,7 +13,7 @@ import pytest
 
 from bert_bugs import BERT_BUGS
 from conftest import REPO, TF215_DIR, TOOLS_PYTHONPATH, catalogue, run_compare
-from conftest import passed_but_dropout
+from conftest import failed_first, passed_but_dropout
 
 pytestmark = [pytest.mark.e2e, pytest.mark.from_tf215]
 
@@ -145,9 +145,4 @@ def test_each_bert_bug_fails_on_jax_as_on_tensorflow(port, failing, cause,
   result, checks = run_compare(
       tmp_path / 'report.json', f'--bundle={TF215_DIR}/bert.npz',
       f'--port=bert_jax_port:{port}', '--replicas=1', '--notpu_ready')
-  assert result.returncode == 1, result.stderr[-2000:]
-  failed = [n for n, c in checks.items() if c['status'] in ('failed',
-                                                            'error')]
-  assert failed and failed[0] == failing, result.stdout
-  assert cause in checks[failing]['message'], checks[failing]['message']
-  assert f'First to fix: {failing}' in result.stdout
+  failed_first(result, checks, failing, cause)

@@ -152,8 +152,9 @@ def test_recorder_isolates_a_raising_check_and_lists_the_rest():
 def test_planned_checks_match_the_report_of_the_kit_pair():
   names = harness.planned_checks(['1 replica', '2 replicas', '4 replicas'],
                                  serving=True)
-  assert len(names) == 26 and len(set(names)) == 26
-  assert names[:4] == ['inventory', 'optimizer', 'inputs', 'inference']
+  assert len(names) == 27 and len(set(names)) == 27
+  assert names[:5] == ['inventory', 'optimizer', 'inputs', 'inference',
+                       'beyond_init']
   assert 'inputs (2 replicas)' in names
   assert names[-2:] == ['dropout (1 replica)', 'tpu_ready']
   assert harness.planned_checks(['1 replica'], serving=True,
@@ -195,3 +196,20 @@ def test_a_port_without_input_pipeline_skips_the_inputs_check():
   assert result.status == checks.SKIPPED and not result.failed
   assert result.summary().startswith('SKIP inputs: the port gives no '
                                      'input_pipeline')
+
+
+def test_a_shared_block_made_per_layer_in_the_port_is_named():
+  legacy = {'shared/q/kernel': (16, 16), 'shared/q/bias': (16,),
+            'shared/k/kernel': (16, 16), 'shared/k/bias': (16,),
+            'embeddings/words': (40, 8)}
+  port = {'embeddings/words': (40, 8)}
+  for layer in range(3):
+    port.update({f'layer_{layer}/q/kernel': (16, 16),
+                 f'layer_{layer}/q/bias': (16,),
+                 f'layer_{layer}/k/kernel': (16, 16),
+                 f'layer_{layer}/k/bias': (16,)})
+  with pytest.raises(KitError) as raised:
+    variable_map.resolve(legacy, port, None)
+  assert ('the port holds 3 copies of 2 kinds of variables the legacy model '
+          'has once (e.g. a block the legacy model shares across its '
+          'layers') in str(raised.value)

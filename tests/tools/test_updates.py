@@ -184,3 +184,47 @@ def test_one_step_alone_over_the_bar_is_a_near_tie_and_every_step_a_bug():
   far = {**step, 'head/kernel': step['head/kernel'] * 1.05}
   steps[6] = _steps_of(before, step, far, number=7)
   assert updates.check('updates', steps).failed
+
+
+def _lamb(before, adapted, decay=0.01, outside=False, seed=3):
+  """LAMB's step from Adam-like directions r (+ decay): each adapted
+  variable's scaled by ||w|| / ||r||, so its norm is RATE ||w||; with
+  outside, the decay added after the ratio."""
+  rng = np.random.default_rng(seed)
+  step = {}
+  for name, w in before.items():
+    w = w.astype(np.float64)
+    r = np.sign(rng.normal(size=w.shape)) * rng.uniform(0.5, 1.5, w.shape)
+    r = r + (0 if outside else decay * w)
+    trust = np.linalg.norm(w) / np.linalg.norm(r) if name in adapted else 1.0
+    update = trust * r + (decay * w if outside else 0)
+    step[name] = (-RATE * update).astype(np.float32)
+  return step
+
+
+def test_a_trust_ratio_on_one_side_only_is_read_from_the_update_norms():
+  before = _weights()
+  kernels = {'layer/kernel', 'head/kernel'}
+  lamb = _lamb(before, kernels)
+  # AdamW in LAMB's place: the same directions, no ratio.
+  adamw = _lamb(before, set())
+  result = updates.check('updates', [_steps_of(before, lamb, adamw)])
+  assert result.failed
+  assert ('the legacy optimizer moves 2 variables (head/kernel, layer/kernel)'
+          ' by exactly the learning rate times their norm') in result.message
+  assert "no trust ratio (e.g. AdamW in LAMB's place" in result.message
+  # The ratio on LayerNorm too, which the legacy one excludes.
+  everywhere = _lamb(before, kernels | {'layer/LayerNorm/gamma'})
+  result = updates.check('updates', [_steps_of(before, lamb, everywhere)])
+  assert result.failed
+  assert ("the port's optimizer moves 1 variables (layer/LayerNorm/gamma) by "
+          'exactly the learning rate times their norm') in result.message
+  assert 'excluded from layer adaptation' in result.message
+  # The weight decay outside the ratio: within a few % of it.
+  outside = _lamb(before, kernels, outside=True)
+  result = updates.check('updates', [_steps_of(before, lamb, outside)])
+  assert result.failed
+  assert 'a term added to the update outside the trust ratio' in (
+      result.message)
+  # The same LAMB on both sides is no difference.
+  assert updates.check('updates', [_steps_of(before, lamb, dict(lamb))]).passed

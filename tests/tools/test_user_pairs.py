@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from bert_bugs import BERT_BUGS
 from conftest import CATALOGUE, REPO, TESTS, catalogue, run_module
+from conftest import failed_first
 
 # Commands in subprocesses and training jobs: apart from the fast tier.
 pytestmark = pytest.mark.e2e
@@ -77,6 +78,9 @@ PAIRS = {
                    {'learning_rate': 0.05, 'warmup_steps': 2,
                     'decay_steps': 2}, serving_inputs='serving_examples',
                    host_call=True),
+    'albert': Pair('albert_legacy', 'albert_port', True,
+                   {'learning_rate': 1e-3, 'num_train_steps': 20,
+                    'num_warmup_steps': 2}),
 }
 
 
@@ -306,11 +310,7 @@ def test_each_bug_of_an_effnet_port_fails_with_a_hint_at_its_cause(
   result, checks = _compare('effnet', data_dirs, tmp_path, '--steps=4',
                             '--replicas=1', '--notpu_ready',
                             f'--params={json.dumps(params)}', port=port)
-  assert result.returncode == 1, result.stderr[-2000:]
-  failed = [n for n, c in checks.items() if c['status'] in ('failed',
-                                                            'error')]
-  assert failed and failed[0] == failing, result.stdout
-  assert cause in checks[failing]['message'], checks[failing]['message']
+  failed_first(result, checks, failing, cause)
 
 
 def _assert_bert_run(checks, stdout):
@@ -352,6 +352,58 @@ def _train_legacy(name, data_dir, estimator_dir, steps=5):
   assert result.returncode == 0, result.stderr[-2000:]
 
 
+def test_the_albert_port_passes_from_weights_of_a_trained_scale(data_dirs,
+                                                                tmp_path):
+  # Weights of scale 0.3, not 0.02: activations far from linear, and LAMB's
+  # ratio dividing the rounding noise of an attention key bias's gradient
+  # (0 in exact arithmetic) by its own scale.
+  params = {**PAIRS['albert'].params_in(data_dirs['albert']),
+            'init_range': 0.3}
+  result, checks = _compare('albert', data_dirs, tmp_path, '--steps=3',
+                            '--replicas=1,2', '--notpu_ready',
+                            f'--params={json.dumps(params)}')
+  assert result.returncode == 0, result.stdout[-3000:]
+  for label in ('1 replica', '2 replicas'):
+    noise = checks[f'updates ({label})']['noise_gradient']
+    assert noise == ['albert/encoder/transformer/layer_shared/attention/'
+                     'key/bias'], noise
+  assert 1 < checks['beyond_init']['factor'] < 3  # Already large weights.
+
+
+# Each bug of an ALBERT port: the check that fails first, what its hint
+# names.
+ALBERT_BUGS = [
+    ('adamw_in_lamb_place', 'updates (1 replica)',
+     "no trust ratio (e.g. AdamW in LAMB's place"),
+    ('erf_gelu', 'beyond_init', 'one differs (e.g. erf GELU for tanh GELU'),
+    ('trust_ratio_on_layer_norm_and_bias', 'updates (1 replica)',
+     'compare which variables are excluded from layer adaptation'),
+    ('decay_outside_the_trust_ratio', 'updates (1 replica)',
+     'a term added to the update outside the trust ratio'),
+    ('unshared_layers', 'inventory', 'the port holds 3 copies of 5 kinds of '
+     'variables the legacy model has once (e.g. a block the legacy model '
+     'shares across its layers'),
+    ('transposed_projection', 'inference', 'a kernel read in another '
+     'layout'),
+]
+
+
+@pytest.mark.parametrize('port, failing, cause', [
+    bug if bug[0] == 'adamw_in_lamb_place' else catalogue(*bug)
+    for bug in ALBERT_BUGS])
+def test_each_bug_of_an_albert_port_fails_with_a_hint_at_its_cause(
+    port, failing, cause, data_dirs, tmp_path):
+  _assert_fails_first('albert', port, failing, cause, data_dirs, tmp_path)
+
+
+def _assert_fails_first(name, port, failing, cause, data_dirs, tmp_path):
+  """The pair's port fails the check `failing` first, its hint naming
+  cause, at 3 steps on one replica."""
+  result, checks = _compare(name, data_dirs, tmp_path, '--steps=3',
+                            '--replicas=1', '--notpu_ready', port=port)
+  failed_first(result, checks, failing, cause)
+
+
 def test_a_bert_port_giving_its_optimizer_the_replicas_sum_passes(
     data_dirs, tmp_path):
   # Each replica's own mean loss, the sum of their gradients applied: what
@@ -373,14 +425,7 @@ def test_a_bert_port_giving_its_optimizer_the_replicas_sum_passes(
     for bug in BERT_BUGS])
 def test_each_bug_of_a_bert_port_fails_with_a_hint_at_its_cause(
     port, failing, cause, data_dirs, tmp_path):
-  result, checks = _compare('bert', data_dirs, tmp_path, '--steps=3',
-                            '--replicas=1', '--notpu_ready', port=port)
-  assert result.returncode == 1, result.stderr[-2000:]
-  failed = [n for n, c in checks.items() if c['status'] in ('failed',
-                                                            'error')]
-  assert failed and failed[0] == failing, result.stdout
-  assert cause in checks[failing]['message'], checks[failing]['message']
-  assert f'First to fix: {failing}' in result.stdout
+  _assert_fails_first('bert', port, failing, cause, data_dirs, tmp_path)
 
 
 @pytest.mark.parametrize('name, slots', [

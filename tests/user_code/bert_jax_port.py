@@ -227,8 +227,11 @@ class BertJaxModel:
     rest = {k: v for k, v in weights.items() if k not in (WORDS, SEGMENTS)}
 
     def loss_of(rest, words, segments):
+      # The step keeps tanh GELU: erf inside its shard_map raises on JAX
+      # 0.12 ("Primitive polynomial requires varying manual axes to
+      # match"); the bug shows in the predictions, where beyond_init sees it.
       logits = forward(rest, words, segments, batch['input_mask'],
-                       self.config.epsilon, exact_gelu=self.config.exact_gelu)
+                       self.config.epsilon)
       return jnp.mean(per_example_loss(logits, batch['label_ids']))
 
     loss, (grads, words, segments) = jax.value_and_grad(
@@ -440,4 +443,5 @@ def bias_corrected_adam() -> array_port.ArrayPort:
 
 
 def erf_gelu() -> array_port.ArrayPort:
+  """erf GELU in the predictions (see the step's comment)."""
   return make_port(Config(exact_gelu=True))

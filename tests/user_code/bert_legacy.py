@@ -202,9 +202,14 @@ class AdamWeightDecayOptimizer(v1.train.Optimizer):
       update = next_m / (tf.sqrt(next_v) + self.epsilon)
       if self._decays(name_):
         update += self.weight_decay_rate * param
-      updates += [param.assign(param - self.learning_rate * update),
-                  m.assign(next_m), v.assign(next_v)]
+      updates += [param.assign(param - self.learning_rate * self._scaled(
+          update, param)), m.assign(next_m), v.assign(next_v)]
     return tf.group(*updates, name=name)
+
+  def _scaled(self, update, param):
+    """The update as applied, before the rate (LAMB scales it)."""
+    del param
+    return update
 
 
 def learning_rate(params, global_step):
@@ -222,16 +227,22 @@ def learning_rate(params, global_step):
   return rate
 
 
-def train_op_of(loss, params):
+def _adam_weight_decay(rate):
+  return AdamWeightDecayOptimizer(rate, weight_decay_rate=WEIGHT_DECAY,
+                                  exclude=NO_DECAY)
+
+
+def train_op_of(loss, params, make_optimizer=_adam_weight_decay,
+                clip_norm=CLIP_NORM):
+  """BERT's: the gradients taken and clipped here, then applied by the
+  optimizer make_optimizer(rate) makes (on a TPU, CrossShardOptimizer's)."""
   global_step = v1.train.get_or_create_global_step()
-  optimizer = AdamWeightDecayOptimizer(
-      learning_rate(params, global_step), weight_decay_rate=WEIGHT_DECAY,
-      exclude=NO_DECAY)
+  optimizer = make_optimizer(learning_rate(params, global_step))
   if params['use_tpu']:
     optimizer = v1.tpu.CrossShardOptimizer(optimizer)
   variables = v1.trainable_variables()
   grads, _ = tf.clip_by_global_norm(tf.gradients(loss, variables),
-                                    clip_norm=CLIP_NORM)
+                                    clip_norm=clip_norm)
   apply = optimizer.apply_gradients(zip(grads, variables), global_step)
   with tf.control_dependencies([apply]):
     return global_step.assign_add(1)

@@ -205,7 +205,13 @@ class AdamWeightDecay(tf.keras.optimizers.Optimizer):
     update = m_hat / (tf.sqrt(v_hat) + self.epsilon)
     if self.decays[index]:
       update += self.weight_decay_rate * tf.convert_to_tensor(variable)
-    variable.assign_sub(rate * update)
+    variable.assign_sub(rate * self.scaled(update, variable, index))
+
+  def scaled(self, update, variable, index):
+    """The update as applied, before the rate: as it is here (a LAMB
+    subclass scales it by its trust ratio)."""
+    del variable, index
+    return update
 
   def get_config(self):
     return {**super().get_config(), 'weight_decay_rate':
@@ -255,6 +261,7 @@ class Trainer(team_trainer.Trainer):
   CrossShardOptimizer did."""
 
   clip = True
+  clip_norm = legacy.CLIP_NORM
 
   def make_metrics(self):
     return {'eval_accuracy': tf.keras.metrics.SparseCategoricalAccuracy()}
@@ -278,7 +285,7 @@ class Trainer(team_trainer.Trainer):
                  if isinstance(g, tf.IndexedSlices) else g * replicas
                  for g in gradients]
     if self.clip:
-      gradients, _ = tf.clip_by_global_norm(gradients, legacy.CLIP_NORM)
+      gradients, _ = tf.clip_by_global_norm(gradients, self.clip_norm)
     self.optimizer.apply_gradients(
         zip(gradients, self.model.trainable_variables))
     self.loss.update_state(per_example)
@@ -345,7 +352,7 @@ class _PerReplicaMean(Trainer):
   def train_step(self, features, labels=None):
     per_example, _, gradients = self.loss_and_gradients(features, labels)
     if self.clip:
-      gradients, _ = tf.clip_by_global_norm(gradients, legacy.CLIP_NORM)
+      gradients, _ = tf.clip_by_global_norm(gradients, self.clip_norm)
     self.optimizer.apply_gradients(
         zip(gradients, self.model.trainable_variables))
     self.loss.update_state(per_example)
