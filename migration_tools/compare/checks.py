@@ -364,7 +364,7 @@ def inference(theirs: dict, ours: dict, output_map: dict[str, str],
 
 def computable_factor(outputs_at, asked: float
                       ) -> tuple[float | None, dict]:
-  """The largest of asked, asked / 2, ... (down to 2) at which the outputs
+  """The largest of asked, asked / 2, ... (down to 1) at which the outputs
   outputs_at(factor) gives are finite, and those outputs; (None, the last)
   where none is. A deep network without normalisation grows by the factor
   at each layer, and overflows."""
@@ -375,7 +375,7 @@ def computable_factor(outputs_at, asked: float
                  for v in answer.values())
     if finite:
       return factor, answer
-    if factor / 2 < 2:
+    if factor / 2 < 1:
       return None, answer
     factor /= 2
 

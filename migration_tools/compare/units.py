@@ -215,7 +215,12 @@ def beyond_init(run: Run, replicas: Replicas) -> CheckResult:
                        'bundle recorded before this check)')
   legacy, runner = replicas.legacy, replicas.port
   features = run.data.batches[0][0]
-  weights = set(run.weights)
+  weights = {n for n in run.weights if np.ndim(run.start[n]) >= 2 and
+             np.any(run.start[n])}
+  if not weights:
+    return CheckResult(name, checks.SKIPPED, 'the model has no trainable '
+                       'variable of two or more dimensions that is not 0 '
+                       '(no kernel or embedding to scale)')
 
   def legacy_at(gain: float) -> dict:
     legacy.set_state(scaled_start(run.start, weights, gain))
@@ -225,7 +230,7 @@ def beyond_init(run: Run, replicas: Replicas) -> CheckResult:
     gain, theirs = checks.computable_factor(legacy_at, asked)
     if gain is None:
       return CheckResult(name, checks.SKIPPED, 'the legacy outputs overflow '
-                         'with the weights scaled to any gain down to 2: no '
+                         'with the weights scaled to any gain down to 1: no '
                          'such state is one the model computes')
     scaled = scaled_start(run.start, weights, gain)
     runner.set_state(scaled)
@@ -238,11 +243,10 @@ def beyond_init(run: Run, replicas: Replicas) -> CheckResult:
     runner.set_state(run.start)
   factors = [float(np.sqrt(np.mean(np.square(scaled[n], dtype=np.float64)) /
                            np.mean(np.square(run.start[n], dtype=np.float64))))
-             for n in weights if np.ndim(run.start[n]) >= 2 and
-             np.any(run.start[n])]
+             for n in weights]
   return checks.beyond_init(theirs, ours, run.port.output_map, gain,
-                            float(np.median(factors)) if factors else 1.0,
-                            figures, layers.parting_text(figures))
+                            float(np.median(factors)), figures,
+                            layers.parting_text(figures))
 
 
 register(Check(
