@@ -228,3 +228,25 @@ def test_a_trust_ratio_on_one_side_only_is_read_from_the_update_norms():
       result.message)
   # The same LAMB on both sides is no difference.
   assert updates.check('updates', [_steps_of(before, lamb, dict(lamb))]).passed
+
+
+def test_a_variable_whose_gradient_is_rounding_noise_is_held_to_rates():
+  # An attention key's bias: its slots 1e-7 of the others', its Adam step
+  # about a rate per element in a direction the two roundings do not share.
+  before = _weights()
+  rng = np.random.default_rng(4)
+  slots = {(k, kind): rng.normal(size=v.shape).astype(np.float32) * (
+      1e-7 if k == 'head/kernel' else 1.0)
+           for k, v in before.items() for kind in ('adam_m', 'adam_v')}
+  assert updates.noise_gradients(slots) == {'head/kernel'}
+  step = _adam_like(before)
+  port = dict(step, **{'head/kernel': -step['head/kernel']})  # Flipped.
+  result = updates.check('updates', [_steps_of(before, step, port, slots=slots,
+                                               port_slots=dict(slots))])
+  assert result.passed, result.message
+  assert result.figures['noise_gradient'] == ['head/kernel']
+  assert 'the gradients of 1 variables are rounding noise' in result.message
+  # Beyond 10 rates per element it fails all the same (a rate off by 100).
+  port['head/kernel'] = step['head/kernel'] * 100
+  assert updates.check('updates', [_steps_of(
+      before, step, port, slots=slots, port_slots=dict(slots))]).failed
