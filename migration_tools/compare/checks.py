@@ -362,22 +362,21 @@ def inference(theirs: dict, ours: dict, output_map: dict[str, str],
       'inside the model ') + parting)
 
 
-def computable_factor(outputs_at, asked: float
-                      ) -> tuple[float | None, dict]:
+def computable_gain(outputs_at, asked: float) -> tuple[float | None, dict]:
   """The largest of asked, asked / 2, ... (down to 1) at which the outputs
-  outputs_at(factor) gives are finite, and those outputs; (None, the last)
-  where none is. A deep network without normalisation grows by the factor
-  at each layer, and overflows."""
-  factor = asked
+  outputs_at(gain) gives are finite, and those outputs; (None, the last)
+  where none is. A deep network without normalisation grows by the gain at
+  each layer, and overflows."""
+  gain = asked
   while True:
-    answer = outputs_at(factor)
+    answer = outputs_at(gain)
     finite = all(not outputs.numeric(np.asarray(v)) or np.all(np.isfinite(v))
                  for v in answer.values())
     if finite:
-      return factor, answer
-    if factor / 2 < 1:
+      return gain, answer
+    if gain / 2 < 1:
       return None, answer
-    factor /= 2
+    gain /= 2
 
 
 def beyond_init(theirs: dict, ours: dict, output_map: dict[str, str],
@@ -404,10 +403,9 @@ def beyond_init(theirs: dict, ours: dict, output_map: dict[str, str],
           'now leave their near-linear range, and one differs (e.g. erf '
           'GELU for tanh GELU, swish for SiLU with another beta, a '
           'hard-sigmoid, a softmax or layer norm computed otherwise)')
-  result = judged('beyond_init', relative[worst], tolerances.BEYOND_INIT_RTOL,
-                  figures, hint + (f'; inside the model, {parting}'
-                                   if parting else ''))
-  return result
+  return judged('beyond_init', relative[worst], tolerances.BEYOND_INIT_RTOL,
+                figures, hint + (f'; inside the model, {parting}'
+                                 if parting else ''))
 
 
 def optimizer(theirs, ours, starts: list[str] | None = None) -> CheckResult:

@@ -222,18 +222,21 @@ def beyond_init(run: Run, replicas: Replicas) -> CheckResult:
                        'variable of two or more dimensions that is not 0 '
                        '(no kernel or embedding to scale)')
 
+  scaled = {}  # The last state tried, by its gain (one model's worth).
+
   def legacy_at(gain: float) -> dict:
-    legacy.set_state(scaled_start(run.start, weights, gain))
+    scaled.clear()
+    scaled[gain] = scaled_start(run.start, weights, gain)
+    legacy.set_state(scaled[gain])
     return legacy.predict(features)
 
   try:
-    gain, theirs = checks.computable_factor(legacy_at, asked)
+    gain, theirs = checks.computable_gain(legacy_at, asked)
     if gain is None:
       return CheckResult(name, checks.SKIPPED, 'the legacy outputs overflow '
                          'with the weights scaled to any gain down to 1: no '
                          'such state is one the model computes')
-    scaled = scaled_start(run.start, weights, gain)
-    runner.set_state(scaled)
+    runner.set_state(scaled[gain])
     ours = runner.predict(features)
     figures = layers.compare(legacy.layer_outputs(features),
                              runner.layer_outputs(features),
@@ -241,7 +244,8 @@ def beyond_init(run: Run, replicas: Replicas) -> CheckResult:
   finally:
     legacy.set_state(run.start)
     runner.set_state(run.start)
-  factors = [float(np.sqrt(np.mean(np.square(scaled[n], dtype=np.float64)) /
+  state = scaled[gain]
+  factors = [float(np.sqrt(np.mean(np.square(state[n], dtype=np.float64)) /
                            np.mean(np.square(run.start[n], dtype=np.float64))))
              for n in weights]
   return checks.beyond_init(theirs, ours, run.port.output_map, gain,

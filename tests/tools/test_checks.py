@@ -408,10 +408,10 @@ def test_beyond_init_halves_its_gain_while_the_outputs_overflow():
     return {'logits': np.array([value], np.float32), 'ids': np.array([1])}
 
   with np.errstate(over='ignore'):
-    gain, answer = checks.computable_factor(outputs_at, 16.0)
+    gain, answer = checks.computable_gain(outputs_at, 16.0)
     assert (gain, asked) == (4.0, [16.0, 8.0, 4.0])
     assert np.isfinite(answer['logits']).all()
-    assert checks.computable_factor(lambda f: {'x': np.array([np.inf])},
+    assert checks.computable_gain(lambda f: {'x': np.array([np.inf])},
                                     16.0)[0] is None
 
 
