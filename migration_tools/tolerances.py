@@ -109,6 +109,28 @@ FLIP_SHARE = 0.1
 # (beyond_init), relative to the larger of 1 and each output's largest
 # value: larger weights make larger values, whose rounding is larger too.
 BEYOND_INIT_RTOL = 1e-5
+# The port's own rounding noise on a step (compare/noise.py): its step taken
+# again from the same state on the same batch, the examples in another
+# order within each replica's share. A difference from the legacy step
+# (one_step, stepwise, updates) counts only beyond NOISE_MULTIPLE times
+# what that moved the same tensor by. Measured on the kit's port: on the
+# CPU the reordering moves a gradient by 3e-9 to 1.5e-8 (the fixed bars
+# decide); on an NVIDIA H200 at JAX's highest precision it moved
+# conv2/kernel's gradient by 3.0e-5, where the port parted from TF's on the
+# CPU by 1.7e-5 (docs/EQUIVALENCE.md, "Two verdicts on any device").
+NOISE_MULTIPLE = 4.0
+# A step whose loss moves by more than this share of itself when its
+# examples are reordered is not one sum in two orders (a loss over pairs of
+# neighbouring examples): no noise is taken from it. Reordering a float32
+# mean of 64 losses moves it by about 1e-7 of itself.
+ORDER_RTOL = 1e-3
+# The port at its device's precision against itself at the highest
+# (device_drift, compare/drift.py): each output's movement, over this
+# multiple of its movement with every kernel and embedding moved by up to
+# the precision's unit roundoff. A device rounds the activations entering
+# each dot as well as the kernels, so a correct port drifts by more than
+# the kernels' share alone: measured, see docs/EQUIVALENCE.md.
+DRIFT_MULTIPLE = 4.0
 # Each layer's output at identical weights, relative to its scale
 # (compare/layers.py), to say where two models part: the first layer over it.
 LAYER_RTOL = 1e-5

@@ -70,6 +70,7 @@ collect_ignore = [] if HAS_ESTIMATOR else list(ESTIMATOR_TEST_FILES)
 # The test files of JAX and its ports: collected on the jax profile alone
 # (a TensorFlow profile has no JAX), as the header says.
 JAX_ONLY_TEST_FILES = ('example/test_migrate_jax.py', 'tools/test_jax_ports.py',
+                       'tools/test_jax_precision.py',
                        'tools/test_convert_jax.py',
                        'bench/test_throughput_jax.py')
 if not HAS_JAX:
@@ -82,7 +83,8 @@ if not HAS_TORCH:
 # either, but its behaviour depends on no framework, and the other two
 # profiles run them.
 JAX_TEST_FILES = ('example/test_migrate_jax.py', 'example/test_records.py',
-                  'tools/test_jax_ports.py', 'tools/test_array_port.py',
+                  'tools/test_jax_ports.py', 'tools/test_jax_precision.py',
+                  'tools/test_array_port.py',
                   'tools/test_convert_jax.py',
                   'bench/test_throughput_jax.py',
                   'tools/test_checks.py', 'tools/test_updates.py',

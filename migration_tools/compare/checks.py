@@ -6,6 +6,7 @@ message that first says what the numbers show and only then names likely
 causes, as examples.
 """
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -13,6 +14,7 @@ import numpy as np
 
 from migration_tools import outputs
 from migration_tools import tolerances
+from migration_tools.compare import noise as noise_lib
 from migration_tools.pair import legacy_state
 from migration_tools.pair import optimizers
 
@@ -122,12 +124,17 @@ def near_tie_text(steps: list[int], values, what: str, bar: str) -> str:
           f'decided otherwise, not failed (tolerances.{bar})')
 
 
-def max_diff(a: dict, b: dict, ulps: int = 0) -> tuple[float, str]:
+def max_diff(a: dict, b: dict, ulps: int = 0,
+             allowance: dict | None = None) -> tuple[float, str]:
   """The largest |a[k] - b[k]| over the keys of a, and its key; inf where
   a value is not finite on one side (outputs.output_diff). With ulps, each
   element's difference less ulps units in the last place (float32) of the
-  larger of its two values: what storing them rounds."""
-  diffs = {k: _beyond_rounding(a[k], b[k], ulps) for k in a}
+  larger of its two values: what storing them rounds. With allowance
+  {k: amount} (noise.Noise.allowance), each key's difference less its
+  amount: the port's own rounding noise measured on that tensor."""
+  allowance = allowance or {}
+  diffs = {k: max(0.0, _beyond_rounding(a[k], b[k], ulps) -
+                  allowance.get(k, 0.0)) for k in a}
   worst = max(diffs, key=diffs.get)
   return diffs[worst], worst
 
@@ -485,13 +492,17 @@ def optimizer_by_behaviour(legacy_run: dict, ours, slot_map,
       figures=figures)
 
 
-def _split_state(theirs: dict, ours: dict, trainable) -> tuple:
-  """(weights diff, other state diff and its worst name) over legacy names."""
+def _split_state(theirs: dict, ours: dict, trainable,
+                 allowance: dict | None = None) -> tuple:
+  """(weights diff, other state diff and its worst name) over legacy names,
+  each beyond its allowance (max_diff)."""
   weights = {k: theirs[k] for k in trainable}
   others = {k: v for k, v in theirs.items() if k not in weights}
   ulps = tolerances.ONE_STEP_ULPS
-  weight_diff = max_diff(weights, ours, ulps)[0] if weights else 0.0
-  state_diff, worst = max_diff(others, ours, ulps) if others else (0.0, None)
+  weight_diff = max_diff(weights, ours, ulps, allowance)[0] if weights else (
+      0.0)
+  state_diff, worst = max_diff(others, ours, ulps, allowance) if others else (
+      0.0, None)
   return weight_diff, state_diff, worst
 
 
@@ -500,10 +511,12 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
              port_slots: dict | None = None, reference: str = '',
              whole_batch: bool = False, parting: str = '',
              legacy_averages: dict | None = None,
-             port_averages: dict | None = None) -> CheckResult:
+             port_averages: dict | None = None,
+             noise: noise_lib.Noise | None = None) -> CheckResult:
   """One step at identical state: loss, every gradient, the updated weights,
   the other state the step updates (e.g. batch-norm moving statistics) and
-  the optimizer's slots.
+  the optimizer's slots, each beyond the port's own rounding noise where it
+  was measured (noise; compare/noise.py).
 
   Args:
     theirs, ours: what legacy.step and PortRunner.step returned.
@@ -520,23 +533,27 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
     legacy_averages, port_averages: {variable: its moving average} after the
       step (the legacy shadows the port keeps; inventory pairs them).
   """
-  loss = outputs.output_diff(np.float64(theirs['loss']),
-                             np.float64(ours['loss']))
+  allowed = functools.partial(noise_lib.allowance, noise)
+  loss = max_diff({'loss': np.float64(theirs['loss'])},
+                  {'loss': np.float64(ours['loss'])}, 0, allowed('loss'))[0]
   legacy_gradients, received = _in_the_ports_units(theirs, ours)
-  gradient, worst = max_diff(legacy_gradients, ours['gradients'])
+  gradient, worst = max_diff(legacy_gradients, ours['gradients'], 0,
+                             allowed('gradients'))
   rate = abs(theirs.get('learning_rate', np.nan) - ours['learning_rate'])
   weights, state, worst_state = _split_state(legacy_state, port_state,
-                                             theirs['gradients'])
+                                             theirs['gradients'],
+                                             allowed('state'))
   # None: no slot was compared (the report must not say 0 then).
   slots, worst_slot = None, None
   if legacy_slots and port_slots is not None:
     missing = sorted(set(legacy_slots) - set(port_slots))
     slots, worst_slot = (float('inf'), missing[0]) if missing else max_diff(
-        legacy_slots, port_slots, tolerances.ONE_STEP_ULPS)
+        legacy_slots, port_slots, tolerances.ONE_STEP_ULPS, allowed('slots'))
   averages, worst_average = None, None
   if legacy_averages:
     averages, worst_average = max_diff(legacy_averages, port_averages or {},
-                                       tolerances.ONE_STEP_ULPS)
+                                       tolerances.ONE_STEP_ULPS,
+                                       allowed('averages'))
   ratio = _scale_ratio(legacy_gradients, ours['gradients'])
   non_finite = next((said for said in (
       non_finite_in({'loss': theirs['loss']}, {'loss': ours['loss']}),
@@ -559,7 +576,8 @@ def one_step(name: str, theirs: dict, ours: dict, legacy_state: dict,
              'port_learning_rate': ours['learning_rate'],
              'legacy_examples': theirs.get('examples'),
              'port_examples': ours.get('examples'),
-             'legacy_reference': reference}
+             'legacy_reference': reference,
+             'noise': noise_lib.figures(noise)}
   result = judged(name, max(loss, gradient, weights, state, slots or 0.0,
                             averages or 0.0),
                   tolerances.ONE_STEP_ATOL, figures,

@@ -62,6 +62,7 @@ from migration_tools.compare import speed as speed_lib
 from migration_tools.pair import flags as pair_lib
 from migration_tools.pair import frameworks
 from migration_tools.pair import legacy
+from migration_tools.pair import precision
 from migration_tools.pair import runs_on
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -93,6 +94,14 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
                      'fan-in is this gain, where activations leave their '
                      'near-linear range, and compares the outputs; 0: off. '
                      'Recorded in a bundle.', lower_bound=0, **define)
+  flags.DEFINE_enum('emulate_precision', None, sorted(precision.EMULATED),
+                    'Run the port\'s dots as an accelerator computes them '
+                    'by default, on the CPU: every float32 matmul\'s and '
+                    'convolution\'s operands rounded to TF32 (a GPU) or '
+                    'bfloat16 (one pass, a TPU). Every check of its math '
+                    'runs it at the highest precision, as without the flag; '
+                    'device_drift judges its outputs at this one against '
+                    'those. For ports on JAX.', **define)
   flags.DEFINE_list('replicas', ['1', '2', '4'],
                     'Replica counts to run the port on; the first must be 1.',
                     **define)
@@ -197,6 +206,7 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
       pair_lib.legacy_callable(tool_flags, 'legacy_serving_inputs')
       if serving and tool_flags.legacy_serving_inputs else None)
   port = pair_lib.load_port(tool_flags)
+  emulate = _emulated(tool_flags, port)
   cli.set_legacy_flags(tool_flags.legacy_flags)
   about = {}
   if not tool_flags.record_bundle:
@@ -204,7 +214,8 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
                            harness.cpu_strategies(counts), options,
                            tpu_ready=tool_flags.tpu_ready,
                            speed=_speed(tool_flags),
-                           progress=_progress(tool_flags), about=about), {
+                           progress=_progress(tool_flags), about=about,
+                           emulate=emulate), {
                                **dataclasses.asdict(options), **about}
   # Before any work: room for the bundle, by the model's shapes.
   expected = golden.estimate(
@@ -218,7 +229,7 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
   with golden.recording(tool_flags.record_bundle) as tape:
     results, bundle = harness.record_bundle(
         pair, port, workdir, counts, options, tape, tool_flags.tpu_ready,
-        _speed(tool_flags), _progress(tool_flags), about)
+        _speed(tool_flags), _progress(tool_flags), about, emulate)
     tape.finish(bundle)
   print(f'Bundle: {tool_flags.record_bundle}')
   return results, {**dataclasses.asdict(options), **about}
@@ -237,15 +248,31 @@ def _replayed(tool_flags: flags.FlagValues, workdir: str
         f'{bundle.versions.get("tensorflow")}; replicas '
         f'{",".join(map(str, counts))}')
   port = pair_lib.load_port(tool_flags)
+  emulate = _emulated(tool_flags, port)
   framework = _framework(port)
   print(f'Port: {pair_lib.port_spec(tool_flags)}, on {framework}')
   about = {}
   results = harness.check_bundle(bundle, port, workdir, tool_flags.tpu_ready,
                                  _speed(tool_flags), _progress(tool_flags),
-                                 counts, about)
+                                 counts, about, emulate)
   return results, {**bundle.options, 'bundle': tool_flags.bundle,
                    'recorded_with': bundle.versions,
                    'port_framework': framework, **about}
+
+
+def _emulated(tool_flags: flags.FlagValues, port
+              ) -> precision.Rounding | None:
+  """The rounding --emulate_precision names, once the port's framework
+  is known to emulate it.
+
+  Raises:
+    KitError: the port's framework cannot (its line says so).
+  """
+  if tool_flags.emulate_precision is None:
+    return None
+  rounding = precision.EMULATED[tool_flags.emulate_precision]
+  frameworks.framework_of(port).dots(rounding)
+  return rounding
 
 
 def _recorded_counts(tool_flags: flags.FlagValues,

@@ -20,6 +20,7 @@ from migration_tools.pair import legacy as legacy_lib
 from migration_tools.pair import array_port
 from migration_tools.pair import frameworks
 from migration_tools.pair import port as port_lib
+from migration_tools.pair import precision
 from migration_tools.pair import side
 
 
@@ -114,6 +115,10 @@ class Run:
   speed: Any = None
   # The replica counts the port runs on, in order.
   placement_counts: list = dataclasses.field(default_factory=list)
+  # The rounding --emulate_precision declared for the port's dots, or None.
+  emulate: precision.Rounding | None = None
+  # Where the port's first run runs (the report's port_ran_on, runs_on).
+  ran_on: dict = dataclasses.field(default_factory=dict)
   memo: _Memo = dataclasses.field(default_factory=_Memo)
 
   def legacy(self, purpose: str, shards: int = 1, draws: bool = False):
@@ -139,7 +144,8 @@ class Run:
 
   def _port_runner(self, placement) -> side.PortSide:
     runner = self.framework.runner(self.port, placement, self.params(),
-                                   self.batches)
+                                   self.batches,
+                                   self.framework.dots(self.emulate))
     if self.pairs:
       runner.use_map(self.pairs)
       runner.set_state(self.start)

@@ -40,6 +40,7 @@ from migration_tools.compare.context import Run
 from migration_tools.pair import array_port
 from migration_tools.pair import legacy as legacy_lib
 from migration_tools.pair import port as port_lib
+from migration_tools.pair import precision
 from migration_tools.pair import frameworks
 from migration_tools.pair import recorded
 from migration_tools.pair import runs_on
@@ -191,7 +192,8 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
             tpu_ready: bool = True,
             speed: speed_lib.Options | None = None,
             progress: progress_lib.Progress | None = None,
-            about: dict | None = None
+            about: dict | None = None,
+            emulate: precision.Rounding | None = None
             ) -> list[CheckResult]:
   """Runs every check, the legacy side live, and returns every planned one,
   in order.
@@ -212,6 +214,8 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
     progress: where a line goes as each check ends, and while one runs at
       least every 30 s; None: silent.
     about: if given, gets 'port_ran_on': where the port ran (runs_on).
+    emulate: a rounding (precision.EMULATED) the port's dots compute in as
+      deployed, for the device_drift check (--emulate_precision).
 
   Returns:
     A CheckResult per check of planned_checks(); a check that raised is an
@@ -221,7 +225,8 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
     KitError: the legacy input_fn fails before any check can run.
   """
   return run_checks(LiveSource(pair, options, tape), port, workdir,
-                    strategies, options, tpu_ready, speed, progress, about)
+                    strategies, options, tpu_ready, speed, progress, about,
+                    emulate)
 
 
 def check_bundle(bundle: golden.Bundle,
@@ -230,7 +235,8 @@ def check_bundle(bundle: golden.Bundle,
                  speed: speed_lib.Options | None = None,
                  progress: progress_lib.Progress | None = None,
                  replica_counts: list[int] | None = None,
-                 about: dict | None = None
+                 about: dict | None = None,
+                 emulate: precision.Rounding | None = None
                  ) -> list[CheckResult]:
   """compare(), the legacy side answered from a golden bundle: the same
   checks on the replica counts it recorded (or those of them given), with
@@ -244,7 +250,7 @@ def check_bundle(bundle: golden.Bundle,
   # A bundle recorded before an option was added ran without it.
   options = Options(**{'beyond_init': 0.0, **bundle.options})
   return run_checks(ReplaySource(bundle), port, workdir, strategies,
-                    options, tpu_ready, speed, progress, about)
+                    options, tpu_ready, speed, progress, about, emulate)
 
 
 def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
@@ -253,7 +259,8 @@ def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
                   tpu_ready: bool = True,
                   speed: speed_lib.Options | None = None,
                   progress: progress_lib.Progress | None = None,
-                  about: dict | None = None
+                  about: dict | None = None,
+                  emulate: precision.Rounding | None = None
                   ) -> tuple[list[CheckResult], golden.Bundle]:
   """compare() on these replica counts, the legacy side's answers kept on
   tape (a golden.Recording writes them as they come); returns the results
@@ -261,7 +268,7 @@ def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
   with it). about: as compare()'s."""
   source = LiveSource(pair, options, tape)
   results = run_checks(source, port, workdir, cpu_strategies(replica_counts),
-                       options, tpu_ready, speed, progress, about)
+                       options, tpu_ready, speed, progress, about, emulate)
   bundle = golden.Bundle(
       dataclasses.asdict(options), list(replica_counts),
       pair.serving_input_fn is not None and port.export is not None,
@@ -276,7 +283,8 @@ def run_checks(source: side.LegacySource,
                options: Options, tpu_ready: bool = True,
                speed: speed_lib.Options | None = None,
                progress: progress_lib.Progress | None = None,
-               about: dict | None = None
+               about: dict | None = None,
+               emulate: precision.Rounding | None = None
                ) -> list[CheckResult]:
   """compare() on a legacy source, live or replayed: the registered checks
   of the plan, in order (registry.plan). strategies: {label: placement},
@@ -291,7 +299,8 @@ def run_checks(source: side.LegacySource,
   run = Run(source, port, data, legacy_lib.cycled(data, options.steps),
             options, workdir, rec.progress, speed=speed,
             placement_counts=[Replicas(label, p).count
-                              for label, p in strategies.items()])
+                              for label, p in strategies.items()],
+            emulate=emulate)
   with rec.progress.heartbeat():
     with _deterministic(run, options.seed):
       for index, (label, strategy) in enumerate(strategies.items()):
@@ -366,7 +375,10 @@ def _say_where(rec: Recorder, run: Run, replicas: Replicas,
     ran_on = {'error': one_line(e)}
     rec.progress.line(f'Ran on: not known ({one_line(e)})')
   else:
+    if run.emulate:
+      ran_on['emulated'] = run.emulate.name
     rec.progress.line(runs_on.line(ran_on))
+  run.ran_on = ran_on
   if about is not None:
     about['port_ran_on'] = ran_on
 

@@ -15,6 +15,7 @@ before the next run's legacy graph (evaluation and serving before updates).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import os
 
@@ -27,7 +28,9 @@ from kit_core.lazy import tensorflow as tf
 from migration_tools import outputs
 from migration_tools import tolerances
 from migration_tools.compare import checks
+from migration_tools.compare import drift
 from migration_tools.compare import layers
+from migration_tools.compare import noise as noise_lib
 from migration_tools.compare import speed as speed_lib
 from migration_tools.compare import updates
 from migration_tools.compare.checks import CheckResult
@@ -43,6 +46,7 @@ from migration_tools.compare.registry import ONCE
 from migration_tools.compare.registry import register
 from migration_tools.pair import legacy_state
 from migration_tools.pair import optimizers
+from migration_tools.pair import precision
 from migration_tools.pair import variable_map
 
 
@@ -265,11 +269,63 @@ register(Check(
     bar=f'relative {bar_text(tolerances.BEYOND_INIT_RTOL)}'))
 
 
+# device_drift ---------------------------------------------------------------
+
+def _deployed_rounding(run: Run) -> precision.Rounding | None:
+  """What the port's dots round to as deployed: the rounding emulated, or
+  its device's (read with where it runs); None: float32."""
+  return run.emulate or precision.of_answers(run.ran_on.get('precision', {}))
+
+
+def device_drift(run: Run, replicas: Replicas) -> CheckResult:
+  """The port's outputs as deployed (its device's precision, or the one
+  emulated) against its own at the highest precision, every other check's,
+  over what its kernels moved by that precision's rounding move them."""
+  rounding = _deployed_rounding(run)
+  runner = replicas.port
+  features = run.data.batches[0][0]
+  ours = runner.predict(features)
+  with runner.at_deployed_precision():
+    drifted = runner.predict(features)
+  kernels = [n for n in run.weights if np.ndim(run.start[n]) >= 2]
+  try:
+    runner.set_state(precision.perturbed(run.start, kernels, rounding,
+                                         run.options.seed))
+    moved = runner.predict(features)
+  finally:
+    runner.set_state(run.start)
+  return drift.judge(ours, drifted, moved, rounding)
+
+
+register(Check(
+    drift.NAME, 'the port\'s PREDICT outputs as deployed on its device '
+    '(TF32 on a GPU, bfloat16 passes on a TPU, or `--emulate_precision`) '
+    'against its own at the highest precision, which every other check '
+    'runs it at; distributions also by argmax (away from near-ties) and KL '
+    'divergence; left out where the port computes float32', ONCE,
+    device_drift, needs=('port.predict', 'port.set_state',
+                         'port.at_deployed_precision'),
+    # Where the port computes float32 (the CPU), nothing drifts.
+    applies=lambda run, _: _deployed_rounding(run) is not None,
+    bar=f'{tolerances.DRIFT_MULTIPLE:g}x each output\'s movement with every '
+        'kernel moved by the precision\'s unit roundoff (2^-11 TF32, 2^-8 '
+        'bfloat16)'))
+
+
 # one_step, learning_rate, trajectory: one pass over the legacy trajectory ---
+
+# How the bars of one_step, updates and stepwise grow with the port's own
+# rounding noise (compare/noise.py), in the docs' words.
+_NOISE_BAR = (f'{tolerances.NOISE_MULTIPLE:g}x the port\'s own noise on '
+              'each tensor (its step again, the examples reordered)')
 
 def _first_step(run: Run, replicas: Replicas) -> tuple[dict, dict]:
   features, labels = run.batches[0]
   run.progress.now(f'one_step ({replicas.label}): step 1')
+  # The port's own noise on this step (compare/noise.py), first: the
+  # reordered step leaves the port's state as it found it.
+  replicas.memo.put('reordered first step',
+                    replicas.port.reordered_step(features, labels))
   return (replicas.legacy.step(features, labels),
           replicas.port.step(features, labels))
 
@@ -320,16 +376,20 @@ def one_step(run: Run, replicas: Replicas) -> CheckResult:
       'first step', lambda: _first_step(run, replicas),
       'the first step raised (see one_step)')
   both = _slots_compared(legacy, runner)
+  port_state = runner.state()
+  port_slots = runner.slots(ours['learning_rate']) if both else None
+  averages = _averages_after(legacy, runner)
   result = checks.one_step(
       f'one_step ({replicas.label})', theirs, ours, legacy.state(),
-      runner.state(), replicas.count,
-      legacy.slots(ours['learning_rate']) if both else None,
-      runner.slots(ours['learning_rate']) if both else None,
+      port_state, replicas.count,
+      legacy.slots(ours['learning_rate']) if both else None, port_slots,
       reference=replicas.describe()['reference'],
       # The legacy runner takes the whole batch where it cannot take the
       # step as on the cores (legacy.LegacyRunner).
       whole_batch=replicas.count > 1 and legacy.replicas < replicas.count,
-      parting=run.parting, **_averages_after(legacy, runner))
+      parting=run.parting, **averages, noise=noise_lib.measure(
+          replicas.memo.get('reordered first step'), ours, port_state,
+          port_slots, averages['port_averages']))
   replicas.memo.put('one_step', result)
   # Judged: the gradients (two model-sized arrays) are let go.
   replicas.memo.put('first step', (_scalars(theirs), _scalars(ours)))
@@ -345,8 +405,8 @@ register(Check(
     needs=('legacy.step', 'legacy.state', 'legacy.slots',
            'legacy.describe_optimizer', 'legacy.describe_run', 'port.step',
            'port.state', 'port.slots', 'port.describe_optimizer',
-           'legacy.averages', 'port.averages'),
-    bar=bar_text(tolerances.ONE_STEP_ATOL)))
+           'legacy.averages', 'port.averages', 'port.reordered_step'),
+    bar=f'{bar_text(tolerances.ONE_STEP_ATOL)}, beyond {_NOISE_BAR}'))
 
 
 def learning_rate(run: Run, replicas: Replicas) -> CheckResult:
@@ -469,6 +529,8 @@ class Resynced:
   losses: list
   steps: list
   host_calls: list
+  # The port's own noise it measured (noise.figures).
+  noise: dict = dataclasses.field(default_factory=dict)
 
 
 def resynced_steps(run: Run, legacy, runner, label: str,
@@ -485,6 +547,9 @@ def resynced_steps(run: Run, legacy, runner, label: str,
   trainable = set()
   both = _slots_compared(legacy, runner)
   ulps = tolerances.ONE_STEP_ULPS  # The rounding of storing the state.
+  # The port's own noise (compare/noise.py), measured at the steps up to
+  # the first that moves the weights, and held for the steps after.
+  noise, noise_moved = None, False
   for number, (features, labels) in enumerate(run.batches, 1):
     run.progress.now(f'{label}: step {number} of {len(run.batches)}')
     before = legacy.state()
@@ -494,6 +559,8 @@ def resynced_steps(run: Run, legacy, runner, label: str,
       runner.set_slots(legacy.slots(rate), rate)
     averages_before = legacy.averages()
     runner.set_averages(averages_before)
+    again = None if dropout or noise_moved else runner.reordered_step(
+        features, labels)
     theirs = legacy.step(features, labels)
     answer = ({'loss': runner.step_as_trained(features, labels)} if dropout
               else runner.step(features, labels))
@@ -501,22 +568,30 @@ def resynced_steps(run: Run, legacy, runner, label: str,
     # gradients (state moved otherwise, e.g. batch-norm statistics, stepwise
     # holds). No gradient is judged here: they go at once.
     trainable = trainable or set(theirs.get('gradients', ()))
+    rate = runner.learning_rate()
+    after, ours_after = legacy.state(), runner.state()
+    legacy_slots = legacy.slots(rate) if both else {}
+    port_slots = runner.slots(rate) if legacy_slots else {}
+    averages = _averages_after(legacy, runner)
+    if again is not None:
+      noise = noise_lib.measure(again, answer, ours_after, port_slots,
+                                averages['port_averages'])
+      noise_moved = any(np.any(after[k] != before[k]) for k in trainable)
+    allowed = functools.partial(noise_lib.allowance, noise)
     theirs, answer = _scalars(theirs), _scalars(answer)
     ours = answer['loss']
     host_calls.append((theirs.get('host_call', {}), answer.get('host_call')))
-    rate = runner.learning_rate()
-    after, ours_after = legacy.state(), runner.state()
-    diffs = [outputs.output_diff(np.float64(theirs['loss']),
-                                 np.float64(ours)),
-             checks.max_diff(after, ours_after, ulps)[0]]
-    legacy_slots = legacy.slots(rate) if both else {}
-    port_slots = runner.slots(rate) if legacy_slots else {}
+    diffs = [checks.max_diff({'loss': np.float64(theirs['loss'])},
+                             {'loss': np.float64(ours)}, 0,
+                             allowed('loss'))[0],
+             checks.max_diff(after, ours_after, ulps, allowed('state'))[0]]
     if legacy_slots:
-      diffs.append(checks.max_diff(legacy_slots, port_slots, ulps)[0])
-    averages = _averages_after(legacy, runner)
+      diffs.append(checks.max_diff(legacy_slots, port_slots, ulps,
+                                   allowed('slots'))[0])
     if averages['legacy_averages']:
       diffs.append(checks.max_diff(averages['legacy_averages'],
-                                   averages['port_averages'], ulps)[0])
+                                   averages['port_averages'], ulps,
+                                   allowed('averages'))[0])
     per_step.append(max(diffs))
     losses.append(float(theirs['loss']))
     steps.append(updates.step(
@@ -524,8 +599,11 @@ def resynced_steps(run: Run, legacy, runner, label: str,
         {k: ours_after[k] for k in trainable}, legacy_slots, port_slots,
         theirs.get('learning_rate'),
         (averages_before, averages['legacy_averages'],
-         averages['port_averages'])))
-  return Resynced(np.array(per_step), losses, steps, host_calls)
+         averages['port_averages']), noise))
+  return Resynced(np.array(per_step), losses, steps, host_calls,
+                  noise_lib.figures(noise, '' if not dropout else
+                                    'dropout draws its masks by the order '
+                                    'of the examples'))
 
 
 def _resynced(run: Run, replicas: Replicas):
@@ -545,9 +623,15 @@ def _resynced(run: Run, replicas: Replicas):
                             'updates)')
 
 
+def _with_noise(result: CheckResult, resynced: Resynced) -> CheckResult:
+  return dataclasses.replace(result, figures={**result.figures,
+                                              'noise': resynced.noise})
+
+
 def updates_check(run: Run, replicas: Replicas) -> CheckResult:
-  return updates.check(f'updates ({replicas.label})',
-                       _resynced(run, replicas).steps, run.parting)
+  resynced = _resynced(run, replicas)
+  return _with_noise(updates.check(f'updates ({replicas.label})',
+                                   resynced.steps, run.parting), resynced)
 
 
 # Reported before stepwise, which judges the same steps: its hint names the
@@ -563,13 +647,15 @@ register(Check(
            'legacy.step', 'port.set_state', 'port.set_global_step',
            'port.set_slots', 'port.step', 'port.learning_rate', 'port.state',
            'port.slots', 'legacy.averages',
-           'port.averages', 'port.set_averages'),
-    bar=f'relative {bar_text(tolerances.UPDATE_RTOL)}'))
+           'port.averages', 'port.set_averages', 'port.reordered_step'),
+    bar=f'relative {bar_text(tolerances.UPDATE_RTOL)}, or {_NOISE_BAR}'))
 
 
 def stepwise(run: Run, replicas: Replicas) -> CheckResult:
-  return checks.stepwise(f'stepwise ({replicas.label})',
-                         _resynced(run, replicas).per_step, run.parting)
+  resynced = _resynced(run, replicas)
+  return _with_noise(checks.stepwise(f'stepwise ({replicas.label})',
+                                     resynced.per_step, run.parting),
+                     resynced)
 
 
 register(Check(
@@ -577,8 +663,9 @@ register(Check(
     'the port given the legacy state (weights, slots, step) before each '
     'step', EACH, stepwise,
     needs=('legacy.step', 'legacy.state', 'legacy.slots', 'port.step',
-           'port.state', 'port.slots', 'legacy.averages', 'port.averages'),
-    bar=bar_text(tolerances.ONE_STEP_ATOL)))
+           'port.state', 'port.slots', 'legacy.averages', 'port.averages',
+           'port.reordered_step'),
+    bar=f'{bar_text(tolerances.ONE_STEP_ATOL)}, beyond {_NOISE_BAR}'))
 
 
 def host_call(run: Run, replicas: Replicas) -> CheckResult:

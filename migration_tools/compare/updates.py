@@ -28,6 +28,7 @@ import numpy as np
 from migration_tools import outputs
 from migration_tools import tolerances
 from migration_tools.compare import checks
+from migration_tools.compare import noise as noise_lib
 from migration_tools.compare.checks import CheckResult
 from migration_tools.compare.checks import FAILED
 from migration_tools.compare.checks import NOT_RUN
@@ -135,14 +136,18 @@ def noise_gradients(legacy_slots: dict[tuple, Any]) -> set[str]:
 
 
 def with_floors(parts: dict[str, Part], group, noise: set[str] = frozenset(),
-                rate: float | None = None) -> dict[str, Part]:
+                rate: float | None = None,
+                measured: dict | None = None) -> dict[str, Part]:
   """parts with their relative difference set: over the part's own size,
   or over tolerances.UPDATE_FLOOR of its group's typical size if that is
   larger. A variable whose gradient is zero up to rounding (an attention
   key's bias: softmax ignores it) has an update, and slots, of pure
   rounding noise; judged against its own size it would always differ.
   The variables in noise (noise_gradients) are held to
-  tolerances.NOISE_STEP_RATES learning rates per element instead."""
+  tolerances.NOISE_STEP_RATES learning rates per element instead. With
+  measured {name: norm} (noise.Noise.norms: the port's own rounding noise
+  on that part, times its multiple), a part's difference may reach that
+  norm too."""
   totals = {}
   for name, p in parts.items():
     if p.non_finite:
@@ -162,6 +167,8 @@ def with_floors(parts: dict[str, Part], group, noise: set[str] = frozenset(),
       # NOISE_STEP_RATES rates per element (its root mean square).
       floor = (tolerances.NOISE_STEP_RATES * rate * np.sqrt(p.count) /
                tolerances.UPDATE_RTOL)
+    if measured and name in measured:
+      floor = max(floor, measured[name] / tolerances.UPDATE_RTOL)
     bound = max(p.size, floor)
     relative = p.excess / bound if bound else (
         float('inf') if p.excess else 0.0)
@@ -211,9 +218,11 @@ class Step:
 
 def step(number: int, before: dict, theirs: dict, ours: dict,
          legacy_slots: dict, port_slots: dict, rate: float | None,
-         averages: tuple[dict, dict, dict] | None = None) -> Step:
+         averages: tuple[dict, dict, dict] | None = None,
+         measured: noise_lib.Noise | None = None) -> Step:
   """A Step from the states (by legacy name) and slots around one step;
-  averages: the moving averages before it and after it on each side."""
+  averages: the moving averages before it and after it on each side;
+  measured: the port's own noise on a step (compare/noise.py), or None."""
   variables = {name: part(before[name], theirs[name], ours[name], rate)
                for name in theirs if name in ours}
   slots = {'/'.join(key): part(None, value, port_slots[key], rate)
@@ -225,11 +234,17 @@ def step(number: int, before: dict, theirs: dict, ours: dict,
     averaged = {name: part(start[name], value, port_after[name], None)
                 for name, value in legacy_after.items() if name in port_after}
   noise = noise_gradients(legacy_slots) if rate else set()
+  norms = {} if measured is None else measured.norms('state')
+  slot_norms = {} if measured is None else {
+      '/'.join(k): v for k, v in measured.norms('slots').items()}
   # Slots grouped by kind ('m', 'adam_v'): their scales differ by orders.
   return Step(number, rate, with_floors(variables, lambda name: '', noise,
-                                        rate),
-              with_floors(slots, lambda name: name.rsplit('/', 1)[-1]),
-              with_floors(averaged, lambda name: ''), frozenset(noise))
+                                        rate, norms),
+              with_floors(slots, lambda name: name.rsplit('/', 1)[-1],
+                          measured=slot_norms),
+              with_floors(averaged, lambda name: '',
+                          measured={} if measured is None else
+                          measured.norms('averages')), frozenset(noise))
 
 
 def check(name: str, steps: list[Step], parting: str = '') -> CheckResult:

@@ -7,13 +7,15 @@ arrays the model hands over.
 """
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 import numpy as np
 
 from kit_core import timing
 from migration_tools.pair import array_port
 from migration_tools.pair import optimizers
+from migration_tools.pair import precision
 from migration_tools.pair import side
 
 
@@ -21,10 +23,14 @@ class ArrayRunner(side.PortSide):
   """An ArrayModel on some replicas, fed the legacy batches in order."""
 
   def __init__(self, port: array_port.ArrayPort, replicas: int, params: dict,
-               batches: list, where: str = 'the port'):
+               batches: list, where: str = 'the port',
+               dots: precision.Dots | None = None):
     """Builds the model (dropout off) on `replicas` devices; where names
-    the port in a message."""
+    the port in a message. Its model computes at the highest precision
+    dots gives, but in at_deployed_precision()."""
     self.port, self.params = port, params
+    self._dots = dots or precision.Dots()
+    self._deployed = False
     self.model = array_port.check_model(
         port.make(dict(params), replicas, False), where)
     self.strategy = None  # No tf.distribute strategy: the model places itself.
@@ -135,6 +141,19 @@ class ArrayRunner(side.PortSide):
   def set_global_step(self, step: int) -> None:
     self.model.set_step_count(step)
 
+  # Precision -----------------------------------------------------------
+
+  def _precision(self) -> contextlib.AbstractContextManager:
+    return self._dots.deployed() if self._deployed else self._dots.highest()
+
+  @contextlib.contextmanager
+  def at_deployed_precision(self) -> Iterator[None]:
+    self._deployed = True
+    try:
+      yield
+    finally:
+      self._deployed = False
+
   # Steps ---------------------------------------------------------------
 
   def _take(self, features, labels) -> None:
@@ -147,7 +166,8 @@ class ArrayRunner(side.PortSide):
 
   def _step(self, features, labels) -> dict:
     self._take(features, labels)
-    taken = self.model.train_step(features, labels)
+    with self._precision():
+      taken = self.model.train_step(features, labels)
     self._rate = float(self.model.learning_rate())
     values = {'loss': float(taken['loss']),
               'examples': int(taken.get('examples',
@@ -163,21 +183,52 @@ class ArrayRunner(side.PortSide):
   def learning_rate(self) -> float:
     return self._rate
 
+  def reordered_step(self, features, labels) -> dict:
+    # What the step on the same batch, its examples in another order within
+    # each replica's share, leaves; then the state it held, as it was.
+    index = side.example_order(side.batch_size(features), self.replicas)
+    saved = (self.model.variables(), self.model.slots(),
+             self.model.step_count(), self._rate,
+             None if self.port.averages is None else
+             self.port.averages(self.model))
+    try:
+      with self._precision():
+        taken = self.model.train_step(side.reordered(features, index),
+                                      side.reordered(labels, index))
+      rate = float(self.model.learning_rate())
+      return {'loss': float(taken['loss']),
+              'gradients': {self._theirs(n): np.asarray(g)
+                            for n, g in taken['gradients'].items()},
+              'state': self.state(), 'slots': self.slots(rate),
+              'averages': self.averages()}
+    finally:
+      variables, slots, steps, self._rate, averages = saved
+      self.model.set_variables(variables)
+      self.model.set_slots(slots)
+      self.model.set_step_count(steps)
+      if averages is not None:
+        self.port.set_averages(self.model, averages)
+
   def step_as_trained(self, features, labels) -> float:
     self._take(features, labels)
-    return float(self.model.train_step(features, labels)['loss'])
+    with self._precision():
+      return float(self.model.train_step(features, labels)['loss'])
 
   def predict(self, features) -> dict[str, np.ndarray]:
-    return {k: np.asarray(v) for k, v in self.model.predict(features).items()}
+    with self._precision():
+      return {k: np.asarray(v)
+              for k, v in self.model.predict(features).items()}
 
   def layer_outputs(self, features) -> dict[str, np.ndarray]:
     if self.port.layer_outputs is None:
       return {}
-    return {k: np.asarray(v).ravel() for k, v in
-            self.port.layer_outputs(self.model, features).items()}
+    with self._precision():
+      return {k: np.asarray(v).ravel() for k, v in
+              self.port.layer_outputs(self.model, features).items()}
 
   def evaluate(self, batches: list) -> dict[str, float]:
-    return {k: float(v) for k, v in self.model.evaluate(batches).items()}
+    with self._precision():
+      return {k: float(v) for k, v in self.model.evaluate(batches).items()}
 
   def first_pipeline_batch(self):
     if self.port.input_batch is None:
@@ -189,11 +240,12 @@ class ArrayRunner(side.PortSide):
     for _ in range(steps):
       features, labels = self._batches[self._next % len(self._batches)]
       self._next += 1
+      # Timed (--speed) at the device's own precision, as it trains.
       self.model.train_step(features, labels)
 
   def serve(self, base_dir: str, inputs: dict) -> dict[str, np.ndarray]:
-    with timing.spent('exports'):
+    with timing.spent('exports'), self._precision():
       path = self.port.export(self.model, base_dir)
-    with timing.spent('loading exports back'):
+    with timing.spent('loading exports back'), self._precision():
       return {k: np.asarray(v) for k, v in
               self.port.serve(path, inputs).items()}

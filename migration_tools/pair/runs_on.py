@@ -279,4 +279,7 @@ def line(ran_on: dict[str, Any]) -> str:
           f'{ran_on["devices"]} device{"s" if ran_on["devices"] != 1 else ""}'
           + (f' ({"; ".join(others)})' if others else '') +
           f'; {versions}; {precision or "precision unknown"} '
-          f'({ran_on["precision_from"]})')
+          f'({ran_on["precision_from"]})' + (
+              f'; as deployed, its dots\' operands rounded to '
+              f'{ran_on["emulated"]} (emulated)' if 'emulated' in ran_on
+              else ''))

@@ -17,8 +17,9 @@ and replays) is read from ``LegacySide`` itself.
 """
 from __future__ import annotations
 
-import dataclasses
 import abc
+import contextlib
+import dataclasses
 from typing import Any, Protocol
 
 import numpy as np
@@ -68,6 +69,29 @@ def check_in_order(batches: list, taken: int, features, labels) -> None:
   if features is not expected[0] or labels is not expected[1]:
     raise KitError('the port runner takes the legacy batches in the order '
                    f'it was given; step {taken + 1} was asked another batch')
+
+
+def example_order(examples: int, replicas: int, seed: int = 0) -> np.ndarray:
+  """A permutation of a global batch that keeps each example in its
+  replica's share (consecutive shares, as the batch is split): per-replica
+  statistics (batch norm) stay the same."""
+  share = examples // replicas
+  generator = np.random.default_rng(seed)
+  return np.concatenate([r * share + generator.permutation(share)
+                         for r in range(replicas)] +
+                        [np.arange(replicas * share, examples)])
+
+
+def reordered(structure: Any, index: np.ndarray) -> Any:
+  """structure (an array, or a dict, list or tuple of them) with its
+  examples taken in index's order."""
+  if isinstance(structure, dict):
+    return {k: reordered(v, index) for k, v in structure.items()}
+  if isinstance(structure, (list, tuple)):
+    return type(structure)(reordered(v, index) for v in structure)
+  if structure is None:
+    return None
+  return np.asarray(structure)[index]
 
 
 def split_element(element):
@@ -208,6 +232,24 @@ class PortSide(Side):
   strategy: tf.distribute.Strategy
   # {legacy slot suffix: port token} once use_slot_map gave one, else None.
   slot_map: dict[str, str] | None
+
+  def reordered_step(self, features, labels) -> dict | None:
+    """The step on this batch (the one the next step takes) with its
+    examples in another order within each replica's share
+    (compare/noise.py), from the state it holds, which it keeps after: the
+    answer (loss, gradients by legacy name) and the 'state', 'slots' (at
+    the step's rate) and 'averages' the step left. None where it cannot
+    take a batch out of the legacy order (this one's: a Keras port takes
+    them through one dataset)."""
+    del features, labels
+    return None
+
+  def at_deployed_precision(self) -> contextlib.AbstractContextManager:
+    """A scope in which it computes its dots as deployed on its device
+    (or at the precision emulated), not at the highest precision it
+    computes in for every other question. This one: a side that computes
+    float32 wherever the kit runs it."""
+    return contextlib.nullcontext()
 
   @abc.abstractmethod
   def shapes(self) -> dict[str, tuple]:

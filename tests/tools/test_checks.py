@@ -434,3 +434,151 @@ def test_one_step_takes_two_units_in_the_last_place_of_a_value_for_rounding():
   # Small values are held to the absolute bar as before.
   assert checks.max_diff({'a': np.float32([1e-3])},
                          {'a': np.float32([1e-3 + 2e-6])}, 2)[0] > 1e-6
+
+
+# device_drift (compare/drift.py) and the measured noise (compare/noise.py) -
+
+def _softmax(logits):
+  shifted = np.exp(logits - logits.max(-1, keepdims=True))
+  return (shifted / shifted.sum(-1, keepdims=True)).astype(np.float32)
+
+
+def _drift_case(drift: float, seed: int = 0):
+  """Outputs at the highest precision, moved by kernels perturbed at the
+  unit roundoff (a logit movement of 1e-3), and drifted by drift times that
+  movement."""
+  from migration_tools.compare import drift as drift_lib  # pylint: disable=import-outside-toplevel
+  generator = np.random.default_rng(seed)
+  logits = generator.normal(size=(64, 10)) * 3
+  move = generator.normal(size=logits.shape) * 1e-3
+  ours = {'probabilities': _softmax(logits), 'class_ids': logits.argmax(-1)}
+  moved = {'probabilities': _softmax(logits + move),
+           'class_ids': (logits + move).argmax(-1)}
+  shifted = logits + drift * generator.normal(size=logits.shape) * 1e-3
+  drifted = {'probabilities': _softmax(shifted),
+             'class_ids': shifted.argmax(-1)}
+  return drift_lib, ours, drifted, moved
+
+
+def test_device_drift_passes_what_the_rounding_explains_and_fails_beyond():
+  from migration_tools.pair import precision  # pylint: disable=import-outside-toplevel
+  drift_lib, ours, drifted, moved = _drift_case(1.5)
+  result = drift_lib.judge(ours, drifted, moved, precision.TF32)
+  assert result.passed, result.message
+  entry = result.figures['outputs']['probabilities']
+  # The drift against its bar: the multiple times the kernels' movement.
+  assert entry['bar'] == pytest.approx(
+      tolerances.DRIFT_MULTIPLE * entry['sensitivity_rms'])
+  assert 0.2 < result.ratio_to_bar < 1
+  assert result.figures['rounding'] == 'tf32'
+  assert result.figures['unit_roundoff'] == 2.0 ** -11
+  drift_lib, ours, drifted, moved = _drift_case(20.0)
+  result = drift_lib.judge(ours, drifted, moved, precision.BF16)
+  assert not result.passed and result.ratio_to_bar > 1
+  assert result.message.startswith('at bf16, probabilities (')
+  assert 'amplifies its device\'s rounding' in result.message
+
+
+def test_device_drift_takes_a_class_flip_only_at_a_near_tie():
+  from migration_tools.pair import precision  # pylint: disable=import-outside-toplevel
+  drift_lib, ours, drifted, moved = _drift_case(1.0)
+  # Row 0's top two classes 1e-4 apart, swapped as deployed: rounding.
+  tie = np.full(10, 0.4 / 8, np.float32)
+  tie[:2] = [0.30005, 0.29995]
+  for side in (ours, moved, drifted):
+    side['probabilities'][0] = tie
+  drifted['probabilities'][0] = tie[[1, 0, *range(2, 10)]]
+  for side in (ours, moved, drifted):
+    side['class_ids'] = side['probabilities'].argmax(-1)
+  result = drift_lib.judge(ours, drifted, moved, precision.TF32)
+  assert result.passed, result.message
+  assert result.figures['outputs']['probabilities']['flips_at_near_ties'] == 1
+  assert result.figures['outputs']['class_ids']['agreement'] == 63 / 64
+  # A class that changes where the top two stand far apart fails.
+  top = np.sort(ours['probabilities'], -1)
+  far = int(np.argmax(top[:, -1] - top[:, -2]))
+  drifted['class_ids'][far] = (ours['class_ids'][far] + 1) % 10
+  result = drift_lib.judge(ours, drifted, moved, precision.TF32)
+  assert not result.passed
+  assert ('predictions change where the highest precision has no near-tie '
+          '(class_ids: 1 of 64)') in result.message
+
+
+def test_the_kl_divergence_of_rounded_rows_is_never_negative():
+  from migration_tools.compare import drift as drift_lib  # pylint: disable=import-outside-toplevel
+  rows = _softmax(np.random.default_rng(1).normal(size=(32, 10)))
+  assert drift_lib._kl(rows, rows) == 0.0  # pylint: disable=protected-access
+  # Rows that sum to 1 only up to float32's rounding, each way.
+  off = rows * np.float32(1 + 3e-7)
+  assert drift_lib._kl(rows, off) >= 0  # pylint: disable=protected-access
+  assert drift_lib._kl(off, rows) >= 0  # pylint: disable=protected-access
+
+
+def test_a_precision_is_read_from_what_the_dots_compute_in():
+  from migration_tools.pair import precision  # pylint: disable=import-outside-toplevel
+  assert precision.TF32.unit == 2.0 ** -11 and precision.BF16.unit == 2 ** -8
+  assert precision.of_answers({'matmul': 'float32',
+                               'convolution': 'float32'}) is None
+  assert precision.of_answers({'matmul': 'tf32 (3 ops), float32 (1 op)',
+                               'convolution': 'float32'}) == precision.TF32
+  # The coarsest of them: a TPU's one bfloat16 pass over a GPU's TF32.
+  assert precision.of_answers({'matmul': 'tf32', 'convolution':
+                               'bfloat16 (1 pass)'}) == precision.BF16
+
+
+def test_kernels_are_perturbed_within_the_unit_roundoff_and_nothing_else():
+  from migration_tools.pair import precision  # pylint: disable=import-outside-toplevel
+  state = {'k': np.full((50, 40), 2.0, np.float32),
+           'b': np.ones(40, np.float32)}
+  moved = precision.perturbed(state, ['k'], precision.BF16)
+  relative = moved['k'] / state['k'] - 1
+  assert 0 < np.abs(relative).max() <= precision.BF16.unit
+  assert np.abs(relative).mean() > precision.BF16.unit / 4  # Not all tiny.
+  assert moved['b'] is state['b'] and moved['k'].dtype == np.float32
+
+
+def test_examples_are_reordered_within_each_replicas_share():
+  from migration_tools.pair import side  # pylint: disable=import-outside-toplevel
+  index = side.example_order(8, 2)
+  assert sorted(index[:4]) == [0, 1, 2, 3] and sorted(index[4:]) == [4, 5,
+                                                                     6, 7]
+  assert list(index) != list(range(8))
+  features = {'a': np.arange(8), 'b': np.arange(8) * 10}
+  assert list(side.reordered(features, index)['b']) == list(index * 10)
+
+
+def _noise(gradient_noise: float, loss_noise: float = 0.0):
+  from migration_tools.compare import noise as noise_lib  # pylint: disable=import-outside-toplevel
+  answer = _step()
+  again = {**answer, 'loss': answer['loss'] + loss_noise,
+           'gradients': {k: v + gradient_noise
+                         for k, v in answer['gradients'].items()},
+           'state': _state(), 'slots': {}, 'averages': {}}
+  return noise_lib.measure(again, answer, _state())
+
+
+def test_one_step_counts_a_difference_only_beyond_the_ports_own_noise():
+  # The port's gradients 2e-5 from the legacy ones, as on a GPU whose sums
+  # run in another order: over the fixed bar alone ...
+  ours = _step()
+  ours['gradients'] = {k: v + 2e-5 for k, v in ours['gradients'].items()}
+  alone = checks.one_step('one_step (1 replica)', _step(), ours, _state(),
+                          _state(), 1)
+  assert not alone.passed
+  assert alone.figures['noise']['measured_by'] is None
+  # ... within NOISE_MULTIPLE times the noise its own reordered step shows.
+  measured = checks.one_step('one_step (1 replica)', _step(), ours, _state(),
+                             _state(), 1, noise=_noise(1e-5))
+  assert measured.passed, measured.message
+  assert measured.figures['noise']['largest']['gradients'] == pytest.approx(
+      1e-5, rel=1e-2)
+  # A bug 10x the noise still fails.
+  ours['gradients'] = {k: v + 4e-4 for k, v in ours['gradients'].items()}
+  assert not checks.one_step('one_step (1 replica)', _step(), ours, _state(),
+                             _state(), 1, noise=_noise(1e-5)).passed
+
+
+def test_a_step_whose_loss_depends_on_the_order_gives_no_noise():
+  noise = _noise(1e-3, loss_noise=0.01)
+  assert noise.order_dependent and noise.allowance('gradients') == {}
+  assert noise.figures()['order_dependent']

@@ -87,26 +87,56 @@ def test_replicas_beyond_the_default_devices_run_on_host_cpus(tmp_path):
   assert 'updates (2 replicas)' in checks
 
 
-def test_a_plain_jax_port_with_optax_passes(tmp_path):
+# On a device emulated (--emulate_precision): the port's math is checked at
+# the highest precision, its outputs as deployed against those.
+def test_a_plain_jax_port_with_optax_passes_on_an_emulated_gpu(tmp_path):
   result, checks = run_compare(tmp_path / 'report.json',
                                f'--bundle={_bundle()}',
-                               '--port=mnist_optax_port:make_port')
+                               '--port=mnist_optax_port:make_port',
+                               '--emulate_precision=tf32')
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
   assert f'on JAX {jax.__version__}, optax' in result.stdout
+  assert ('as deployed, its dots\' operands rounded to tf32 (emulated)'
+          in result.stdout)
   # It gives no export and no input pipeline of its own.
   assert checks['inputs']['status'] == 'skipped'
   assert 'served_predictions' not in checks
   _passed_but_dropout({k: v for k, v in checks.items()
                        if not k.startswith('inputs')})
+  drift = checks['device_drift']
+  assert drift['rounding'] == 'tf32' and drift['ratio_to_bar'] < 1
+  report = json.loads((tmp_path / 'report.json').read_text())
+  assert report['port_ran_on']['emulated'] == 'tf32'
+  # The port's own rounding noise, measured and shown with its multiple.
+  noise = checks['one_step (2 replicas)']['noise']
+  assert noise['multiple'] == 4 and 0 < noise['largest']['gradients'] < 1e-6
 
 
 def test_a_loss_summed_over_the_batch_fails_one_step_with_its_factor(tmp_path):
   result, checks = run_compare(tmp_path / 'report.json',
                                f'--bundle={_bundle()}',
-                               '--port=mnist_optax_port:summed_loss')
+                               '--port=mnist_optax_port:summed_loss',
+                               '--emulate_precision=bf16')
   assert result.returncode == 1
   assert 'First to fix: one_step (1 replica)' in result.stdout
   assert '64x the legacy ones' in checks['one_step (1 replica)']['message']
+  assert checks['device_drift']['passed']
+
+
+def test_a_port_that_amplifies_its_devices_rounding_fails_device_drift(
+    tmp_path):
+  # Right in its math (every other check passes at the highest precision),
+  # its first convolution a difference of large terms.
+  result, checks = run_compare(tmp_path / 'report.json',
+                               f'--bundle={_bundle()}',
+                               '--port=mnist_optax_port:offset_input',
+                               '--emulate_precision=bf16', '--replicas=1',
+                               '--notpu_ready')
+  failed_first(result, checks, 'device_drift',
+               'amplifies its device\'s rounding')
+  assert checks['inference']['passed'] and checks['one_step (1 replica)'][
+      'passed']
+  assert checks['device_drift']['ratio_to_bar'] > 2
 
 
 def test_a_bundle_is_read_with_numpy_alone():
@@ -130,13 +160,15 @@ def test_a_bundle_is_read_with_numpy_alone():
 def test_the_bert_port_on_jax_passes_every_check(tmp_path):
   result, checks = run_compare(
       tmp_path / 'report.json', f'--bundle={TF215_DIR}/bert.npz',
-      '--port=bert_jax_port:make_port')
+      '--port=bert_jax_port:make_port', '--emulate_precision=bf16')
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
   assert {'inputs (2 replicas)', 'updates (2 replicas)', 'served_predictions',
-          'tpu_ready'} <= set(checks)
+          'tpu_ready', 'device_drift'} <= set(checks)
   _passed_but_dropout(checks)
 
 
+# Each on an emulated device, TF32 and bfloat16 in turn: its math still
+# fails.
 @pytest.mark.parametrize('port, failing, cause', [
     bug if bug[0] == 'no_weight_decay' else catalogue(*bug)
     for bug in BERT_BUGS])
@@ -144,5 +176,7 @@ def test_each_bert_bug_fails_on_jax_as_on_tensorflow(port, failing, cause,
                                                      tmp_path):
   result, checks = run_compare(
       tmp_path / 'report.json', f'--bundle={TF215_DIR}/bert.npz',
-      f'--port=bert_jax_port:{port}', '--replicas=1', '--notpu_ready')
+      f'--port=bert_jax_port:{port}', '--replicas=1', '--notpu_ready',
+      f'--emulate_precision={"bf16" if len(port) % 2 else "tf32"}')
   failed_first(result, checks, failing, cause)
+  assert checks['device_drift']['passed']

@@ -240,13 +240,13 @@ def test_a_signal_inside_a_shared_pass_stops_the_comparison():
   batches = [(None, None)] * 4
   run = SimpleNamespace(batches=batches,
                         progress=progress_lib.Progress(None))
-  side = SimpleNamespace(step=step)
+  side = SimpleNamespace(step=step, reordered_step=lambda f, l: None)
   replicas = context.Replicas('1 replica', None, side, side)
   with pytest.raises(errors.Interrupted):
     units._trajectory(run, replicas)  # pylint: disable=protected-access
   broken = lambda f, l: 1 / 0
-  replicas = context.Replicas('1 replica', None, side,
-                              SimpleNamespace(step=broken))
+  replicas = context.Replicas('1 replica', None, side, SimpleNamespace(
+      step=broken, reordered_step=lambda f, l: None))
   steps.clear()
   steps.append(-10)  # No signal this time.
   # The check that takes the first step gets its error; those after it, why

@@ -11,6 +11,7 @@ from typing import Any
 from kit_core import progress as progress_lib
 from kit_core.errors import KitError
 from migration_tools.pair import array_port
+from migration_tools.pair import precision
 from migration_tools.pair import runs_on
 from migration_tools.pair.frameworks import base
 from migration_tools.pair.frameworks import tpu
@@ -47,9 +48,15 @@ class Arrays(base.Framework):
                      'device, and JAX has none')
     return placed
 
-  def runner(self, port: Any, placement: Any, params: dict, batches: list):
+  def runner(self, port: Any, placement: Any, params: dict, batches: list,
+             dots: precision.Dots | None = None):
     from migration_tools.pair import array_runner  # pylint: disable=g-import-not-at-top
-    return array_runner.ArrayRunner(port, placement, params, batches)
+    return array_runner.ArrayRunner(port, placement, params, batches,
+                                    dots=dots)
+
+  def dots(self, emulate: precision.Rounding | None = None) -> precision.Dots:
+    from migration_tools.pair.frameworks import arrays_precision  # pylint: disable=g-import-not-at-top
+    return arrays_precision.JaxDots(emulate)
 
   def seeded(self, seed: int):
     del seed  # The port's make seeds its own initialisation.

@@ -20,6 +20,7 @@ from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from kit_core.errors import one_line
 from migration_tools.pair import loading
+from migration_tools.pair import precision
 from migration_tools.pair import runs_on
 from migration_tools.pair.frameworks import tpu
 
@@ -61,8 +62,23 @@ class Framework(abc.ABC):
     and put in skipped {label: why}."""
 
   @abc.abstractmethod
-  def runner(self, port: Any, placement: Any, params: dict, batches: list):
-    """A fresh run of the port on placement (a side.PortSide)."""
+  def runner(self, port: Any, placement: Any, params: dict, batches: list,
+             dots: precision.Dots | None = None):
+    """A fresh run of the port on placement (a side.PortSide), its dots
+    set by dots (this framework's ``dots()``; None: as its device does)."""
+
+  def dots(self, emulate: precision.Rounding | None = None) -> precision.Dots:
+    """How its ports' dots are set to the highest precision and to the
+    deployed one; emulate: the rounding --emulate_precision declared.
+
+    Raises:
+      KitError: emulate is given, and this framework cannot emulate one.
+    """
+    if emulate is not None:
+      raise KitError(f'--emulate_precision rounds the dots of a port on JAX '
+                     f'on the CPU; a {self.name} port runs at its device\'s '
+                     'own precision: leave the flag out')
+    return precision.Dots()
 
   @abc.abstractmethod
   def seeded(self, seed: int) -> contextlib.AbstractContextManager:

@@ -36,7 +36,9 @@ class KerasOnTensorFlow(base.Framework):
     del progress, skipped  # Logical CPU devices hold any count.
     return cpu_strategies(counts)
 
-  def runner(self, port: Any, placement: Any, params: dict, batches: list):
+  def runner(self, port: Any, placement: Any, params: dict, batches: list,
+             dots=None):
+    del dots  # Its strategies run on CPU devices, in float32.
     # Imported here: its tf.function steps need TensorFlow at import.
     from migration_tools.pair import port_runner  # pylint: disable=g-import-not-at-top
     return port_runner.PortRunner(port, placement, params, batches)

@@ -54,6 +54,7 @@ from kit_core.errors import KitError
 from kit_core.errors import one_line
 from migration_tools.pair import array_port
 from migration_tools.pair import optimizers
+from migration_tools.pair import precision
 from migration_tools.pair import runs_on
 from migration_tools.pair.frameworks import arrays
 from migration_tools.pair.frameworks import base
@@ -345,6 +346,10 @@ class PyTorch(arrays.Arrays):
             'cannot be aligned with TF 1\'s random ops; the steps are '
             'compared without dropout')
 
+  def dots(self, emulate: precision.Rounding | None = None) -> precision.Dots:
+    base.Framework.dots(self, emulate)  # Refuses to emulate one.
+    return TorchDots()
+
   programs_are = 'TorchPort.programs: the modules of its loss and predict'
   compiling = 'exporting the loss and predict with torch.export'
 
@@ -381,6 +386,24 @@ class PyTorch(arrays.Arrays):
              counts: list[int], batches: list) -> dict[str, Any]:
     del port, placement, batches  # Read from the model and torch.
     return describe_torch(runner.model, counts)
+
+
+class TorchDots(precision.Dots):
+  """A PyTorch port's dots: float32 for its math (no TF32 in matmuls or
+  cuDNN's convolutions); as deployed, torch's settings as they were."""
+
+  @contextlib.contextmanager
+  def highest(self) -> Iterator[None]:
+    import torch  # pylint: disable=g-import-not-at-top
+    matmul, convolution = (torch.get_float32_matmul_precision(),
+                           torch.backends.cudnn.allow_tf32)
+    torch.set_float32_matmul_precision('highest')
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+      yield
+    finally:
+      torch.set_float32_matmul_precision(matmul)
+      torch.backends.cudnn.allow_tf32 = convolution
 
 
 def describe_torch(model: TorchModel, counts: list[int]) -> dict[str, Any]:

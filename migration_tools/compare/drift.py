@@ -1,0 +1,145 @@
+"""The device-drift verdict: the port as deployed on its device against the
+same port at the highest precision, judged by what the device's rounding
+can explain.
+
+The checks of the port's math run it at the highest precision, against
+the legacy model_fn. This one asks a second question: does the port keep
+its outputs where its device's rounding puts them? The bar is measured on
+the model itself: every kernel and embedding is moved by up to the
+rounding's unit roundoff (precision.perturbed) at the highest precision,
+and each output's movement, times tolerances.DRIFT_MULTIPLE, is how far
+the device may move it. A device rounds activations as well as kernels, a
+few times over in a deep model, and the multiple allows for it; a port
+that amplifies the rounding (a softmax of unshifted values, a
+cancellation) moves beyond it. Distributions are judged by their argmax,
+where the highest-precision run has no near-tie, and their KL divergence.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from migration_tools import outputs
+from migration_tools import tolerances
+from migration_tools.compare.checks import CheckResult
+from migration_tools.compare.checks import PASSED
+from migration_tools.compare.checks import FAILED
+from migration_tools.pair import precision
+
+NAME = 'device_drift'
+
+
+def _rms(a, b) -> float:
+  return float(np.sqrt(np.mean(np.square(
+      np.asarray(a, np.float64) - np.asarray(b, np.float64)))))
+
+
+def _is_distribution(value: np.ndarray) -> bool:
+  """Rows of probabilities: two or more classes, none negative, each row
+  summing to 1."""
+  return (value.dtype.kind == 'f' and value.ndim >= 2 and
+          value.shape[-1] > 1 and bool(np.all(value >= 0)) and
+          bool(np.allclose(value.sum(-1), 1.0, atol=1e-3)))
+
+
+def _kl(p: np.ndarray, q: np.ndarray) -> float:
+  """The mean over rows of KL(p || q), in nats, as sum(p log(p/q) - p + q):
+  each term at least 0, so that rows summing to 1 only up to float32's
+  rounding make no negative divergence of their own."""
+  p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
+  tiny = np.finfo(np.float64).tiny
+  terms = p * (np.log(np.maximum(p, tiny)) - np.log(np.maximum(q, tiny)))
+  return float(np.mean(np.sum(terms - p + q, -1)))
+
+
+def _near_ties(value: np.ndarray, margin: float) -> np.ndarray:
+  """Rows whose top two classes are within margin of each other."""
+  top = np.sort(value.reshape(-1, value.shape[-1]), -1)
+  return (top[:, -1] - top[:, -2]) <= margin
+
+
+def _flips(ours, drifted) -> np.ndarray:
+  return (np.argmax(ours, -1) != np.argmax(drifted, -1)).reshape(-1)
+
+
+def judge(ours: dict, drifted: dict, moved: dict,
+          rounding: precision.Rounding) -> CheckResult:
+  """Each output at the deployed precision (drifted) against the highest
+  (ours), over DRIFT_MULTIPLE times its movement with the kernels moved by
+  the rounding's unit roundoff (moved)."""
+  multiple = tolerances.DRIFT_MULTIPLE
+  figures = {'rounding': rounding.name, 'unit_roundoff': rounding.unit,
+             'multiple': multiple, 'outputs': {}}
+  judged = []  # (ratio, figure, bar, what)
+  flipped = []
+  near = None
+  for name in sorted(ours):
+    a, b, m = (np.asarray(x[name]) for x in (ours, drifted, moved))
+    if not outputs.numeric(a) or a.dtype.kind != 'f':
+      continue
+    drift, sensitivity = _rms(b, a), _rms(m, a)
+    bar = multiple * sensitivity
+    entry = {'drift_rms': drift, 'sensitivity_rms': sensitivity, 'bar': bar,
+             'ratio': _ratio(drift, bar)}
+    judged.append((entry['ratio'], drift, bar, f'{name} (root mean square)'))
+    if _is_distribution(a):
+      margin = multiple * float(np.max(np.abs(m - a), initial=0.0))
+      ties = _near_ties(a, margin)
+      near = ties if near is None else near | ties
+      flips = _flips(a, b)
+      kl, kl_bar = _kl(a, b), multiple ** 2 * _kl(a, m)
+      entry.update({'argmax_agreement': float(1 - flips.mean()),
+                    'flips_at_near_ties': int((flips & ties).sum()),
+                    'kl': kl, 'kl_bar': kl_bar,
+                    'kl_ratio': _ratio(kl, kl_bar)})
+      judged.append((entry['kl_ratio'], kl, kl_bar, f'{name} (KL divergence)'))
+      if (flips & ~ties).any():
+        flipped.append(f'{name}: {int((flips & ~ties).sum())} of '
+                       f'{flips.size}')
+    figures['outputs'][name] = entry
+  for name in sorted(ours):
+    a, b = np.asarray(ours[name]), np.asarray(drifted[name])
+    if a.dtype.kind in 'biu' and a.shape == b.shape:
+      changed = (a != b).reshape(len(a), -1).any(-1) if a.ndim else (
+          np.array([a != b]))
+      allowed = near if near is not None and near.shape == changed.shape \
+          else np.zeros_like(changed)
+      figures['outputs'][name] = {'agreement': float(1 - changed.mean())}
+      if (changed & ~allowed).any():
+        flipped.append(f'{name}: {int((changed & ~allowed).sum())} of '
+                       f'{changed.size}')
+  return _verdict(judged, flipped, figures, rounding)
+
+
+def _ratio(figure: float, bar: float) -> float:
+  if figure == 0:
+    return 0.0
+  return float(figure / bar) if bar > 0 else float('inf')
+
+
+def _verdict(judged: list, flipped: list, figures: dict,
+             rounding: precision.Rounding) -> CheckResult:
+  if not judged:
+    return CheckResult(NAME, PASSED, 'no float output to judge', figures=figures)
+  ratio, figure, bar, what = max(judged, key=lambda j: j[0])
+  figures['worst'] = what
+  failed = ratio > 1 or flipped
+  message = ''
+  if flipped:
+    message = (f'at {rounding.name} the port\'s predictions change where '
+               'the highest precision has no near-tie ('
+               f'{"; ".join(flipped)}): ')
+  elif failed:
+    message = (f'at {rounding.name}, {what} moves {figure:.3g} from the port '
+               f'at the highest precision, {ratio:.3g}x the bar ({bar:.3g}: '
+               f'{tolerances.DRIFT_MULTIPLE:g}x its movement with every '
+               f'kernel moved by {rounding.unit:.3g}): ')
+  if failed:
+    message += ('the port amplifies its device\'s rounding beyond what its '
+                'math does with it (e.g. a softmax or log of unshifted '
+                'values, a loss from probabilities rather than logits, a '
+                'difference of large terms, a dtype cast to bfloat16 in '
+                'it); compute that part at the highest precision '
+                '(precision=\'highest\' on its dots) or rewrite it to be '
+                'stable')
+  return CheckResult(NAME, FAILED if failed else PASSED, message,
+                     float(figure), float(bar), figures)

@@ -1,0 +1,96 @@
+"""What a device rounds a float32 matmul's or convolution's operands to, and
+the state that measures how much a model's outputs move with such rounding.
+
+An accelerator computes float32 dots at a narrower precision by default:
+TF32 on NVIDIA GPUs since Ampere (JAX's default precision; TensorFlow's
+default too), one bfloat16 pass on TPUs (JAX's default). Each operand is
+rounded to its mantissa, products are summed in float32. The device-drift
+verdict (compare/units.py, ``device_drift``) compares the port at that
+precision with itself at the highest, and scales the precision's unit
+roundoff by what the model does with it: its outputs' movement when every
+kernel is perturbed by that much (``perturbed``).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import contextlib
+import re
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Rounding:
+  """A float format the operands of a dot are rounded to.
+
+  name: as the report and --emulate_precision say it ('tf32', 'bf16').
+  mantissa_bits: its explicit mantissa bits (float32's are 23).
+  exponent_bits: its exponent bits (8 for each here: float32's range).
+  """
+  name: str
+  mantissa_bits: int
+  exponent_bits: int = 8
+
+  @property
+  def unit(self) -> float:
+    """Its unit roundoff: the largest relative error of rounding to it
+    (2^-11 for TF32, 2^-8 for bfloat16)."""
+    return 2.0 ** -(self.mantissa_bits + 1)
+
+
+TF32 = Rounding('tf32', 10)
+BF16 = Rounding('bf16', 7)
+# Three bfloat16 passes (a TPU at HIGH): about 16 bits of mantissa.
+BF16_3 = Rounding('bf16 (3 passes)', 16)
+# What --emulate_precision takes.
+EMULATED = {r.name: r for r in (TF32, BF16)}
+
+# runs_on's answers ('tf32', 'bfloat16 (1 pass)', ...) for what a port's
+# dots compute in, by the rounding they mean; float32 is none.
+_ANSWERS = {'tf32': TF32, 'bfloat16 (1 pass)': BF16, 'bfloat16': BF16,
+            'bfloat16 (3 passes)': BF16_3,
+            'float16': Rounding('float16', 10, 5)}
+# An answer's count of ops, where a kind's ops differ: ' (3 ops)'.
+_COUNT = re.compile(r' \(\d+ ops?\)$')
+
+
+def of_answers(precision: dict[str, str]) -> Rounding | None:
+  """The coarsest rounding among runs_on's answers ({'matmul': 'tf32',
+  'convolution': 'tf32 (3 ops), float32 (1 op)'}); None where every dot
+  computes in float32."""
+  found = [_ANSWERS.get(_COUNT.sub('', answer))
+           for text in precision.values() for answer in text.split(', ')]
+  return min((r for r in found if r is not None),
+             key=lambda r: r.mantissa_bits, default=None)
+
+
+def perturbed(state: dict[str, np.ndarray], names, rounding: Rounding,
+              seed: int = 0) -> dict[str, np.ndarray]:
+  """state with each variable of names (the kernels and embeddings: a dot's
+  operands) multiplied by 1 + e, e drawn uniformly within the rounding's
+  unit roundoff per element: an error of the size the device's rounding of
+  them makes, in no direction a rounding would prefer."""
+  generator = np.random.default_rng(seed)
+  moved = dict(state)
+  for name in sorted(names):
+    value = np.asarray(state[name])
+    noise = generator.uniform(-rounding.unit, rounding.unit, value.shape)
+    moved[name] = (value * (1.0 + noise)).astype(value.dtype)
+  return moved
+
+
+class Dots:
+  """How a framework sets the precision its port's dots compute in: at the
+  highest for the checks of the port's math, as deployed for the device's
+  drift (emulated: the rounding --emulate_precision declared, else None).
+  This one is a framework's whose ports compute float32 wherever the kit
+  runs them (a Keras port on TensorFlow, run on CPU devices)."""
+
+  emulated: Rounding | None = None
+
+  def highest(self) -> contextlib.AbstractContextManager:
+    return contextlib.nullcontext()
+
+  def deployed(self) -> contextlib.AbstractContextManager:
+    return contextlib.nullcontext()
