@@ -108,7 +108,9 @@ class Row:
 class CompareRow:
   """One migration-compare run: mode is 'live', 'record' (--record_bundle)
   or 'replay' (--bundle, on the newest profile); legacy_seconds: the legacy
-  model_fn's own training for as many steps; phases: the report's time."""
+  model_fn's own training for as many steps; phases: the report's time;
+  measuring: the seconds it spent measuring the port's own noise (its
+  reordered steps) and the second state (beyond_init, device_drift)."""
   size: str
   steps: int
   mode: str
@@ -117,6 +119,21 @@ class CompareRow:
   legacy_seconds: float
   bundle_bytes: int
   phases: dict
+  measuring: float = 0.0
+
+
+# The checks that measure the second state, and the phase of the port's
+# noise steps: what the measured bars cost (docs/EQUIVALENCE.md, "Two
+# verdicts on any device").
+_MEASURING_CHECKS = ('beyond_init', 'device_drift')
+_NOISE_PHASE = 'port noise steps'
+
+
+def measuring_seconds(report: dict) -> float:
+  """The seconds a report's comparison spent on its measured bars."""
+  return report['time'].get(_NOISE_PHASE, 0.0) + sum(
+      c.get('seconds', 0.0) for c in report['checks']
+      if c['name'] in _MEASURING_CHECKS)
 
 
 # A child's peak resident memory as wait4 gives it is at least its parent's
@@ -244,10 +261,11 @@ def _compare(size: str, steps: int, legacy_seconds: float, work_dir: str,
         [*args, '--port=scaled_bert:make_port', '--replicas=1',
          f'--report={report}'], _env(size, work_dir), python=python)
     with open(report, encoding='utf-8') as f:
-      phases = json.load(f)['time']
+      written = json.load(f)
     rows.append(CompareRow(
         size, steps, mode, seconds, peak, legacy_seconds,
-        os.path.getsize(bundle) if mode != 'live' else 0, phases))
+        os.path.getsize(bundle) if mode != 'live' else 0, written['time'],
+        measuring_seconds(written)))
     print(f'{size}: compare {mode} --steps={steps} in {seconds:.0f} s '
           f'({seconds / legacy_seconds:.1f}x the legacy training), peak '
           f'{room.size_text(peak)}', flush=True)
@@ -332,12 +350,19 @@ def _scan(tree: str, work_dir: str, progress) -> str:
   return '\n'.join(lines)
 
 
+def _added(row: CompareRow) -> float:
+  """What the measured bars add to the comparison without them."""
+  rest = row.seconds - row.measuring
+  return row.measuring / rest if rest > 0 else float('inf')
+
+
 def _compare_table(rows: list[CompareRow]) -> str:
   """The comparisons: a row each, and the memory of the most steps over
   that of the fewest, by mode and size."""
   lines = ['| size | steps | migration-compare | wall | / legacy training | '
-           'peak resident memory | bundle | where the time went |',
-           '| --- | ---: | --- | ---: | ---: | ---: | ---: | --- |']
+           'peak resident memory | bundle | measured bars: noise, second '
+           'state | where the time went |',
+           '| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |']
   for row in rows:
     phases = {k: v for k, v in row.phases.items() if k != 'total'}
     went = ', '.join(f'{k} {v:.0f} s' for k, v in sorted(
@@ -347,7 +372,7 @@ def _compare_table(rows: list[CompareRow]) -> str:
         f'{row.seconds / row.legacy_seconds:.1f}x | '
         f'{room.size_text(row.peak_bytes)} | '
         f'{room.size_text(row.bundle_bytes) if row.bundle_bytes else "-"} | '
-        f'{went} |')
+        f'{row.measuring:.0f} s, +{_added(row):.0%} | {went} |')
   growth = []
   for size in dict.fromkeys(r.size for r in rows):
     for mode in dict.fromkeys(r.mode for r in rows):

@@ -110,9 +110,12 @@ class MnistTorch(torch_port.TorchModel):
     from torch.nn import functional  # pylint: disable=g-import-not-at-top
     losses, correct, count = [], 0, 0
     for features, labels in batches:
-      logits = self.logits(features)
+      logits = self.logits(features)  # On the host, as numpy.
+      # The labels there too: on a GPU, the module's device is not the
+      # logits' (seen on an H200: cross_entropy refused the two devices).
       losses.append(float(functional.cross_entropy(
-          torch.as_tensor(logits), self.tensor(labels).reshape(-1).long())))
+          torch.as_tensor(logits),
+          torch.as_tensor(np.asarray(labels)).reshape(-1).long())))
       correct += int((logits.argmax(axis=1) == np.asarray(labels)).sum())
       count += len(labels)
     return {'loss': float(np.mean(losses)), 'accuracy': correct / count}

@@ -187,12 +187,14 @@ class ArrayRunner(side.PortSide):
     # What the step on the same batch, its examples in another order within
     # each replica's share, leaves; then the state it held, as it was.
     index = side.example_order(side.batch_size(features), self.replicas)
-    saved = (self.model.variables(), self.model.slots(),
+    # Copies: a model may hand out views of its own buffers (PyTorch's
+    # .numpy()), which its step then writes over.
+    saved = (_copied(self.model.variables()), _copied(self.model.slots()),
              self.model.step_count(), self._rate,
              None if self.port.averages is None else
-             self.port.averages(self.model))
+             _copied(self.port.averages(self.model)))
     try:
-      with self._precision():
+      with timing.spent('port noise steps'), self._precision():
         taken = self.model.train_step(side.reordered(features, index),
                                       side.reordered(labels, index))
       rate = float(self.model.learning_rate())
@@ -249,3 +251,7 @@ class ArrayRunner(side.PortSide):
     with timing.spent('loading exports back'), self._precision():
       return {k: np.asarray(v) for k, v in
               self.port.serve(path, inputs).items()}
+
+
+def _copied(arrays: dict) -> dict:
+  return {k: np.array(v, copy=True) for k, v in arrays.items()}
