@@ -216,7 +216,8 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
                            speed=_speed(tool_flags),
                            progress=_progress(tool_flags), about=about,
                            emulate=emulate), {
-                               **dataclasses.asdict(options), **about}
+                               **dataclasses.asdict(options), **about,
+                               'port': pair_lib.port_spec(tool_flags)}
   # Before any work: room for the bundle, by the model's shapes.
   expected = golden.estimate(
       legacy.model_bytes(pair.model_fn, pair.input_fn, options.params),
@@ -232,7 +233,8 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
         _speed(tool_flags), _progress(tool_flags), about, emulate)
     tape.finish(bundle)
   print(f'Bundle: {tool_flags.record_bundle}')
-  return results, {**dataclasses.asdict(options), **about}
+  return results, {**dataclasses.asdict(options), **about,
+                   'port': pair_lib.port_spec(tool_flags)}
 
 
 def _replayed(tool_flags: flags.FlagValues, workdir: str
@@ -257,6 +259,7 @@ def _replayed(tool_flags: flags.FlagValues, workdir: str
                                  counts, about, emulate)
   return results, {**bundle.options, 'bundle': tool_flags.bundle,
                    'recorded_with': bundle.versions,
+                   'port': pair_lib.port_spec(tool_flags),
                    'port_framework': framework, **about}
 
 

@@ -109,6 +109,7 @@ def test_a_plain_jax_port_with_optax_passes_on_an_emulated_gpu(tmp_path):
   assert drift['rounding'] == 'tf32' and drift['ratio_to_bar'] < 1
   report = json.loads((tmp_path / 'report.json').read_text())
   assert report['port_ran_on']['emulated'] == 'tf32'
+  assert report['port'] == 'mnist_optax_port:make_port'
   # The port's own rounding noise, measured and shown with its multiple.
   noise = checks['one_step (2 replicas)']['noise']
   assert noise['multiple'] == 4 and 0 < noise['largest']['gradients'] < 1e-6

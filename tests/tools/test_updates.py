@@ -250,3 +250,32 @@ def test_a_variable_whose_gradient_is_rounding_noise_is_held_to_rates():
   port['head/kernel'] = step['head/kernel'] * 100
   assert updates.check('updates', [_steps_of(
       before, step, port, slots=slots, port_slots=dict(slots))]).failed
+
+
+def test_an_update_within_the_ports_own_measured_noise_passes():
+  # A device that orders a kernel's gradient sum otherwise: the port's step
+  # of layer/kernel 1% off the legacy one, where its own step on the batch
+  # reordered moved it by half that (noise.Noise, as measured in the run).
+  from migration_tools.compare import noise as noise_lib  # pylint: disable=import-outside-toplevel
+  before = _weights()
+  step = _adam_like(before)
+  port = dict(step, **{'layer/kernel': step['layer/kernel'] * 1.01})
+  after = {k: (v + port[k]).astype(np.float32) for k, v in before.items()}
+  reordered = dict(after, **{
+      'layer/kernel': (after['layer/kernel'] + 0.005 * step['layer/kernel']
+                       ).astype(np.float32)})
+  measured = noise_lib.measure(
+      {'loss': 1.0, 'state': reordered}, {'loss': 1.0}, after)
+
+  def judged(noise):
+    return updates.check('updates', [updates.step(
+        1, before, {k: (v + step[k]).astype(np.float32)
+                    for k, v in before.items()}, after, {}, {}, RATE,
+        measured=noise)])
+  assert judged(None).failed  # 1% is 200x the bar on its own.
+  assert judged(measured).passed
+  # Twice the multiple of that noise fails all the same.
+  port['layer/kernel'] = step['layer/kernel'] * (
+      1 + 2 * tolerances.NOISE_MULTIPLE * 0.005)
+  after = {k: (v + port[k]).astype(np.float32) for k, v in before.items()}
+  assert judged(measured).failed
