@@ -190,7 +190,7 @@ class Description:
 
 def describe_port(optimizer) -> Description:
   """The kind and hyper-parameters of a Keras optimizer, from its config."""
-  config = optimizer.get_config()
+  config = _config(optimizer)
   kind = keras_kind(optimizer)
   if kind == SGD and config.get('momentum'):
     kind = MOMENTUM
@@ -200,6 +200,30 @@ def describe_port(optimizer) -> Description:
     # TF 1 hands its Ftrl op l2 + beta / (2 * rate), as Keras applies it.
     hyper['l2_regularization_strength'] += config['beta'] / (2 * rate)
   return Description(kind, hyper)
+
+
+def _config(optimizer) -> dict:
+  """Its config; where that cannot be made because a learning-rate schedule
+  of the port's own has no get_config (Keras raises NotImplementedError),
+  its hyper-parameters read as attributes: the schedule is the
+  learning_rate check's, which reads the rate each step applied."""
+  try:
+    return optimizer.get_config()
+  except NotImplementedError:
+    names = {name for kind in HYPER.values() for name in kind}
+    return {name: _plain(getattr(optimizer, name)) for name in sorted(names)
+            if hasattr(optimizer, name)}
+
+
+def _plain(value):
+  """A hyper-parameter as its config gives it: a bool, or a float (a
+  Keras 2 optimizer may hold a variable)."""
+  if isinstance(value, bool) or value is None:
+    return value
+  try:
+    return float(np.asarray(value))
+  except (TypeError, ValueError):
+    return value
 
 
 def keras_kind(optimizer) -> str:

@@ -2,6 +2,7 @@
 paired through a slot map, their rate and applied gradients read off the
 graph as TPUEstimator's cores applied them; where layers part."""
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from kit_core import keras_compat
@@ -214,3 +215,26 @@ def test_a_hand_written_port_optimizer_is_read_by_what_it_does():
   assert started.failed and started.message.startswith(
       "the rms slots start at 1 in the legacy optimizer and at 0 in the "
       "port's: start the port's slots where")
+
+
+class _OwnSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
+  """A team's schedule with no get_config: Keras cannot serialize it."""
+
+  def __call__(self, step):
+    return 0.1 / (1.0 + tf.cast(step, tf.float32))
+
+
+def test_a_port_optimizer_with_its_own_schedule_is_read_by_its_attributes():
+  # Its config raises (the schedule has no get_config); the kind and
+  # hyper-parameters are still read, the rate left to learning_rate.
+  optimizer = tf.keras.optimizers.SGD(_OwnSchedule(), momentum=0.9)
+  try:
+    optimizer.get_config()
+    unserializable = False
+  except NotImplementedError:
+    unserializable = True
+  assert unserializable
+  description = optimizers.describe_port(optimizer)
+  assert description.kind == optimizers.MOMENTUM
+  assert description.hyper['momentum'] == pytest.approx(0.9)
+  assert description.hyper['nesterov'] is False
