@@ -39,6 +39,23 @@ def test_a_torch_port_is_pytorchs_though_it_is_an_array_port_too():
       'arrays')
 
 
+def test_only_a_jax_port_takes_an_emulated_precision():
+  # --emulate_precision: the arrays adapter rounds a JAX port's dots (no
+  # JAX is imported to say so); the others refuse it in one line.
+  from migration_tools.pair import precision  # pylint: disable=import-outside-toplevel
+  by_name = {f.name: f for f in frameworks.registered()}
+  dots = by_name['arrays'].dots(precision.BF16)
+  assert dots.emulated == precision.BF16
+  assert by_name['arrays'].dots().emulated is None
+  for name in ('keras_tf', 'pytorch'):
+    assert by_name[name].dots().emulated is None
+    with pytest.raises(KitError) as e:
+      by_name[name].dots(precision.TF32)
+    assert str(e.value) == (
+        '--emulate_precision rounds the dots of a port on JAX on the CPU; a '
+        f"{name} port runs at its device's own precision: leave the flag out")
+
+
 def test_an_object_no_framework_takes_is_refused_naming_the_contracts():
   with pytest.raises(KitError) as e:
     frameworks.framework_of({'a': 1}, 'mine:make_port')
