@@ -205,11 +205,13 @@ class ArrayRunner(side.PortSide):
         taken = self.model.train_step(side.reordered(features, index),
                                       side.reordered(labels, index))
       rate = float(self.model.learning_rate())
+      # Copies too, before the state is set back over any views of it.
       return {'loss': float(taken['loss']),
-              'gradients': {self._theirs(n): np.asarray(g)
-                            for n, g in taken['gradients'].items()},
-              'state': self.state(), 'slots': self.slots(rate),
-              'averages': self.averages()}
+              'gradients': _copied({self._theirs(n): g for n, g in
+                                    taken['gradients'].items()}),
+              'state': _copied(self.state()),
+              'slots': _copied(self.slots(rate)),
+              'averages': _copied(self.averages())}
     finally:
       variables, slots, steps, self._rate, averages = saved
       self.model.set_variables(variables)
