@@ -143,9 +143,9 @@ class Run:
       return self._port_runner(placement)
 
   def _port_runner(self, placement) -> side.PortSide:
-    runner = self.framework.runner(self.port, placement, self.params(),
-                                   self.batches,
-                                   self.framework.dots(self.emulate))
+    runner = self.framework.build_runner(self.port, placement, self.params(),
+                                         self.batches,
+                                         self.framework.dots(self.emulate))
     if self.pairs:
       runner.use_map(self.pairs)
       runner.set_state(self.start)

@@ -56,6 +56,27 @@ def test_only_a_jax_port_takes_an_emulated_precision():
         f"{name} port runs at its device's own precision: leave the flag out")
 
 
+def test_an_adapter_whose_runner_takes_no_dots_still_runs_with_a_warning():
+  # Written before runner() took dots: built as it was, and told what to add.
+  class Older(frameworks.Framework):
+    name = 'older'
+    check = describe = placements = seeded = None
+    dropout_unaligned = ran_on = tpu_ready = accepts = None
+
+    def runner(self, port, placement, params, batches):
+      return (port, placement, params, batches)
+
+  with pytest.warns(DeprecationWarning, match=r'Older.runner\(port, '
+                    r'placement, params, batches\) takes no dots: add '
+                    'dots=None'):
+    assert Older().build_runner('p', 1, {}, [], None) == ('p', 1, {}, [])
+  arrays_adapter = {f.name: f for f in frameworks.registered()}['arrays']
+  runner = arrays_adapter.build_runner(array_port.ArrayPort(make=Linear), 1,
+                                       {'learning_rate': 0.1}, [],
+                                       arrays_adapter.dots())
+  assert runner.replicas == 1
+
+
 def test_an_object_no_framework_takes_is_refused_naming_the_contracts():
   with pytest.raises(KitError) as e:
     frameworks.framework_of({'a': 1}, 'mine:make_port')

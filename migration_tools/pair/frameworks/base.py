@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import inspect
+import warnings
 from typing import Any, Iterator
 
 from kit_core import progress as progress_lib
@@ -66,6 +68,21 @@ class Framework(abc.ABC):
              dots: precision.Dots | None = None):
     """A fresh run of the port on placement (a side.PortSide), its dots
     set by dots (this framework's ``dots()``; None: as its device does)."""
+
+  def build_runner(self, port: Any, placement: Any, params: dict,
+                   batches: list, dots: precision.Dots):
+    """runner(), with dots where it takes them. An adapter written before
+    runner() took dots is still run, as it was, with a DeprecationWarning
+    that says what to add."""
+    if 'dots' in inspect.signature(self.runner).parameters:
+      return self.runner(port, placement, params, batches, dots=dots)
+    warnings.warn(
+        f'{type(self).__name__}.runner(port, placement, params, batches) '
+        'takes no dots: add dots=None and hand them to the runner '
+        '(migration_tools/pair/frameworks/base.py, Framework.runner); '
+        'without them its ports run at their device\'s own precision',
+        DeprecationWarning, stacklevel=2)
+    return self.runner(port, placement, params, batches)
 
   def dots(self, emulate: precision.Rounding | None = None) -> precision.Dots:
     """How its ports' dots are set to the highest precision and to the
