@@ -326,9 +326,11 @@ def _range(pair: list) -> str:
 
 def _compare_outputs(name: str, theirs: dict, ours: dict,
                      output_map: dict[str, str], tolerance: float,
-                     hint: str, extra: dict | None = None) -> CheckResult:
-  """Every legacy output against the port's of the same (mapped) name;
-  extra: more figures for the report."""
+                     hint: str, extra: dict | None = None,
+                     noise: noise_lib.Forward | None = None) -> CheckResult:
+  """Every legacy output against the port's of the same (mapped) name, each
+  within the larger of tolerance and its measured noise's bar (noise, by
+  the port's names); extra: more figures for the report."""
   pairs, missing = outputs.paired_outputs(theirs, ours, output_map)
   if missing or not pairs:
     return CheckResult(name, FAILED, f'the port has no output for '
@@ -337,23 +339,33 @@ def _compare_outputs(name: str, theirs: dict, ours: dict,
                        'port\'s outputs as the legacy ones, or map them '
                        '(Port.output_map)', figures=dict(extra or {}))
   diffs = {k: outputs.output_diff(*pair) for k, pair in pairs.items()}
-  worst = outputs.worst_output(pairs, diffs, lambda name: tolerance)
+  bars = {k: noise.bar(output_map.get(k, k), tolerance) if noise else
+          tolerance for k in pairs}
+  # Over its bar first, a float output (which says by how much) before an
+  # integer one, then the closest to its bar.
+  worst = max(diffs, key=lambda k: (diffs[k] > bars[k],
+                                    pairs[k][0].dtype.kind == 'f',
+                                    diffs[k] / bars[k] if bars[k] else
+                                    diffs[k]))
   figures = {'outputs': {k: list(p[0].shape) for k, p in pairs.items()},
-             'max_diff_by_output': diffs, 'worst_output': worst,
+             'max_diff_by_output': diffs, 'bar_by_output': bars,
+             'worst_output': worst, 'noise': noise_lib.forward_figures(noise),
              **(extra or {})}
-  return judged(name, diffs[worst], tolerance, figures,
+  return judged(name, diffs[worst], bars[worst], figures,
                 outputs.difference_text(worst, *pairs[worst], diffs[worst]) +
                 ' ' + hint)
 
 
 def inference(theirs: dict, ours: dict, output_map: dict[str, str],
-              layers: dict | None = None, parting: str = '') -> CheckResult:
+              layers: dict | None = None, parting: str = '',
+              noise: noise_lib.Forward | None = None) -> CheckResult:
   """The same PREDICT outputs at identical state and inputs, by name.
 
   Args:
     layers: each layer's figures (compare/layers), reported.
     parting: where inside the model the two part (layers.parting_text),
       '' where they do not: said even when the outputs pass.
+    noise: the port's outputs' own rounding noise (noise.forward).
   """
   result = _compare_outputs(
       'inference', theirs, ours, output_map, tolerances.INFERENCE_ATOL,
@@ -361,7 +373,7 @@ def inference(theirs: dict, ours: dict, output_map: dict[str, str],
       'or its preprocessing differs (e.g. an input scaling done in the '
       'model_fn, an activation, a layer\'s order or hyper-parameter such as '
       'a batch-norm epsilon, an embedding\'s scaling, a kernel read in '
-      'another layout)', {'layers': layers or {}})
+      'another layout)', {'layers': layers or {}}, noise)
   if not parting:
     return result
   return dataclasses.replace(result, message=result.message + (
@@ -388,20 +400,29 @@ def computable_gain(outputs_at, asked: float) -> tuple[float | None, dict]:
 
 def beyond_init(theirs: dict, ours: dict, output_map: dict[str, str],
                 gain: float, factor: float, layers: dict | None = None,
-                parting: str = '') -> CheckResult:
+                parting: str = '', noise: noise_lib.Forward | None = None
+                ) -> CheckResult:
   """The PREDICT outputs at the start state with its kernels and embeddings
   scaled up to gain (factor: the median scale), each output's difference
-  relative to the larger of 1 and its largest legacy value."""
+  relative to the larger of 1 and its largest legacy value, within the
+  larger of BEYOND_INIT_RTOL and its measured noise's bar (noise, at that
+  state)."""
   pairs, missing = outputs.paired_outputs(theirs, ours, output_map)
   if missing or not pairs:
     return CheckResult('beyond_init', NOT_RUN, 'the outputs do not pair (see '
                        'inference)')
-  relative = {k: outputs.output_diff(a, b) / max(
-      1.0, float(np.max(np.abs(a), initial=0.0)) if outputs.numeric(
-          np.asarray(a)) else 1.0) for k, (a, b) in pairs.items()}
-  worst = max(relative, key=relative.get)
+  scales = {k: max(1.0, float(np.max(np.abs(a), initial=0.0))
+                   if outputs.numeric(np.asarray(a)) else 1.0)
+            for k, (a, _) in pairs.items()}
+  relative = {k: outputs.output_diff(a, b) / scales[k]
+              for k, (a, b) in pairs.items()}
+  bars = {k: noise.bar(output_map.get(k, k), tolerances.BEYOND_INIT_RTOL,
+                       scales[k]) if noise else tolerances.BEYOND_INIT_RTOL
+          for k in pairs}
+  worst = max(relative, key=lambda k: relative[k] / bars[k])
   figures = {'gain': gain, 'factor': factor,
-             'relative_diff_by_output': relative, 'worst_output': worst,
+             'relative_diff_by_output': relative, 'bar_by_output': bars,
+             'worst_output': worst, 'noise': noise_lib.forward_figures(noise),
              'layers': layers or {}}
   hint = (f'with the kernels and embeddings of the start state scaled up to '
           f'a gain of {gain:g} ({factor:.3g}x, median), {worst} differs by '
@@ -410,8 +431,7 @@ def beyond_init(theirs: dict, ours: dict, output_map: dict[str, str],
           'now leave their near-linear range, and one differs (e.g. erf '
           'GELU for tanh GELU, swish for SiLU with another beta, a '
           'hard-sigmoid, a softmax or layer norm computed otherwise)')
-  return judged('beyond_init', relative[worst], tolerances.BEYOND_INIT_RTOL,
-                figures, hint + (f'; inside the model, {parting}'
+  return judged('beyond_init', relative[worst], bars[worst], figures, hint + (f'; inside the model, {parting}'
                                  if parting else ''))
 
 
@@ -859,7 +879,8 @@ def dropout(name: str, per_step: np.ndarray, losses: list[float]
 def evaluation(theirs: dict, ours: dict, metric_map: dict[str, str],
                examples: int,
                evaluates_with: str = legacy_state.EVALUATES_WEIGHTS,
-               on_weights: dict | None = None) -> CheckResult:
+               on_weights: dict | None = None,
+               noise: noise_lib.Forward | None = None) -> CheckResult:
   """Every legacy eval metric (and the loss) against the port's metric of
   the same (mapped) name, at identical state over the same batches.
 
@@ -869,6 +890,9 @@ def evaluation(theirs: dict, ours: dict, metric_map: dict[str, str],
     on_weights: the legacy metrics on the weights themselves, when it
       evaluates the averages; a port whose metrics are these evaluated its
       raw weights.
+    noise: the port's metrics' own rounding noise (noise.forward, by the
+      port's names): a metric is held to the larger of EVAL_METRIC_RTOL and
+      its bar.
   """
   pairs, missing = {}, []
   for name, value in theirs.items():
@@ -884,11 +908,16 @@ def evaluation(theirs: dict, ours: dict, metric_map: dict[str, str],
                        f'{", ".join(missing)} (port: {sorted(ours)}): name '
                        'its metrics as the legacy eval metrics, or map them '
                        '(Port.metric_map)', figures=figures)
+  scales = {k: max(1.0, abs(a) if np.isfinite(a) else 1.0)
+            for k, (a, _) in pairs.items()}
   relative = {k: outputs.output_diff(np.float64(a), np.float64(b)) /
-              max(1.0, abs(a) if np.isfinite(a) else 1.0)
-              for k, (a, b) in pairs.items()}
-  worst = max(relative, key=relative.get)
-  figures['worst_metric'] = worst
+              scales[k] for k, (a, b) in pairs.items()}
+  bars = {k: noise.bar(metric_map.get(k, k), tolerances.EVAL_METRIC_RTOL,
+                       scales[k]) if noise else tolerances.EVAL_METRIC_RTOL
+          for k in pairs}
+  worst = max(relative, key=lambda k: relative[k] / bars[k])
+  figures.update({'worst_metric': worst, 'bar_by_metric': bars,
+                  'noise': noise_lib.forward_figures(noise)})
   a, b = pairs[worst]
   said = outputs.non_finite(np.float64(a), np.float64(b))
   cause = ('compare how the port computes it (e.g. on another output or '
@@ -901,8 +930,7 @@ def evaluation(theirs: dict, ours: dict, metric_map: dict[str, str],
              'scaffold_fn\'s Saver restores each shadow over its variable): '
              'evaluate the port on its averages (e.g. swap them in for the '
              'evaluation, and back)')
-  return judged('evaluation', relative[worst], tolerances.EVAL_METRIC_RTOL,
-                figures,
+  return judged('evaluation', relative[worst], bars[worst], figures,
                 f'{worst} differs ({a:.6g} vs {b:.6g}' +
                 (f': {said.split(" (")[0]}' if said else '') +
                 ') at identical weights on the same batches: ' + cause)
@@ -964,11 +992,12 @@ def host_call(names: list[str], steps: list) -> CheckResult:
 
 def served_predictions(theirs: dict, ours: dict, output_map: dict[str, str],
                        inputs: dict | None = None,
-                       exports: str = legacy_state.EVALUATES_WEIGHTS
+                       exports: str = legacy_state.EVALUATES_WEIGHTS,
+                       noise: noise_lib.Forward | None = None
                        ) -> CheckResult:
   """Both SavedModels' outputs on the same inputs (reported by shape), by
   name; exports: what the legacy export restores (as evaluation's
-  evaluates_with)."""
+  evaluates_with); noise: the same outputs' rounding noise (inference's)."""
   averages = ('the model_fn exports its moving averages (its PREDICT '
               'scaffold_fn\'s Saver restores each shadow over its variable, '
               'and the Estimator\'s export restores through it): export the '
@@ -981,4 +1010,4 @@ def served_predictions(theirs: dict, ours: dict, output_map: dict[str, str],
       averages + 'compare the serving functions (each input\'s dtype and '
       'preprocessing, as in training) and the exported outputs',
       {'inputs': {k: [*v.shape] for k, v in (inputs or {}).items()},
-       'legacy_exports': exports})
+       'legacy_exports': exports}, noise)

@@ -101,7 +101,8 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
                     'bfloat16 (one pass, a TPU). Every check of its math '
                     'runs it at the highest precision, as without the flag; '
                     'device_drift judges its outputs at this one against '
-                    'those. For ports on JAX.', **define)
+                    'those. For ports on JAX, PyTorch and Keras on '
+                    'TensorFlow.', **define)
   flags.DEFINE_list('replicas', ['1', '2', '4'],
                     'Replica counts to run the port on; the first must be 1.',
                     **define)

@@ -111,6 +111,9 @@ class Run:
   slot_map: dict | None = None
   # Where the layers' outputs part (compare/layers), '' if they do not.
   parting: str = ''
+  # The port's outputs' own rounding noise (noise.Forward), from inference;
+  # None before it ran.
+  forward_noise: Any = None
   # speed.Options when --speed times the steps, else None.
   speed: Any = None
   # The replica counts the port runs on, in order.

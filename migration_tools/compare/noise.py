@@ -115,6 +115,61 @@ def figures(noise: Noise | None, why_not: str = '') -> dict:
   measured."""
   if noise is None:
     return {'measured_by': None, 'why_not': why_not or (
-        'the port takes its batches in one order (a Keras port on '
-        'TensorFlow, run on CPU devices, where the fixed bars hold)')}
+        'the port\'s side takes no step out of the legacy order; the fixed '
+        'bars hold')}
   return noise.figures()
+
+
+# The forward checks' noise -------------------------------------------------
+#
+# A forward pass in float32 computes the exact outputs of inputs and weights
+# each moved by about a rounding: what moves an output when every kernel and
+# embedding moves by one unit in the last place is the noise float32 makes
+# on that very computation, with those weights (larger weights, larger
+# noise). A difference from the legacy outputs counts only beyond
+# tolerances.NOISE_MULTIPLE times it; the fixed bars stay the floor.
+
+FORWARD_MEASURED_BY = ('the port\'s outputs again with every element of its '
+                       'kernels and embeddings moved one float32 unit in '
+                       'the last place, up or down at random')
+# The time ledger's phase for it (kit_core/timing.py): what the forward
+# checks' measured bars cost, beside the 'port noise steps'.
+FORWARD_PHASE = 'port noise predictions'
+
+
+@dataclasses.dataclass(frozen=True)
+class Forward:
+  """Each output's largest movement (elementwise), by name, with the
+  kernels and embeddings one unit in the last place apart; seconds: what
+  measuring it took."""
+  by_output: dict[str, float]
+  seconds: float = 0.0
+
+  def bar(self, name: str, floor: float, scale: float = 1.0) -> float:
+    """The bar of an output judged at floor (relative to scale): floor, or
+    NOISE_MULTIPLE times its noise (relative to scale) where that is
+    larger."""
+    return max(floor, tolerances.NOISE_MULTIPLE *
+               self.by_output.get(name, 0.0) / scale)
+
+  def figures(self) -> dict:
+    return {'measured_by': FORWARD_MEASURED_BY,
+            'multiple': tolerances.NOISE_MULTIPLE,
+            'by_output': dict(self.by_output), 'seconds': self.seconds}
+
+
+def forward(ours: dict, moved: dict, seconds: float = 0.0) -> Forward:
+  """The Forward noise of outputs (ours) from the same outputs with the
+  weights one unit in the last place apart (moved); float outputs only: an
+  integer one (a class id) is held exact."""
+  floats = {k: v for k, v in ours.items() if np.asarray(v).dtype.kind == 'f'}
+  return Forward({k: largest for k, (largest, _) in _apart(floats, moved)
+                  .items()}, seconds)
+
+
+def forward_figures(found: Forward | None) -> dict:
+  """The report's 'noise' for a forward check."""
+  if found is None:
+    return {'measured_by': None, 'why_not': 'not measured for this '
+            'comparison; the fixed bar holds'}
+  return found.figures()

@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import itertools
 import os
+import time
 
 import numpy as np
 
@@ -158,18 +159,37 @@ register(Check(
 
 # inference ------------------------------------------------------------------
 
+def _forward_noise(run: Run, runner, state: dict, ours: dict,
+                   outputs_of) -> noise_lib.Forward:
+  """What the port's outputs (ours, at state) move by with every kernel and
+  embedding of state one unit in the last place apart (noise.forward);
+  outputs_of(): the outputs again. The port is set back to state."""
+  kernels = [n for n in run.weights if np.ndim(state[n]) >= 2]
+  began = time.monotonic()
+  with timing.spent(noise_lib.FORWARD_PHASE):
+    try:
+      runner.set_state(precision.one_ulp_apart(state, kernels,
+                                               run.options.seed))
+      moved = outputs_of()
+    finally:
+      runner.set_state(state)
+  return noise_lib.forward(ours, moved, time.monotonic() - began)
+
+
 def inference(run: Run, replicas: Replicas) -> CheckResult:
   """The outputs at identical state, and each layer's (compare/layers):
   where inside the model the two sides part, if they do."""
   legacy, runner = replicas.legacy, replicas.port
   features = run.data.batches[0][0]
   theirs, ours = legacy.predict(features), runner.predict(features)
+  run.forward_noise = _forward_noise(run, runner, run.start, ours,
+                                     lambda: runner.predict(features))
   figures = layers.compare(legacy.layer_outputs(features),
                            runner.layer_outputs(features),
                            layers.pairs(run.pairs))
   run.parting = layers.parting_text(figures)
   return checks.inference(theirs, ours, run.port.output_map, figures,
-                          run.parting)
+                          run.parting, run.forward_noise)
 
 
 register(Check(
@@ -242,6 +262,8 @@ def beyond_init(run: Run, replicas: Replicas) -> CheckResult:
                          'such state is one the model computes')
     runner.set_state(scaled[gain])
     ours = runner.predict(features)
+    found = _forward_noise(run, runner, scaled[gain], ours,
+                           lambda: runner.predict(features))
     figures = layers.compare(legacy.layer_outputs(features),
                              runner.layer_outputs(features),
                              layers.pairs(run.pairs))
@@ -254,7 +276,7 @@ def beyond_init(run: Run, replicas: Replicas) -> CheckResult:
              for n in weights]
   return checks.beyond_init(theirs, ours, run.port.output_map, gain,
                             float(np.median(factors)), figures,
-                            layers.parting_text(figures))
+                            layers.parting_text(figures), found)
 
 
 register(Check(
@@ -285,8 +307,13 @@ def device_drift(run: Run, replicas: Replicas) -> CheckResult:
   runner = replicas.port
   features = run.data.batches[0][0]
   ours = runner.predict(features)
-  with runner.at_deployed_precision():
+  with runner.at_deployed_precision() as dots:
+    before = getattr(dots, 'rounded', 0)
     drifted = runner.predict(features)
+    rounded = getattr(dots, 'rounded', 0) - before
+  if run.emulate and not rounded:
+    return CheckResult(drift.NAME, checks.ERROR,
+                       _UNREACHED.format(run.emulate.name))
   kernels = [n for n in run.weights if np.ndim(run.start[n]) >= 2]
   try:
     runner.set_state(precision.perturbed(run.start, kernels, rounding,
@@ -294,7 +321,20 @@ def device_drift(run: Run, replicas: Replicas) -> CheckResult:
     moved = runner.predict(features)
   finally:
     runner.set_state(run.start)
-  return drift.judge(ours, drifted, moved, rounding)
+  result = drift.judge(ours, drifted, moved, rounding)
+  if run.emulate:
+    result.figures['dots_rounded'] = rounded
+  return result
+
+
+# An emulated rounding that reached no dot: the port's predict ran a
+# program compiled before it, so its outputs say nothing of the rounding.
+_UNREACHED = (
+    '--emulate_precision={} rounded no dot of the port\'s predict: it runs '
+    'a program compiled before the comparison set the rounding (e.g. a '
+    'tf.function or a torch.compile\'d module made once), which the '
+    'emulation cannot reach; let predict call the model as it is, or leave '
+    'the flag out')
 
 
 register(Check(
@@ -472,10 +512,12 @@ def evaluation(run: Run, replicas: Replicas) -> CheckResult:
   # too, which a port that evaluates its raw weights matches.
   on_weights = (legacy.evaluate_weights(batches)
                 if evaluates_with == legacy_state.EVALUATES_AVERAGES else None)
-  return checks.evaluation(theirs, runner.evaluate(batches),
-                           run.port.metric_map,
+  ours = runner.evaluate(batches)
+  found = _forward_noise(run, runner, runner.state(), ours,
+                         lambda: runner.evaluate(batches))
+  return checks.evaluation(theirs, ours, run.port.metric_map,
                            len(batches) * run.options.global_batch,
-                           evaluates_with, on_weights)
+                           evaluates_with, on_weights, found)
 
 
 register(Check(
@@ -495,8 +537,10 @@ def served_predictions(run: Run, replicas: Replicas) -> CheckResult:
   # The port first: the legacy export leaves the port's Keras model unusable.
   ours = runner.serve(os.path.join(run.workdir, 'port'), inputs_)
   theirs = legacy.serve(run.workdir, inputs_)
+  # The same outputs as inference's, served: their noise, measured there.
   return checks.served_predictions(theirs, ours, run.port.output_map,
-                                   inputs_, replicas.describe()['exports'])
+                                   inputs_, replicas.describe()['exports'],
+                                   run.forward_noise)
 
 
 register(Check(

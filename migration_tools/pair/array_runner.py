@@ -149,10 +149,10 @@ class ArrayRunner(side.PortSide):
     return self._dots.deployed() if self._deployed else self._dots.highest()
 
   @contextlib.contextmanager
-  def at_deployed_precision(self) -> Iterator[None]:
+  def at_deployed_precision(self) -> Iterator[precision.Dots]:
     self._deployed = True
     try:
-      yield
+      yield self._dots
     finally:
       self._deployed = False
 

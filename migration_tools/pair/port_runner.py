@@ -9,7 +9,7 @@ the examples step k of the other sees, and the checks compare what they
 compute.
 """
 import contextlib
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -20,6 +20,7 @@ from kit_core import timing
 from migration_tools import outputs as outputs_lib
 from migration_tools.pair import optimizers
 from migration_tools.pair import port as port_lib
+from migration_tools.pair import precision
 from migration_tools.pair import serving
 from migration_tools.pair import side
 
@@ -92,7 +93,8 @@ class PortRunner(side.PortSide):
   legacy batches; state is read and written under the legacy names."""
 
   def __init__(self, port: port_lib.Port, strategy: tf.distribute.Strategy,
-               params: dict, batches: list):
+               params: dict, batches: list,
+               dots: precision.Dots | None = None):
     """Builds the port's model, optimizer and trainer in strategy.scope().
 
     Args:
@@ -100,8 +102,11 @@ class PortRunner(side.PortSide):
       strategy: where the port runs.
       params: the legacy model_fn's params (legacy.model_params).
       batches: the legacy (features, labels) batches the steps take in turn.
+      dots: the precision its dots compute in at_deployed_precision()
+        (the rounding emulated); None: float32 throughout.
     """
     self.port, self.strategy, self.params = port, strategy, params
+    self._dots = dots or precision.Dots()
     self._batches = batches
     self._next = 0  # The batch the next step takes.
     self._endless = None  # train_window's iterator, made when first timed.
@@ -226,6 +231,12 @@ class PortRunner(side.PortSide):
   def set_global_step(self, step: int) -> None:
     self.optimizer.iterations.assign(step)
 
+  @contextlib.contextmanager
+  def at_deployed_precision(self) -> Iterator[precision.Dots]:
+    # Its predict runs eagerly, so that a rounding emulated reaches it.
+    with self._dots.deployed():
+      yield self._dots
+
   def predict(self, features) -> dict[str, np.ndarray]:
     """The port's counterpart of the PREDICT outputs, by name."""
     features = tf.nest.map_structure(tf.constant, features)
@@ -262,15 +273,15 @@ class PortRunner(side.PortSide):
     return result
 
   @tf.function
-  def _probe_step(self):
-    """The replicas' loss_and_gradients on the next batch; in a function, as
-    in the port's step (its gradients may be graph-only)."""
+  def _probe_step(self, iterator):
+    """The replicas' loss_and_gradients on iterator's next batch; in a
+    function, as in the port's step (its gradients may be graph-only)."""
     def dense(*args):
       per_example, outputs, gradients = self.trainer.loss_and_gradients(*args)
       # Dense, also for embeddings (IndexedSlices), to be compared.
       return per_example, outputs, [tf.convert_to_tensor(g)
                                     for g in gradients]
-    return self.strategy.run(dense, args=next(self._probe))
+    return self.strategy.run(dense, args=next(iterator))
 
   def _take(self, features, labels) -> None:
     """The batch the next step takes must be this one: the runner feeds
@@ -290,10 +301,15 @@ class PortRunner(side.PortSide):
 
   def _step(self, features, labels) -> dict:
     self._take(features, labels)
+    return self._answer(self._probe, self._iterator)
+
+  def _answer(self, probe, steps) -> dict:
+    """The step on the next batch of probe and of steps (the same batch):
+    its loss, gradients and rate, once taken."""
     # A layer may update state when called in training (Keras batch norm
     # moves its statistics): the probe's updates are undone, the step's kept.
     kept = [(v, v.numpy()) for v in self.model.non_trainable_variables]
-    per_example, _, gradients = self._probe_step()
+    per_example, _, gradients = self._probe_step(probe)
     for variable, value in kept:
       variable.assign(value)
     summed = [self.strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None)
@@ -305,7 +321,7 @@ class PortRunner(side.PortSide):
     loss = float(np.mean(np.array([(tf.reduce_sum(p) / p.shape[0]).numpy()
                                    for p in parts], np.float32)))
     examples = sum(int(p.shape[0]) for p in parts)
-    self.trainer.train_steps(self._iterator, tf.constant(1))
+    self.trainer.train_steps(steps, tf.constant(1))
     # What the port's summaries log of this step, before its metrics reset.
     logged = None if self.port.host_call is None else {
         k: np.asarray(v) for k, v in self.port.host_call(self.trainer).items()}
@@ -318,6 +334,35 @@ class PortRunner(side.PortSide):
     if logged is not None:
       values['host_call'] = logged
     return values
+
+  def reordered_step(self, features, labels) -> dict:
+    # The same batch, its examples in another order within each replica's
+    # share, through a dataset of its own; then every variable of the
+    # model, the optimizer and the averages as it was.
+    index = side.example_order(side.batch_size(features), self.replicas)
+    dataset = distribute_batches(
+        self.strategy, [(side.reordered(features, index),
+                         side.reordered(labels, index))], self.global_batch)
+    probe, steps = (process.keep_alive(iter(dataset)) for _ in range(2))
+    saved = [(v, v.numpy()) for v in self._all_variables()]
+    try:
+      with timing.spent('port noise steps'):
+        answer = self._answer(probe, steps)
+      return {'loss': answer['loss'], 'gradients': answer['gradients'],
+              'state': self.state(),
+              'slots': self.slots(answer['learning_rate']),
+              'averages': self.averages()}
+    finally:
+      for variable, value in saved:
+        variable.assign(value)
+
+  def _all_variables(self) -> list:
+    """The model's, the optimizer's (its step, slots, averages) and the
+    port's averages' variables, each once."""
+    held = self.optimizer.variables
+    found = [*self.model.variables, *(held() if callable(held) else held),
+             *self._averages().values()]
+    return list({id(v): v for v in found}.values())
 
   def learning_rate(self) -> float:
     """The rate of the optimizer's last step."""

@@ -65,6 +65,22 @@ def of_answers(precision: dict[str, str]) -> Rounding | None:
              key=lambda r: r.mantissa_bits, default=None)
 
 
+def rounded(values, rounding: Rounding) -> np.ndarray:
+  """float32 values rounded to rounding's mantissa, to nearest, ties to
+  even, as a device's dot units round their operands: the reference that
+  each framework's emulation (frameworks/*_precision.py) is tested against.
+  Infinities and NaNs are kept; a value beyond the format's largest
+  becomes an infinity."""
+  values = np.asarray(values, np.float32)
+  shift = np.uint64(23 - rounding.mantissa_bits)
+  one = np.uint64(1)
+  bits = np.atleast_1d(values).view(np.uint32).astype(np.uint64)
+  bits += (one << (shift - one)) - one + ((bits >> shift) & one)
+  bits &= ~((one << shift) - one)
+  out = bits.astype(np.uint32).view(np.float32).reshape(values.shape)
+  return np.where(np.isfinite(values), out, values)
+
+
 def perturbed(state: dict[str, np.ndarray], names, rounding: Rounding,
               seed: int = 0) -> dict[str, np.ndarray]:
   """state with each variable of names (the kernels and embeddings: a dot's
@@ -80,14 +96,36 @@ def perturbed(state: dict[str, np.ndarray], names, rounding: Rounding,
   return moved
 
 
+def one_ulp_apart(state: dict[str, np.ndarray], names,
+                  seed: int = 0) -> dict[str, np.ndarray]:
+  """state with every element of each float variable of names moved one
+  unit in the last place of its own format, up or down at random: the
+  smallest change its storage allows, the size of one rounding of it
+  (compare/noise.py measures a forward pass's own rounding noise by it)."""
+  generator = np.random.default_rng(seed)
+  moved = dict(state)
+  for name in sorted(names):
+    value = np.asarray(state[name])
+    if value.dtype.kind != 'f':
+      continue
+    up = generator.integers(0, 2, value.shape).astype(bool)
+    moved[name] = np.where(up, np.nextafter(value, value.dtype.type(np.inf)),
+                           np.nextafter(value, value.dtype.type(-np.inf)))
+  return moved
+
+
 class Dots:
   """How a framework sets the precision its port's dots compute in: at the
   highest for the checks of the port's math, as deployed for the device's
   drift (emulated: the rounding --emulate_precision declared, else None).
-  This one is a framework's whose ports compute float32 wherever the kit
-  runs them (a Keras port on TensorFlow, run on CPU devices)."""
+  rounded: how many dots an emulation has rounded the operands of so far
+  (as traced, on JAX): device_drift tells by it that the emulation reached
+  the port's code, not a program compiled before it. This one is the
+  framework's whose ports compute float32 wherever the kit runs them, and
+  that cannot emulate a rounding."""
 
   emulated: Rounding | None = None
+  rounded: int = 0
 
   def highest(self) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()

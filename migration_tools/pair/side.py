@@ -239,16 +239,16 @@ class PortSide(Side):
     (compare/noise.py), from the state it holds, which it keeps after: the
     answer (loss, gradients by legacy name) and the 'state', 'slots' (at
     the step's rate) and 'averages' the step left. None where it cannot
-    take a batch out of the legacy order (this one's: a Keras port takes
-    them through one dataset)."""
+    take a batch out of the legacy order (this one's)."""
     del features, labels
     return None
 
   def at_deployed_precision(self) -> contextlib.AbstractContextManager:
     """A scope in which it computes its dots as deployed on its device
     (or at the precision emulated), not at the highest precision it
-    computes in for every other question. This one: a side that computes
-    float32 wherever the kit runs it."""
+    computes in for every other question. It gives the precision.Dots it
+    computes with (their ``rounded`` tally), or None. This one: a side that
+    computes float32 wherever the kit runs it."""
     return contextlib.nullcontext()
 
   @abc.abstractmethod

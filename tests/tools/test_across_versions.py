@@ -181,12 +181,12 @@ def test_migrate_takes_a_keras2_checkpoint_on_keras2_only(tmp_path):
       _artifact('port')))  # Nothing written.
 
 
-def _replays(tmp_path, bundle: str, port: str, label: str) -> dict:
+def _replays(tmp_path, bundle: str, port: str, label: str, *flags) -> dict:
   """migration-compare of port against a bundle recorded on TF 2.15: every
   check passes but dropout on Keras 3 (which says why); the checks."""
   result, checks = run_compare(tmp_path / 'report.json',
                                f'--bundle={_artifact(bundle)}',
-                               f'--port={port}')
+                               f'--port={port}', *flags)
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
   skipped = {n for n, c in checks.items() if c['status'] == 'skipped'}
   assert skipped == ({'dropout (1 replica)'} if keras_compat.is_keras3()
@@ -200,11 +200,16 @@ def _replays(tmp_path, bundle: str, port: str, label: str) -> dict:
 
 def test_the_bert_port_passes_its_bundle_recorded_on_2_15(tmp_path):
   """Its own optimizer judged by its updates and slots, its warm start and
-  its 2 replicas as on TPU cores, replayed without tf.estimator."""
+  its 2 replicas as on TPU cores, replayed without tf.estimator; and its
+  outputs on an emulated bfloat16 device (every dot's operands rounded)
+  within what that rounding explains."""
   checks = _replays(tmp_path, 'bert.npz', 'bert_port:make_port',
-                    'BERT-shaped pair')
+                    'BERT-shaped pair', '--emulate_precision=bf16')
   assert checks['one_step (2 replicas)']['legacy_reference'] == (
       'as on 2 TPU cores')
+  drift = checks['device_drift']
+  assert drift['rounding'] == 'bf16' and drift['dots_rounded'] > 0
+  assert 0 < drift['ratio_to_bar'] < 1
 
 
 def test_the_effnet_port_passes_its_bundle_recorded_on_2_15(tmp_path):

@@ -39,21 +39,29 @@ def test_a_torch_port_is_pytorchs_though_it_is_an_array_port_too():
       'arrays')
 
 
-def test_only_a_jax_port_takes_an_emulated_precision():
-  # --emulate_precision: the arrays adapter rounds a JAX port's dots (no
-  # JAX is imported to say so); the others refuse it in one line.
+def test_each_framework_emulates_a_precision_and_a_new_one_refuses_it():
+  # --emulate_precision: each adapter of the kit rounds its ports' dots (no
+  # framework is imported to say so); an adapter that does not say how
+  # refuses it in one line.
   from migration_tools.pair import precision  # pylint: disable=import-outside-toplevel
   by_name = {f.name: f for f in frameworks.registered()}
-  dots = by_name['arrays'].dots(precision.BF16)
-  assert dots.emulated == precision.BF16
-  assert by_name['arrays'].dots().emulated is None
-  for name in ('keras_tf', 'pytorch'):
+  for name in ('arrays', 'keras_tf', 'pytorch'):
+    assert by_name[name].dots(precision.BF16).emulated == precision.BF16
     assert by_name[name].dots().emulated is None
-    with pytest.raises(KitError) as e:
-      by_name[name].dots(precision.TF32)
-    assert str(e.value) == (
-        '--emulate_precision rounds the dots of a port on JAX on the CPU; a '
-        f"{name} port runs at its device's own precision: leave the flag out")
+    assert by_name[name].dots().rounded == 0
+
+  class Newer(frameworks.Framework):
+    name = 'newer'
+    check = describe = placements = seeded = runner = None
+    dropout_unaligned = ran_on = tpu_ready = accepts = None
+
+  assert Newer().dots().emulated is None
+  with pytest.raises(KitError) as e:
+    Newer().dots(precision.TF32)
+  assert str(e.value) == (
+      '--emulate_precision rounds the dots of a JAX, PyTorch or '
+      "Keras-on-TensorFlow port; a newer port runs at its device's own "
+      'precision: leave the flag out')
 
 
 def test_an_adapter_whose_runner_takes_no_dots_still_runs_with_a_warning():

@@ -61,16 +61,41 @@ def test_bundle_replays_as_the_live_comparison_on_2_15(tmp_path, recorded):
 
 
 @pytest.mark.estimator
+def test_the_port_passes_on_an_emulated_bfloat16_device(tmp_path, recorded):
+  # Its math at float32, as without the flag; its outputs with every dot's
+  # operands rounded to bfloat16 within what that rounding explains.
+  result, checks = run_compare(tmp_path / 'bf16.json',
+                               f'--bundle={recorded[0]}', '--replicas=1',
+                               '--emulate_precision=bf16', '--notpu_ready')
+  assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+  assert "as deployed, its dots' operands rounded to bf16 (emulated)" in (
+      result.stdout)
+  drift = checks['device_drift']
+  assert drift['rounding'] == 'bf16' and drift['dots_rounded'] > 0
+  assert 0 < drift['ratio_to_bar'] < 1
+  assert checks['inference']['max_abs_diff'] == 0
+  # Every forward check says the noise its bar was measured against.
+  for name in ('inference', 'beyond_init', 'evaluation'):
+    noise = checks[name]['noise']
+    assert noise['multiple'] == 4 and noise['measured_by'].startswith(
+        "the port's outputs again"), name
+
+
+@pytest.mark.estimator
 def test_broken_port_fails_the_bundle_in_the_check_for_its_bug(tmp_path,
                                                                 recorded):
+  # On an emulated TF32 device too: the bug is in the port's math, which
+  # is checked at float32 whatever the device.
   result, checks = run_compare(
       tmp_path / 'broken.json', f'--bundle={recorded[0]}',
-      '--port=broken_ports:loss_averaged_per_replica')
+      '--port=broken_ports:loss_averaged_per_replica',
+      '--emulate_precision=tf32')
   assert result.returncode == 1
   assert 'First to fix: one_step (2 replicas)' in result.stdout
   assert 'gradients are 2x the legacy ones' in checks[
       'one_step (2 replicas)']['message']
   assert checks['trajectory (1 replica)']['passed']
+  assert checks['device_drift']['passed']
 
 
 @pytest.mark.estimator

@@ -55,6 +55,33 @@ def test_emulation_rounds_every_dots_operands_inside_jit(rounding):
   np.testing.assert_array_equal(conv(images, kernel), exact[1])
 
 
+@pytest.mark.parametrize('rounding', [precision.TF32, precision.BF16])
+def test_the_reference_rounding_is_xlas(rounding):
+  # precision.rounded, which TensorFlow's and PyTorch's emulations are
+  # tested against, rounds as lax.reduce_precision does.
+  generator = np.random.default_rng(0)
+  values = np.concatenate([
+      generator.standard_normal(20000) * 10.0 ** generator.integers(
+          -40, 38, 20000),
+      1 + 2.0 ** -11 * np.arange(-8, 9),
+      [np.inf, -np.inf, np.nan, 3.4e38, -3.4e38, 0.0, -0.0]
+  ]).astype(np.float32)
+  np.testing.assert_array_equal(precision.rounded(values, rounding),
+                                np.asarray(_rounded(values, rounding)))
+
+
+def test_the_emulation_tallies_the_dots_it_rounds_as_traced():
+  dots = arrays_precision.JaxDots(precision.TF32)
+  x = jnp.ones((4, 4), jnp.float32)
+  product = jax.jit(lambda a: a @ (a + 1))
+  product(x)  # Traced before: the emulation clears jit's caches.
+  with dots.deployed():
+    product(x)
+  assert dots.rounded == 1
+  product(x)
+  assert dots.rounded == 1  # Out of it, nothing is rounded.
+
+
 def test_highest_asks_float32_of_every_dot_the_port_traces():
   x = jnp.ones((4, 4), jnp.float32)
   with arrays_precision.highest():

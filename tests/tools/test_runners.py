@@ -7,6 +7,7 @@ import inspect
 import numpy as np
 import pytest
 
+from conftest import cpu_strategy
 from migration_tools.pair import legacy
 from migration_tools.pair import port_runner
 from migration_tools.pair import recorded
@@ -73,3 +74,31 @@ def test_a_tape_records_and_replays_the_legacy_sides_questions():
   assert replayed.replicas == 1
   assert {q: getattr(replayed, q)(*arguments[q])
           for q in side.QUESTIONS} == answers
+
+
+def test_a_keras_ports_reordered_step_leaves_its_result_and_restores_all():
+  # The port's own noise (compare/noise.py): the same step, its examples in
+  # another order within each replica's share, then the port as it was.
+  from kit_pair import mnist  # pylint: disable=import-outside-toplevel
+  generator = np.random.default_rng(0)
+  batches = [(generator.uniform(size=(8, 28, 28, 1)).astype(np.float32),
+              generator.integers(0, 10, 8).astype(np.int64))
+             for _ in range(2)]
+  # Dropout off while its steps are traced, as in a comparison.
+  with port_runner.dropout_disabled():
+    runner = port_runner.PortRunner(
+        mnist.make_port(), cpu_strategy(2),
+        {'learning_rate': 0.05, 'batch_size': 8}, batches)
+    runner.use_map(mnist.VARIABLE_MAP)
+    before, step = runner.state(), runner.global_step()
+    again = runner.reordered_step(*batches[0])
+    after_noise = runner.state(), runner.global_step()
+    answer = runner.step(*batches[0])  # The same step, its sums reordered.
+  assert max(np.abs(again['state'][k] - before[k]).max() for k in before) > 0
+  assert set(again['gradients']) == set(mnist.VARIABLE_MAP)
+  for name, value in after_noise[0].items():
+    np.testing.assert_array_equal(value, before[name])
+  assert after_noise[1] == step
+  assert abs(answer['loss'] - again['loss']) < 1e-6
+  for name, value in runner.state().items():
+    np.testing.assert_allclose(again['state'][name], value, atol=1e-6)

@@ -29,10 +29,12 @@ def _bundle() -> str:
 
 @from_tf215
 @pytest.mark.e2e
+@pytest.mark.parametrize('emulated', ['', 'bf16'])
 def test_the_kits_torch_port_passes_every_check_on_1_and_2_replicas(
-    tmp_path):
-  result, checks = run_compare(tmp_path / 'report.json',
-                               f'--bundle={_bundle()}', PORT)
+    tmp_path, emulated):
+  result, checks = run_compare(
+      tmp_path / 'report.json', f'--bundle={_bundle()}', PORT,
+      *([f'--emulate_precision={emulated}'] if emulated else []))
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
   assert (f'Port: kit_pair.mnist_torch:make_port, on PyTorch '
           f'{torch.__version__}') in result.stdout
@@ -54,6 +56,13 @@ def test_the_kits_torch_port_passes_every_check_on_1_and_2_replicas(
   assert report['port_ran_on']['framework'] == 'pytorch'
   assert report['port_ran_on']['versions']['torch'] == torch.__version__
   assert 'tensorflow' not in report and 'jax' not in report
+  # On the CPU nothing drifts; emulated, every dot's operands are rounded,
+  # forward and backward, and the outputs stay within what that explains.
+  assert ('device_drift' in checks) == bool(emulated)
+  if emulated:
+    drift = checks['device_drift']
+    assert drift['rounding'] == emulated and drift['dots_rounded'] > 0
+    assert 0 < drift['ratio_to_bar'] < 1
 
 
 @from_tf215
@@ -67,9 +76,11 @@ def test_the_kits_torch_port_passes_every_check_on_1_and_2_replicas(
 ])
 def test_a_planted_torch_bug_fails_naming_its_cause(tmp_path, port, first,
                                                    said):
+  # On an emulated TF32 device: the math is checked at float32 still.
   result, checks = run_compare(tmp_path / 'report.json',
                                f'--bundle={_bundle()}',
-                               f'--port=torch_bugs:{port}', '--notpu_ready')
+                               f'--port=torch_bugs:{port}', '--notpu_ready',
+                               '--emulate_precision=tf32')
   assert result.returncode == 1, result.stdout[-3000:]
   assert f'First to fix: {first}' in result.stdout
   assert said in checks[first]['message']
@@ -199,7 +210,7 @@ def test_a_reordered_step_keeps_what_it_left_and_restores_the_model():
   labels = generator.integers(0, 10, 8).astype(np.int64)
   runner = array_runner.ArrayRunner(
       mnist_torch.make_port(), 1, {'learning_rate': 0.05, 'batch_size': 8},
-      [(features, labels)], dots=pytorch.TorchDots())
+      [(features, labels)], dots=pytorch.PyTorch().dots())
   before = {k: v.copy() for k, v in runner.state().items()}
   again = runner.reordered_step(features, labels)
   assert max(np.abs(again['state'][k] - before[k]).max() for k in before) > 0
@@ -208,3 +219,56 @@ def test_a_reordered_step_keeps_what_it_left_and_restores_the_model():
   runner.step(features, labels)
   for name, value in runner.state().items():  # The same step, its sums reordered.
     np.testing.assert_allclose(again['state'][name], value, atol=1e-6)
+
+
+@pytest.mark.parametrize('rounding', ['tf32', 'bf16'])
+def test_torchs_rounding_is_the_reference_rounding(rounding):
+  from migration_tools.pair import precision  # pylint: disable=import-outside-toplevel
+  from migration_tools.pair.frameworks import pytorch_precision  # pylint: disable=import-outside-toplevel
+  rounding = precision.EMULATED[rounding]
+  generator = np.random.default_rng(0)
+  values = np.concatenate([
+      generator.standard_normal(20000) * 10.0 ** generator.integers(
+          -40, 38, 20000),
+      1 + 2.0 ** -11 * np.arange(-8, 9),
+      [np.inf, -np.inf, np.nan, 3.4e38, -3.4e38, 0.0, -0.0, 1e-42]
+  ]).astype(np.float32)
+  got = pytorch_precision.round_to(torch.from_numpy(values), rounding)
+  np.testing.assert_array_equal(got.numpy(),
+                                precision.rounded(values, rounding))
+  assert np.sum(got.numpy() != values) > len(values) // 2
+
+
+def test_emulation_rounds_the_dots_forward_and_backward_and_not_the_bias():
+  from migration_tools.pair import precision  # pylint: disable=import-outside-toplevel
+  from migration_tools.pair.frameworks import pytorch_precision  # pylint: disable=import-outside-toplevel
+  torch.manual_seed(0)
+  linear, conv = torch.nn.Linear(32, 5), torch.nn.Conv2d(3, 4, 3)
+  x, images = torch.randn(6, 32), torch.randn(2, 3, 7, 7)
+
+  def run():
+    linear.zero_grad()
+    conv.zero_grad()
+    out = linear(x), conv(images)
+    (out[0].tanh().sum() + out[1].tanh().sum()).backward()
+    return [o.detach() for o in out] + [linear.weight.grad.clone(),
+                                       conv.weight.grad.clone()]
+
+  exact = run()
+  dots = pytorch_precision.TorchDots(precision.BF16)
+  with dots.deployed():
+    emulated = run()
+  # Two forward dots, and the backward's: the weights' gradients at least.
+  assert dots.rounded >= 4
+  r = lambda t: pytorch_precision.round_to(t, precision.BF16)  # pylint: disable=unnecessary-lambda-assignment
+  with torch.no_grad():
+    expected = (r(x) @ r(linear.weight).T + linear.bias,
+                torch.nn.functional.conv2d(r(images), r(conv.weight),
+                                           conv.bias))
+  for got, want in zip(emulated, expected):
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)
+  for got, before in zip(emulated, exact):
+    assert (got - before).abs().max() > 0
+  # Out of it, float32 again.
+  for got, before in zip(run(), exact):
+    torch.testing.assert_close(got, before, rtol=0, atol=0)

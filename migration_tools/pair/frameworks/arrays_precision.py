@@ -32,9 +32,11 @@ def highest() -> contextlib.AbstractContextManager:
 
 
 @contextlib.contextmanager
-def emulated(rounding: precision_lib.Rounding) -> Iterator[None]:
+def emulated(rounding: precision_lib.Rounding,
+             dots: precision_lib.Dots | None = None) -> Iterator[None]:
   """Every float32 dot and convolution traced in it has its operands
-  rounded to rounding's format first."""
+  rounded to rounding's format first; dots.rounded counts them."""
+  dots = dots or precision_lib.Dots()
   import jax  # pylint: disable=g-import-not-at-top
   from jax import lax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -48,8 +50,12 @@ def emulated(rounding: precision_lib.Rounding) -> Iterator[None]:
   primitives = _dot_primitives()
   for primitive in primitives:
     bind = primitive.bind
-    primitive.bind = (lambda *args, _bind=bind, **params:
-                      _bind(*[rounded(a) for a in args], **params))
+
+    def rounding_bind(*args, _bind=bind, **params):
+      dots.rounded += 1
+      return _bind(*[rounded(a) for a in args], **params)
+
+    primitive.bind = rounding_bind
   jax.clear_caches()
   try:
     yield
@@ -65,10 +71,11 @@ class JaxDots(precision_lib.Dots):
 
   def __init__(self, emulate: precision_lib.Rounding | None = None):
     self.emulated = emulate
+    self.rounded = 0
 
   def highest(self) -> contextlib.AbstractContextManager:
     return highest()
 
   def deployed(self) -> contextlib.AbstractContextManager:
-    return (emulated(self.emulated) if self.emulated
+    return (emulated(self.emulated, self) if self.emulated
             else contextlib.nullcontext())

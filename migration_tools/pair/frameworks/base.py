@@ -92,9 +92,10 @@ class Framework(abc.ABC):
       KitError: emulate is given, and this framework cannot emulate one.
     """
     if emulate is not None:
-      raise KitError(f'--emulate_precision rounds the dots of a port on JAX '
-                     f'on the CPU; a {self.name} port runs at its device\'s '
-                     'own precision: leave the flag out')
+      raise KitError(f'--emulate_precision rounds the dots of a JAX, '
+                     f'PyTorch or Keras-on-TensorFlow port; a {self.name} '
+                     'port runs at its device\'s own precision: leave the '
+                     'flag out')
     return precision.Dots()
 
   @abc.abstractmethod

@@ -10,8 +10,10 @@ from kit_core import keras_compat
 from kit_core import progress as progress_lib
 from kit_core.lazy import tensorflow as tf
 from migration_tools.pair import port as port_lib
+from migration_tools.pair import precision
 from migration_tools.pair import runs_on
 from migration_tools.pair.frameworks import base
+from migration_tools.pair.frameworks import keras_tf_precision
 
 
 class KerasOnTensorFlow(base.Framework):
@@ -38,10 +40,13 @@ class KerasOnTensorFlow(base.Framework):
 
   def runner(self, port: Any, placement: Any, params: dict, batches: list,
              dots=None):
-    del dots  # Its strategies run on CPU devices, in float32.
     # Imported here: its tf.function steps need TensorFlow at import.
     from migration_tools.pair import port_runner  # pylint: disable=g-import-not-at-top
-    return port_runner.PortRunner(port, placement, params, batches)
+    return port_runner.PortRunner(port, placement, params, batches, dots)
+
+  def dots(self, emulate: precision.Rounding | None = None) -> precision.Dots:
+    # Its strategies run on CPU devices, in float32, unless emulating.
+    return keras_tf_precision.TensorFlowDots(emulate)
 
   @contextlib.contextmanager
   def seeded(self, seed: int) -> Iterator[None]:

@@ -58,6 +58,7 @@ from migration_tools.pair import precision
 from migration_tools.pair import runs_on
 from migration_tools.pair.frameworks import arrays
 from migration_tools.pair.frameworks import base
+from migration_tools.pair.frameworks import pytorch_precision
 from migration_tools.pair.frameworks import tpu
 
 GUIDE = 'docs/MIGRATION.md, "To PyTorch"'
@@ -347,8 +348,7 @@ class PyTorch(arrays.Arrays):
             'compared without dropout')
 
   def dots(self, emulate: precision.Rounding | None = None) -> precision.Dots:
-    base.Framework.dots(self, emulate)  # Refuses to emulate one.
-    return TorchDots()
+    return pytorch_precision.TorchDots(emulate)
 
   programs_are = 'TorchPort.programs: the modules of its loss and predict'
   compiling = 'exporting the loss and predict with torch.export'
@@ -386,24 +386,6 @@ class PyTorch(arrays.Arrays):
              counts: list[int], batches: list) -> dict[str, Any]:
     del port, placement, batches  # Read from the model and torch.
     return describe_torch(runner.model, counts)
-
-
-class TorchDots(precision.Dots):
-  """A PyTorch port's dots: float32 for its math (no TF32 in matmuls or
-  cuDNN's convolutions); as deployed, torch's settings as they were."""
-
-  @contextlib.contextmanager
-  def highest(self) -> Iterator[None]:
-    import torch  # pylint: disable=g-import-not-at-top
-    matmul, convolution = (torch.get_float32_matmul_precision(),
-                           torch.backends.cudnn.allow_tf32)
-    torch.set_float32_matmul_precision('highest')
-    torch.backends.cudnn.allow_tf32 = False
-    try:
-      yield
-    finally:
-      torch.set_float32_matmul_precision(matmul)
-      torch.backends.cudnn.allow_tf32 = convolution
 
 
 def describe_torch(model: TorchModel, counts: list[int]) -> dict[str, Any]:
