@@ -76,6 +76,10 @@ flags.DEFINE_bool('convert', True, 'Measure the conversion; --noconvert: the '
                   'comparisons alone.')
 flags.DEFINE_list('compare_steps', ['1', '5'], 'The steps of each '
                   'comparison; empty: no comparison.')
+flags.DEFINE_list('compare_modes', ['live', 'record', 'replay'],
+                  'The comparisons to run at each step count: live, record '
+                  '(--record_bundle), replay (--bundle, with '
+                  '--newest_python; it needs record).')
 flags.DEFINE_integer('batch_size', 2, 'The global batch of the legacy '
                      'training and of the comparisons.', lower_bound=1)
 flags.DEFINE_string('newest_python', None, 'A Python of the newest profile, '
@@ -257,6 +261,7 @@ def _compare(size: str, steps: int, legacy_seconds: float, work_dir: str,
   if FLAGS.newest_python:
     runs.append(('replay', ['-m', 'migration_tools.compare',
                             f'--bundle={bundle}'], FLAGS.newest_python))
+  runs = [run for run in runs if run[0] in FLAGS.compare_modes]
   rows = []
   for mode, args, python in runs:
     progress.now(f'{size}: migration-compare {mode}, --steps={steps}')
@@ -438,6 +443,11 @@ def _main() -> None:
     sys.exit(f'--newest_python {FLAGS.newest_python} is not a program; give '
              'the newest profile\'s Python (.venv-newest/bin/python)')
   steps = _steps()
+  modes = {'live', 'record', 'replay'}
+  if not set(FLAGS.compare_modes) <= modes or (
+      'replay' in FLAGS.compare_modes and 'record' not in FLAGS.compare_modes):
+    sys.exit(f'--compare_modes takes some of live, record, replay (replay '
+             f'with record), not {",".join(FLAGS.compare_modes)}')
   with tempfile.TemporaryDirectory() as temporary:
     work_dir = FLAGS.work_dir or temporary
     os.makedirs(work_dir, exist_ok=True)
