@@ -1,9 +1,12 @@
 """A callable the user names on the command line, as package.module:name."""
 import importlib
+import sys
+import warnings
 
 from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from kit_core.errors import one_line
+from migration_tools import moved
 
 
 def load_callable(spec: str, what: str = 'it'):
@@ -22,8 +25,12 @@ def load_callable(spec: str, what: str = 'it'):
   if not module_name or not attribute:
     raise KitError(f'{what} {spec!r}: expected package.module:name')
   try:
-    module = importlib.import_module(module_name)
+    module = _imported(module_name)
   except ImportError as e:
+    moved_to = moved.where(e)
+    if moved_to:
+      raise KitError(f'{what}: cannot import {module_name} ({e}{moved_to}); '
+                     'import it from there') from e
     raise KitError(f'{what}: cannot import {module_name} ({e}); is its code '
                    'on PYTHONPATH?') from e
   except SystemExit as e:
@@ -45,3 +52,20 @@ def load_callable(spec: str, what: str = 'it'):
     raise KitError(f'{what}: {spec} is a {type(value).__name__}, not a '
                    'function or class')
   return value
+
+
+def _imported(module_name: str):
+  """The module, imported; a path of the kit's that moved, which it
+  imports, said on stderr in a line (a DeprecationWarning outside __main__
+  is otherwise not shown), every other warning as Python would."""
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always', DeprecationWarning)
+    module = importlib.import_module(module_name)
+  for warning in caught:
+    if moved.is_ours(warning.message):
+      print(f'warning: {warning.filename}:{warning.lineno}: '
+            f'{warning.message}', file=sys.stderr)
+    else:
+      warnings.warn_explicit(warning.message, warning.category,
+                             warning.filename, warning.lineno)
+  return module

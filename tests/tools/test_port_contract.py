@@ -1,6 +1,8 @@
 """The port contract: what breaks it is named in one line, in-process."""
 import dataclasses
+import importlib
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -22,6 +24,45 @@ def test_the_kit_pair_follows_the_contract():
   port = frameworks.load_port(pair.KIT_PAIR['port'])
   assert isinstance(port, port_lib.Port)
   assert set(port_lib.TRAINER_METHODS) <= set(dir(custom_loop.Trainer))
+
+
+def test_a_port_written_for_the_earlier_path_loads_with_a_warning(
+    tmp_path, monkeypatch, capsys):
+  # migration_tools.port moved to migration_tools.pair.port: a port that
+  # imports the old path loads, and the command says, in a line, what to
+  # import instead (a DeprecationWarning outside __main__ is not shown).
+  (tmp_path / 'earlier_port.py').write_text(
+      'from migration_tools import port\n'
+      'from migration_tools.port import Port\n'
+      'from kit_pair.mnist import make_port\n')
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.delitem(sys.modules, 'migration_tools.port', raising=False)
+  make = frameworks.load_port('earlier_port:make_port')
+  assert isinstance(make, port_lib.Port)
+  assert sys.modules['earlier_port'].port is port_lib
+  assert sys.modules['earlier_port'].Port is port_lib.Port
+  assert capsys.readouterr().err == (
+      f'warning: {tmp_path / "earlier_port.py"}:1: migration_tools.port '
+      'moved to migration_tools.pair.port: import it as `from '
+      'migration_tools.pair import port`; migration_tools.port goes in the '
+      'next release\n')
+  with pytest.warns(DeprecationWarning, match='migration_tools.pair.port'):
+    monkeypatch.delitem(sys.modules, 'migration_tools.port')
+    importlib.import_module('migration_tools.port')
+
+
+def test_a_kit_module_that_moved_is_named_where_it_is_now(tmp_path,
+                                                         monkeypatch):
+  (tmp_path / 'older_port.py').write_text(
+      'from migration_tools import variable_map\n')
+  monkeypatch.syspath_prepend(str(tmp_path))
+  with pytest.raises(KitError) as e:
+    frameworks.load_port('older_port:make_port')
+  assert str(e.value) == (
+      "--port: cannot import older_port (cannot import name 'variable_map' "
+      f"from 'migration_tools' ({os.path.dirname(cli.__file__)}"
+      "/__init__.py): migration_tools.variable_map is now "
+      'migration_tools.pair.variable_map); import it from there')
 
 
 class _NoEval(custom_loop.Trainer):
