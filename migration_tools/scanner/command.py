@@ -27,6 +27,7 @@ Exit code: 0 nothing to change (style notes at most); 1 findings, or files
 or folders that could not be read, parsed or analysed (they are unchecked,
 not clean); 2 bad input.
 """
+import os
 import sys
 
 from absl import flags
@@ -54,11 +55,12 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
                       flag_values=tool_flags)
   flags.DEFINE_string('diff', None, 'Also write a unified diff of the '
                       'rewrites that are safe by construction (tf.gfile, '
-                      'tf.flags and tf.logging to absl, tf.to_*, renamed '
-                      'symbols, the rest of TF 1 through tf.compat.v1, '
-                      'Dimension.value) to this file; no file is edited. '
-                      'Apply it from this folder with git apply FILE or '
-                      'patch -p1 < FILE.', flag_values=tool_flags)
+                      'tf.to_*, renamed symbols, contrib to its TF 2.15 '
+                      'home, the rest of TF 1 through tf.compat.v1, '
+                      'tf.flags and tf.logging included, Dimension.value) '
+                      'to this file; no file is edited. Apply it from this '
+                      'folder with git apply FILE or patch -p1 < FILE.',
+                      flag_values=tool_flags)
 
 
 def _write(text: str, output: str | None) -> None:
@@ -87,12 +89,18 @@ def _write_diff(result, paths: list[str], diff: str) -> None:
       continue  # Listed as unchecked in the report already.
     patch += part
     changed += bool(part)
-  try:
-    atomic.write_bytes(diff, patch)
-  except OSError as e:
-    raise KitError(f'cannot write --diff={diff}: {e.strerror}') from e
-  print(f'wrote {diff}: safe rewrites in {changed} of {len(files)} '
-        'file(s); apply with git apply or patch -p1', file=sys.stderr)
+  if not patch:
+    # An empty patch is one git apply refuses ("No valid patches in input").
+    print(f'--diff: no safe rewrite in {len(files)} file(s); {diff} not '
+          'written' + (' (the file there is from before)'
+                       if os.path.exists(diff) else ''), file=sys.stderr)
+  else:
+    try:
+      atomic.write_bytes(diff, patch)
+    except OSError as e:
+      raise KitError(f'cannot write --diff={diff}: {e.strerror}') from e
+    print(f'wrote {diff}: safe rewrites in {changed} of {len(files)} '
+          'file(s); apply with git apply or patch -p1', file=sys.stderr)
   if notebooks:
     # A patch of a notebook's JSON would not apply to what Jupyter saves.
     print(f'{len(notebooks)} notebook(s) not rewritten: --diff rewrites .py '

@@ -779,6 +779,19 @@ def test_help_lists_the_flags():
   assert '--output: Write the report' in flags_part
 
 
+def test_diff_with_nothing_to_rewrite_writes_no_patch(tmp_path):
+  # An empty patch is one git apply refuses: none is written, and it says so.
+  (tmp_path / 'model.py').write_text(
+      'import tensorflow as tf\n\n\ndef f(x):\n  return tf.nn.relu(x)\n')
+  result = run_module('migration_tools.scanner', '.', '--diff=fix.patch',
+                      cwd=str(tmp_path))
+  assert result.returncode == 0, result.stderr
+  assert last_line(result.stderr) == (
+      f'--diff: no safe rewrite in 1 file(s); {tmp_path / "fix.patch"} not '
+      'written')
+  assert not (tmp_path / 'fix.patch').exists()
+
+
 @pytest.mark.e2e
 def test_diff_applies_parses_and_clears_what_it_rewrote(tmp_path):
   corpus = tmp_path / 'corpus'
