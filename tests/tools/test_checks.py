@@ -215,6 +215,15 @@ def test_a_summary_line_shows_the_figure_against_its_bar():
                              '1e-06, 0.25x it)')
   exact = checks.judged('evaluation', 1.0, 0.0, {}, 'counts differ')
   assert exact.ratio_to_bar == float('inf')
+  # A free run that parted is said to be unjudged before its figure.
+  free = checks.trajectory('trajectory (1 replica)', [1.0, 0.5], [1.0, 1.232],
+                           {'w': np.zeros(2)}, {'w': np.zeros(2)},
+                           judge_each_step=False)
+  assert free.summary() == (
+      'PASS trajectory (1 replica): a free run of 2 steps completed with '
+      'finite losses; it parted from the legacy run by up to 0.732, not '
+      'judged (rounding grows step by step in a free run; stepwise holds '
+      'each step)')
   not_run = checks.CheckResult('stepwise (2 replicas)', checks.NOT_RUN,
                                'inventory failed')
   assert not_run.summary() == 'NOT RUN stepwise (2 replicas): inventory failed'
