@@ -14,6 +14,7 @@ Eager calls are rounded as they run; a tf.function traced inside is traced
 rounded. A program traced before runs as traced: the tally (Dots.rounded)
 tells device_drift whether the emulation reached the port's code.
 """
+# migration-scan: skip-file (it replaces TensorFlow's op wrappers on purpose)
 from __future__ import annotations
 
 import contextlib
