@@ -9,6 +9,7 @@ flags keep their defaults unless ``--legacy_flags`` sets them
 (``set_legacy_flags``), for a model_fn that reads ``FLAGS``.
 """
 import json
+import os
 import shlex
 import sys
 import textwrap
@@ -18,6 +19,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from kit_core import framework_logs
 from kit_core import process
 from kit_core.errors import KitError
 from kit_core.exits import exit_with_one_line
@@ -97,6 +99,13 @@ def flags_help(tool_flags: flags.FlagValues) -> str:
   return '\n'.join(lines)
 
 
+def _log_path(tool_flags: flags.FlagValues) -> str | None:
+  """Where the frameworks' held-back lines go: beside the command's
+  --report (report.json: report.log), or nowhere."""
+  report = tool_flags['report'].value if 'report' in tool_flags else None
+  return os.path.splitext(report)[0] + '.log' if report else None
+
+
 def run(main: Callable[[flags.FlagValues, list[str]], None],
         define_flags: Callable[[flags.FlagValues], None], usage: str,
         bad_input_exit: int = 1) -> None:
@@ -111,6 +120,11 @@ def run(main: Callable[[flags.FlagValues, list[str]], None],
   """
   tool_flags = flags.FlagValues()
   define_flags(tool_flags)
+  flags.DEFINE_bool('verbose', False, 'Show the frameworks\' own log lines '
+                    '(TensorFlow\'s deprecation notices about the legacy '
+                    'code, ...). Without it, those below ERROR go to a .log '
+                    'file beside the --report, if the command writes one.',
+                    flag_values=tool_flags)
 
   def parse(argv: list[str]) -> list[str]:
     if any(arg in _HELP for arg in argv[1:]):
@@ -126,6 +140,8 @@ def run(main: Callable[[flags.FlagValues, list[str]], None],
 
   def guarded_main(argv: list[str]) -> None:
     logging.set_verbosity(logging.WARNING)
+    if not tool_flags.verbose:
+      framework_logs.hold_back(_log_path(tool_flags))
     exit_with_one_line(lambda: main(tool_flags, argv[1:]), bad_input_exit)
 
   process.run_command(lambda: app.run(guarded_main, flags_parser=parse))

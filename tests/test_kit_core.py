@@ -1,6 +1,7 @@
 """kit_core's guards, called directly: checkpoints found by their files,
 outputs that may destroy no input, one trainer per model_dir, signals that
 end a block in one line."""
+import logging
 import os
 import re
 import signal
@@ -223,3 +224,23 @@ def test_a_kit_error_is_shown_whole_and_a_foreign_one_cut():
   assert one_line(KitError(f'cannot pair {long} (left: a, b)')).endswith(
       '(left: a, b)')
   assert len(one_line(ValueError(long))) == len('ValueError: ') + 300
+
+
+def test_held_back_framework_logs_go_to_the_file_and_errors_still_show(
+    tmp_path, caplog):
+  from kit_core import framework_logs  # pylint: disable=import-outside-toplevel
+  logger = logging.getLogger('tensorflow')
+  held = framework_logs.HeldBack(str(tmp_path / 'report.log'))
+  logger.addFilter(held)
+  try:
+    with caplog.at_level(logging.INFO, logger='tensorflow'):
+      logger.warning('calling %s is deprecated', 'TPUEstimator')
+      logger.info('loss = 2.3')
+      logger.error('the step failed')
+  finally:
+    logger.removeFilter(held)
+  assert [r.getMessage() for r in caplog.records] == ['the step failed']
+  assert held.count == 2
+  assert (tmp_path / 'report.log').read_text().splitlines() == [
+      'WARNING:tensorflow: calling TPUEstimator is deprecated',
+      'INFO:tensorflow: loss = 2.3']

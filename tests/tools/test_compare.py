@@ -98,6 +98,21 @@ def test_broken_port_fails_the_check_named_for_its_bug(
             if c['status'] in ('failed', 'error')] == [failing]
 
 
+def test_a_plain_comparison_prints_the_kits_lines_and_logs_the_rest(
+    tmp_path, fake_data_dir):
+  # TensorFlow's own notices about the legacy code (96 lines here on TF
+  # 2.15) go to a log beside the report; the kit's lines stand alone.
+  result, checks = _compare(tmp_path, fake_data_dir, '--steps=1',
+                            '--replicas=1')
+  assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+  lines = (result.stdout + result.stderr).splitlines()
+  assert len(lines) <= 30, '\n'.join(lines)
+  assert sum(line.startswith('PASS ') for line in lines) == len(checks)
+  assert not [line for line in lines if 'tensorflow' in line.lower() and
+              'deprecated' in line]
+  assert 'is deprecated' in (tmp_path / 'report.log').read_text()
+
+
 def test_mis_mapped_kernels_are_listed(tmp_path, fake_data_dir):
   _, checks = _compare(tmp_path, fake_data_dir, '--steps=1', '--replicas=1',
                        '--port=broken_ports:mis_mapped_kernels')
