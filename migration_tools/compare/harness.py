@@ -414,12 +414,17 @@ def placements(port: port_lib.Port | array_port.ArrayPort,
 cpu_strategies = keras_tf.cpu_strategies
 
 
+# The report's schema (compare/report.schema.json): its name and version.
+REPORT_SCHEMA = {'schema': 'migration-compare report', 'schema_version': 1}
+
+
 def write_report(results: list[CheckResult], path: str, figures: dict) -> str:
   """The JSON report at path, then the loss-curve PNG beside it; returns what
   it wrote, for the user. Each is written to a temporary name and renamed; a
   plot that fails costs the plot only."""
   rows = [r.to_json() for r in results]
-  atomic.write_json(path, {'passed': not any(r.failed for r in results),
+  atomic.write_json(path, {**REPORT_SCHEMA,
+                          'passed': not any(r.failed for r in results),
                           'checks': rows, **figures},
                    default=lambda value: value.item())
   plot_path = os.path.splitext(path)[0] + '.png'
@@ -428,3 +433,10 @@ def write_report(results: list[CheckResult], path: str, figures: dict) -> str:
   except Exception as e:  # pylint: disable=broad-except
     return f'{path} (no plot: {one_line(e)})'
   return f'{path}, plot: {plot_path}'
+
+
+def write_error_report(path: str, error: str, figures: dict) -> None:
+  """The report of a comparison that could not run: passed false, no
+  checks, the error's line; no plot."""
+  atomic.write_json(path, {**REPORT_SCHEMA, 'passed': False, 'error': error,
+                          'checks': [], **figures})

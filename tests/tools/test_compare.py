@@ -1,13 +1,19 @@
 """The equivalence harness on the kit's pair, on broken ports, and on legacy
 code written as TPU-era repositories wrote it."""
 import json
+import os
 
+import jsonschema
 import pytest
 
-from conftest import catalogue, last_line, run_compare
+from conftest import REPO, catalogue, last_line, run_compare
 
 # Commands in subprocesses and training jobs: apart from the fast tier.
 pytestmark = pytest.mark.e2e
+
+with open(os.path.join(REPO, 'migration_tools', 'compare',
+                       'report.schema.json'), encoding='utf-8') as _f:
+  _SCHEMA = json.load(_f)
 
 
 def _compare(tmp_path, fake_data_dir, *args):
@@ -111,6 +117,24 @@ def test_a_plain_comparison_prints_the_kits_lines_and_logs_the_rest(
   assert not [line for line in lines if 'tensorflow' in line.lower() and
               'deprecated' in line]
   assert 'is deprecated' in (tmp_path / 'report.log').read_text()
+  # The report holds to its documented, versioned schema.
+  report = json.loads((tmp_path / 'report.json').read_text())
+  jsonschema.validate(report, _SCHEMA)
+  assert report['schema_version'] == 1 and report['passed']
+
+
+def test_a_port_that_cannot_load_still_gets_its_report(tmp_path,
+                                                       fake_data_dir):
+  result, _ = _compare(tmp_path, fake_data_dir, '--steps=1', '--replicas=1',
+                       '--port=no_such_port:make_port')
+  assert result.returncode == 1
+  assert last_line(result.stderr).startswith(
+      'error: --port: cannot import no_such_port')
+  report = json.loads((tmp_path / 'report.json').read_text())
+  jsonschema.validate(report, _SCHEMA)
+  assert report['passed'] is False and report['checks'] == []
+  assert report['error'] == last_line(result.stderr).removeprefix('error: ')
+  assert report['port'] == 'no_such_port:make_port'
 
 
 def test_mis_mapped_kernels_are_listed(tmp_path, fake_data_dir):
