@@ -91,11 +91,16 @@ def random_state(model: tf.keras.Model,
   return state
 
 
+def state_list(model: tf.keras.Model) -> list:
+  """The model's variables (weights and e.g. moving statistics) in creation
+  order, without Keras 3's random-op state."""
+  return [v for v in model.variables
+          if not variable_path(v).endswith(_RNG_STATE)]
+
+
 def model_state(model: tf.keras.Model) -> dict:
-  """The model's variables (weights and e.g. moving statistics) by
-  ``variable_path``, in creation order, without Keras 3's random-op state."""
-  return {variable_path(v): v for v in model.variables
-          if not variable_path(v).endswith(_RNG_STATE)}
+  """state_list by ``variable_path`` (two of one path: the last)."""
+  return {variable_path(v): v for v in state_list(model)}
 
 
 def optimizer_averages(optimizer, variables) -> list[tuple]:

@@ -200,5 +200,24 @@ def check_port(port: Any, where: str) -> Port:
 
 def state_variables(model: tf.keras.Model) -> dict[str, tf.Variable]:
   """The model's variables (weights and e.g. moving statistics) by path
-  ('conv1/kernel' on Keras 2 and 3), in creation order."""
-  return keras_compat.model_state(model)
+  ('conv1/kernel' on Keras 2 and 3), in creation order.
+
+  Raises:
+    KitError: two variables share a path (Keras lets sibling layers share
+      a name), which would leave all but one of them out.
+  """
+  found = keras_compat.model_state(model)
+  if len(found) == len(keras_compat.state_list(model)):
+    return found
+  shared: dict[str, list] = {}
+  for variable in keras_compat.state_list(model):
+    shared.setdefault(keras_compat.variable_path(variable), []).append(
+        variable)
+  said = '; '.join(
+      f'{path} ({len(held)} variables, shapes '
+      f'{", ".join(str(list(v.shape)) for v in held)})'
+      for path, held in shared.items() if len(held) > 1)
+  raise KitError(f'the port\'s model has variables that share a path: '
+                 f'{said}; the kit keys variables by path, and Keras lets '
+                 'sibling layers share a name: give each layer a name of its '
+                 'own (e.g. Dense(64, name=\'dense_2\'))')

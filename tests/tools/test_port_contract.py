@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from kit_core.errors import KitError
 from kit_pair import mnist as kit_pair
@@ -63,6 +64,30 @@ def test_a_kit_module_that_moved_is_named_where_it_is_now(tmp_path,
       f"from 'migration_tools' ({os.path.dirname(cli.__file__)}"
       "/__init__.py): migration_tools.variable_map is now "
       'migration_tools.pair.variable_map); import it from there')
+
+
+def test_variables_that_share_a_path_are_refused_naming_them():
+  # Keras lets sibling layers share a name; keyed by path, two of three
+  # would be left out in silence.
+  class Sibling(tf.keras.Model):
+
+    def __init__(self):
+      super().__init__(name='albert')
+      self.blocks = [tf.keras.layers.Dense(n, name='dense') for n in (3, 2)]
+
+    def call(self, x):
+      return self.blocks[1](self.blocks[0](x))
+
+  model = Sibling()
+  model(tf.zeros((1, 4)))
+  with pytest.raises(KitError) as e:
+    port_lib.state_variables(model)
+  assert str(e.value) == (
+      "the port's model has variables that share a path: albert/dense/kernel "
+      '(2 variables, shapes [4, 3], [3, 2]); albert/dense/bias (2 '
+      'variables, shapes [3], [2]); the kit keys variables by path, and '
+      'Keras lets sibling layers share a name: give each layer a name of its '
+      "own (e.g. Dense(64, name='dense_2'))")
 
 
 class _NoEval(custom_loop.Trainer):
