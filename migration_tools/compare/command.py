@@ -343,10 +343,12 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
         results, figures = (_replayed if tool_flags.bundle else _live)(
             tool_flags, workdir)
       except KitError as e:
-        # A report asked for is written, with the error, for whatever reads
-        # it (a CI job, an agent); the line is printed as ever.
-        harness.write_error_report(report, str(e), {
-            'port': pair_lib.port_spec(tool_flags)})
+        # A report asked for (--report given) is written, with the error,
+        # for whatever reads it (a CI job, an agent); the line is printed as
+        # ever.
+        if tool_flags['report'].present:
+          harness.write_error_report(report, str(e), {
+              'port': pair_lib.port_spec(tool_flags)})
         raise
   if tool_flags.quiet:
     ran_on = figures.get('port_ran_on', {})

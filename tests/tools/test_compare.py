@@ -130,10 +130,8 @@ def test_a_port_that_cannot_load_still_gets_its_report(tmp_path,
   assert result.returncode == 1
   assert last_line(result.stderr).startswith(
       'error: --port: cannot import no_such_port')
+  _assert_error_report(tmp_path, result)
   report = json.loads((tmp_path / 'report.json').read_text())
-  jsonschema.validate(report, _SCHEMA)
-  assert report['passed'] is False and report['checks'] == []
-  assert report['error'] == last_line(result.stderr).removeprefix('error: ')
   assert report['port'] == 'no_such_port:make_port'
 
 
@@ -156,7 +154,7 @@ def test_bad_flags_fail_in_one_line(tmp_path, fake_data_dir):
     assert result.returncode == 1, args
     assert last_line(result.stderr).startswith('error: '), result.stderr[-500:]
     assert message in last_line(result.stderr), last_line(result.stderr)
-    assert not (tmp_path / 'report.json').exists()
+    _assert_error_report(tmp_path, result)
 
 
 def test_legacy_module_with_the_common_absl_flags_compares(tmp_path,
@@ -181,7 +179,16 @@ def test_bad_legacy_flags_fail_in_one_line(tmp_path, fake_data_dir):
   assert result.returncode == 1
   assert last_line(result.stderr).startswith('error: --legacy_flags: '), (
       result.stderr[-1000:])
-  assert not (tmp_path / 'report.json').exists()
+  _assert_error_report(tmp_path, result)
+
+
+def _assert_error_report(tmp_path, result):
+  """The report --report asked for: the error's line, no checks, not
+  passed, to its schema."""
+  report = json.loads((tmp_path / 'report.json').read_text())
+  jsonschema.validate(report, _SCHEMA)
+  assert report['passed'] is False and report['checks'] == []
+  assert report['error'] == last_line(result.stderr).removeprefix('error: ')
 
 
 def test_a_check_that_raises_fails_alone_and_the_report_lists_all(
