@@ -124,11 +124,22 @@ class Dots:
   framework's whose ports compute float32 wherever the kit runs them, and
   that cannot emulate a rounding."""
 
-  emulated: Rounding | None = None
-  rounded: int = 0
+  emulated: Rounding | None
+  rounded: int
+
+  def __init__(self, emulate: Rounding | None = None):
+    self.emulated = emulate
+    self.rounded = 0
 
   def highest(self) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
   def deployed(self) -> contextlib.AbstractContextManager:
-    return contextlib.nullcontext()
+    """The emulation of the rounding declared, or the device's own."""
+    return (self.emulation(self.emulated) if self.emulated
+            else contextlib.nullcontext())
+
+  def emulation(self, rounding: Rounding) -> contextlib.AbstractContextManager:
+    """A scope in which every dot's operands are rounded to rounding, each
+    counted in ``rounded``: a framework's that can emulate one."""
+    raise NotImplementedError(f'{type(self).__name__} emulates no rounding')

@@ -69,13 +69,9 @@ class JaxDots(precision_lib.Dots):
   """A JAX port's dots: JAX's highest precision for its math; as deployed,
   its device's default, or the rounding emulated."""
 
-  def __init__(self, emulate: precision_lib.Rounding | None = None):
-    self.emulated = emulate
-    self.rounded = 0
-
   def highest(self) -> contextlib.AbstractContextManager:
     return highest()
 
-  def deployed(self) -> contextlib.AbstractContextManager:
-    return (emulated(self.emulated, self) if self.emulated
-            else contextlib.nullcontext())
+  def emulation(self, rounding: precision_lib.Rounding
+                ) -> contextlib.AbstractContextManager:
+    return emulated(rounding, self)

@@ -97,10 +97,6 @@ class TensorFlowDots(precision_lib.Dots):
   """A Keras port's dots on the kit's CPU devices: float32 for its math;
   as deployed, float32 too, or the rounding emulated."""
 
-  def __init__(self, emulate: precision_lib.Rounding | None = None):
-    self.emulated = emulate
-    self.rounded = 0
-
-  def deployed(self) -> contextlib.AbstractContextManager:
-    return (emulated(self.emulated, self) if self.emulated
-            else contextlib.nullcontext())
+  def emulation(self, rounding: precision_lib.Rounding
+                ) -> contextlib.AbstractContextManager:
+    return emulated(rounding, self)

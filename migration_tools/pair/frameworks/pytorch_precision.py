@@ -83,13 +83,9 @@ class TorchDots(precision_lib.Dots):
   """A PyTorch port's dots: float32 for its math; as deployed, torch's
   settings as they were, or the rounding emulated."""
 
-  def __init__(self, emulate: precision_lib.Rounding | None = None):
-    self.emulated = emulate
-    self.rounded = 0
-
   def highest(self) -> contextlib.AbstractContextManager:
     return highest()
 
-  def deployed(self) -> contextlib.AbstractContextManager:
-    return (_mode(self.emulated, self) if self.emulated
-            else contextlib.nullcontext())
+  def emulation(self, rounding: precision_lib.Rounding
+                ) -> contextlib.AbstractContextManager:
+    return _mode(rounding, self)
