@@ -15,8 +15,9 @@ and the flags and loading of a pair named on the command line. A port may
 take ``tf1_keras/``: Keras pieces that compute what TF 1 computed (each TF 1
 optimizer's Keras settings, batch norm as TF 1's fused kernel on Keras 3);
 no tool imports it. Beside them:
-``outputs`` (how two outputs differ), ``tolerances`` (the bars) and ``cli``
-(every command's front end). The tools import nothing of the worked example
+``outputs`` (how two outputs differ), ``tolerances`` (the bars), ``cli``
+(every command's front end) and ``moved`` (the import paths of an earlier
+release that moved: ``port`` is one, kept for a release). The tools import nothing of the worked example
 (estimator_mnist, migrate, mnist_common): the kit's own pair (kit_pair/) is
 named by string, as a team names its own.
 """
