@@ -51,6 +51,7 @@ from kit_core import progress as progress_lib
 from kit_core import room
 from kit_core import sharding
 from kit_core import timing
+from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from kit_core.lazy import tensorflow as tf
 from migration_tools import cli
@@ -342,6 +343,8 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
       try:
         results, figures = (_replayed if tool_flags.bundle else _live)(
             tool_flags, workdir)
+      except Interrupted:  # A signal: no report (the line says so).
+        raise
       except KitError as e:
         # A report asked for (--report given) is written, with the error,
         # for whatever reads it (a CI job, an agent); the line is printed as
