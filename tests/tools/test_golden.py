@@ -151,4 +151,7 @@ def test_a_file_that_is_no_bundle_is_refused(tmp_path):
   result, _ = run_compare(tmp_path / 'r.json', f'--bundle={path}')
   assert result.returncode == 1
   assert 'is not a golden bundle (no manifest)' in last_line(result.stderr)
-  assert not (tmp_path / 'r.json').exists()
+  # The report asked for holds the error, and nothing else.
+  report = json.loads((tmp_path / 'r.json').read_text())
+  assert report['passed'] is False and report['checks'] == []
+  assert report['error'] == last_line(result.stderr).removeprefix('error: ')
