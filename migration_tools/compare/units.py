@@ -165,6 +165,9 @@ def _forward_noise(run: Run, runner, state: dict, ours: dict,
   embedding of state one unit in the last place apart (noise.forward);
   outputs_of(): the outputs again. The port is set back to state."""
   kernels = [n for n in run.weights if np.ndim(state[n]) >= 2]
+  # Copies of what is moved: state may hold views of the model's own
+  # buffers (PyTorch's .numpy()), which setting the moved state writes over.
+  state = {**state, **{n: np.array(state[n]) for n in kernels}}
   began = time.monotonic()
   with timing.spent(noise_lib.FORWARD_PHASE):
     try:

@@ -272,3 +272,30 @@ def test_emulation_rounds_the_dots_forward_and_backward_and_not_the_bias():
   # Out of it, float32 again.
   for got, before in zip(run(), exact):
     torch.testing.assert_close(got, before, rtol=0, atol=0)
+
+
+def test_the_forward_noise_leaves_a_torch_port_as_it_found_it():
+  # evaluation measures its noise from the port's own state, which PyTorch
+  # hands out as views of its parameters: what is set back must be copies.
+  from kit_pair import mnist_torch  # pylint: disable=import-outside-toplevel
+  from migration_tools.compare import units  # pylint: disable=import-outside-toplevel
+  from migration_tools.pair import array_runner  # pylint: disable=import-outside-toplevel
+  generator = np.random.default_rng(0)
+  features = generator.uniform(-0.5, 0.5, (8, 28, 28, 1)).astype(np.float32)
+  labels = generator.integers(0, 10, 8).astype(np.int64)
+  runner = array_runner.ArrayRunner(
+      mnist_torch.make_port(), 1, {'learning_rate': 0.05, 'batch_size': 8},
+      [(features, labels)], dots=pytorch.PyTorch().dots())
+  runner.use_map({n: n for n in runner.shapes()})
+  before = {k: v.copy() for k, v in runner.state().items()}
+
+  class Run:
+    weights = tuple(before)
+    options = type('Options', (), {'seed': 0})
+
+  found = units._forward_noise(  # pylint: disable=protected-access
+      Run, runner, runner.state(), runner.predict(features),
+      lambda: runner.predict(features))
+  assert found.by_output['probabilities'] > 0
+  for name, value in runner.state().items():
+    np.testing.assert_array_equal(value, before[name])
