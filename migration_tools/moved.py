@@ -55,7 +55,11 @@ def where(error: ImportError) -> str:
       return ''
     wanted = found[1]
   last = wanted.rpartition('.')[2]
-  now = sorted(m.name for m in pkgutil.walk_packages(
-      importlib.import_module('migration_tools').__path__, 'migration_tools.')
+  # A package that cannot be imported here is passed by: this only words
+  # an error.
+  modules = pkgutil.walk_packages(
+      importlib.import_module('migration_tools').__path__, 'migration_tools.',
+      onerror=lambda name: None)
+  now = sorted(m.name for m in modules
                if m.name.rpartition('.')[2] == last and m.name != wanted)
   return f': {wanted} is now {" or ".join(now)}' if now else ''

@@ -200,9 +200,8 @@ def test_a_value_read_back_to_python_is_not_tpu_ready():
                                  (torch.ones(2, 3),)) == []
 
 
-def test_a_reordered_step_keeps_what_it_left_and_restores_the_model():
-  # PyTorch hands out views of its parameters: the step's result must be
-  # copied before the model is set back, or the noise it measures is 0.
+def _kit_runner():
+  """The kit's PyTorch port on one replica, fed one batch; the batch."""
   from kit_pair import mnist_torch  # pylint: disable=import-outside-toplevel
   from migration_tools.pair import array_runner  # pylint: disable=import-outside-toplevel
   generator = np.random.default_rng(0)
@@ -211,6 +210,13 @@ def test_a_reordered_step_keeps_what_it_left_and_restores_the_model():
   runner = array_runner.ArrayRunner(
       mnist_torch.make_port(), 1, {'learning_rate': 0.05, 'batch_size': 8},
       [(features, labels)], dots=pytorch.PyTorch().dots())
+  return runner, features, labels
+
+
+def test_a_reordered_step_keeps_what_it_left_and_restores_the_model():
+  # PyTorch hands out views of its parameters: the step's result must be
+  # copied before the model is set back, or the noise it measures is 0.
+  runner, features, labels = _kit_runner()
   before = {k: v.copy() for k, v in runner.state().items()}
   again = runner.reordered_step(features, labels)
   assert max(np.abs(again['state'][k] - before[k]).max() for k in before) > 0
@@ -277,15 +283,8 @@ def test_emulation_rounds_the_dots_forward_and_backward_and_not_the_bias():
 def test_the_forward_noise_leaves_a_torch_port_as_it_found_it():
   # evaluation measures its noise from the port's own state, which PyTorch
   # hands out as views of its parameters: what is set back must be copies.
-  from kit_pair import mnist_torch  # pylint: disable=import-outside-toplevel
   from migration_tools.compare import units  # pylint: disable=import-outside-toplevel
-  from migration_tools.pair import array_runner  # pylint: disable=import-outside-toplevel
-  generator = np.random.default_rng(0)
-  features = generator.uniform(-0.5, 0.5, (8, 28, 28, 1)).astype(np.float32)
-  labels = generator.integers(0, 10, 8).astype(np.int64)
-  runner = array_runner.ArrayRunner(
-      mnist_torch.make_port(), 1, {'learning_rate': 0.05, 'batch_size': 8},
-      [(features, labels)], dots=pytorch.PyTorch().dots())
+  runner, features, _ = _kit_runner()
   runner.use_map({n: n for n in runner.shapes()})
   before = {k: v.copy() for k, v in runner.state().items()}
 
