@@ -124,19 +124,25 @@ class Table:
       else:
         raise ValueError(f'rule {rule.id}: unknown match {rule.match!r}')
 
-  def api_rule(self, parts: tuple) -> rules_lib.Rule | None:
+  def api_rule(self, parts: tuple,
+               after: rules_lib.Rule | None = None) -> rules_lib.Rule | None:
     """The first row matching the path or one of its prefixes
-    (tf.estimator.ModeKeys.TRAIN is a use of *.ModeKeys)."""
-    if parts not in self._api_cache:  # Code repeats its paths: match once.
+    (tf.estimator.ModeKeys.TRAIN is a use of *.ModeKeys); after a row, the
+    first below it."""
+    key = (parts, after and after.id)
+    if key not in self._api_cache:  # Code repeats its paths: match once.
       # TF's private modules (tensorflow.python...) are no API: only rows
       # that name them match there, not *.NAME guesses.
       private = parts[0] == 'python'
-      self._api_cache[parts] = next(
-          (rule for pattern, rule in self.api
+      rows = self.api
+      if after is not None:
+        rows = rows[[r for _, r in rows].index(after) + 1:]
+      self._api_cache[key] = next(
+          (rule for pattern, rule in rows
            if (not private or pattern[0] == 'python') and
            any(_matches(pattern, parts[:n])
                for n in range(len(parts), 0, -1))), None)
-    return self._api_cache[parts]
+    return self._api_cache[key]
 
 
   def api_entry(self, parts: tuple) -> tuple[tuple | None, int]:
@@ -401,6 +407,8 @@ class _Scanner:
     entry, n = self.table.api_entry(parts)
     status = entry[1] if entry else 'unknown'
     rule = self.table.api_rule(parts)
+    while rule and rule.unless_given and self._given(node, *rule.unless_given):
+      rule = self.table.api_rule(parts, after=rule)
     if status == 'same':
       # TF 2 has it unchanged: at most a style note (tf.feature_column).
       if rule and rule.severity == rules_lib.STYLE:
@@ -450,6 +458,15 @@ class _Scanner:
                 f'{ast.unparse(node.value)}.{node.attr}')
     if isinstance(node.value, ast.Call):
       self._wrapped(node)
+
+  def _given(self, node: ast.AST, keyword: str, position: int) -> bool:
+    """Whether node is called here with keyword= or more than position
+    positional arguments (rules.Rule.unless_given)."""
+    call = self._parent(node)
+    if not isinstance(call, ast.Call) or call.func is not node:
+      return False
+    return (any(k.arg == keyword for k in call.keywords) or
+            len(call.args) > position)
 
   def _wrapped(self, node: ast.Attribute) -> None:
     """X().attr where X is a wrapper the scanner cannot follow

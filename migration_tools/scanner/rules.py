@@ -122,6 +122,16 @@ class Rule:
   # For a rename any tool can do (tf.gfile -> tf.io.gfile): its kind, one
   # line of the plan for all of them.
   mechanical: str = ''
+  # TF 2 has a symbol of this name that means something else: through
+  # tf.compat.v1 the name is TF 1's own and computes what it did, so what
+  # is silent spelt plain tf.X only warns there (a v1 summary under
+  # ``import tensorflow.compat.v1 as tf``).
+  redefined: bool = False
+  # (keyword, position): a call that passes this argument, by keyword or
+  # as positional argument position (0-based), is not this row's; the next
+  # row that matches decides (AdamOptimizer(lr, epsilon=1e-6) keeps its
+  # epsilon: no longer silent, but still a v1 optimizer).
+  unless_given: tuple[str, int] | None = None
 
   @property
   def description(self) -> str:
@@ -129,8 +139,12 @@ class Rule:
 
   def severity_via(self, compat_v1: bool) -> str:
     """The severity of a use through a tf.compat.v1 that still has it:
-    what would break only warns, what is silent stays so."""
-    return COMPAT if compat_v1 and self.severity == BREAKS else self.severity
+    what would break only warns; what is silent stays so, unless TF 2 only
+    redefined the name (Rule.redefined)."""
+    if compat_v1 and (self.severity == BREAKS or
+                      self.redefined and self.severity == SILENT):
+      return COMPAT
+    return self.severity
 
 
 # Guide sections (anchors of docs/MIGRATION.md's '## ' headings).
@@ -160,7 +174,8 @@ _KERAS_SAVES_IT = ('a Keras callback, or code in your own loop')
 # tf.summary.experimental.set_step elsewhere is told apart once it passes
 # step= (the rest of the file never decides).
 _SUMMARY_SHAPE = dict(undecided=TF1_SHAPE,
-                      enclosing=(('with:as_default:step', TF2_SHAPE),))
+                      enclosing=(('with:as_default:step', TF2_SHAPE),),
+                      redefined=True)
 _V1_LOSS = ('tf.keras.losses with reduction NONE, averaged over the global '
             'batch (tf.nn.compute_average_loss): TF 1 losses reduce by '
             'SUM_BY_NONZERO_WEIGHTS and add to a collection')
@@ -186,29 +201,34 @@ _ROWS = (
          "(TF 1's where_v2); TF 1's needs x and y of one shape, with cond of "
          'that shape or a vector that picks rows: check that the shapes '
          'select what you meant, or keep TF 1\'s with tf.compat.v1.where',
-         _SILENT),
+         _SILENT, redefined=True),
     Rule('ctc-loss-positional', 'arg:nn.ctc_loss:2', 'silent', SILENT,
          'tf.nn.ctc_loss argument 3', "TF 1's third argument is "
          "sequence_length (the logits' lengths), TF 2's is label_length; TF 2 "
          'also needs logit_length and takes class 0 as the blank where TF 1 '
          'took the last: call tf.nn.ctc_loss(labels=, logits=, label_length=, '
          'logit_length=, blank_index=-1) by keyword (inputs and logits are '
-         'one argument in TF 1: the second position did not move)', _SILENT),
+         'one argument in TF 1: the second position did not move)', _SILENT,
+         redefined=True),
     Rule('dropout-positional', 'arg:nn.dropout:1', 'silent', SILENT,
          'tf.nn.dropout(x, keep_prob)', "TF 2's second argument is rate = "
          '1 - keep_prob: write tf.nn.dropout(x, rate=1 - keep_prob), or a '
-         'Keras Dropout layer', _SILENT),
+         'Keras Dropout layer', _SILENT, redefined=True),
     Rule('dropout-keep-prob', 'arg:nn.dropout:keep_prob', 'silent', BREAKS,
          'tf.nn.dropout(keep_prob=)', 'tf.nn.dropout(x, rate=1 - keep_prob) '
          '(TF 2 refuses keep_prob=)', _SILENT),
     Rule('losses-mse-v1', 'api:losses.mean_squared_error', 'silent', SILENT,
          'tf.losses.mean_squared_error (v1)', "TF 2's function takes "
          '(y_true, y_pred) and returns one loss per example, not the '
-         'weighted scalar mean: ' + _V1_LOSS, _SILENT),
-    Rule('losses-reduction-v1', 'api:losses.Reduction', 'silent', SILENT,
-         'tf.losses.Reduction (v1)', 'tf.keras.losses.Reduction has no '
-         'SUM_BY_NONZERO_WEIGHTS; average over the global batch '
-         '(tf.nn.compute_average_loss)', _SILENT),
+         'weighted scalar mean: ' + _V1_LOSS, _SILENT, redefined=True),
+    # NONE, SUM and SUM_OVER_BATCH_SIZE mean what Keras's do: only TF 1's
+    # own reductions are a finding of their own (the rest is tf.losses').
+    Rule('losses-reduction-v1', 'api:losses.Reduction.SUM_BY_NONZERO_WEIGHTS|'
+         'SUM_OVER_NONZERO_WEIGHTS|MEAN', 'train-layers', BREAKS,
+         'tf.losses.Reduction (v1)', 'TF 2 has no SUM_BY_NONZERO_WEIGHTS '
+         '(nor MEAN): a Keras loss with reduction NONE, its sum divided by '
+         'the count of nonzero weights, or by the global batch '
+         '(tf.nn.compute_average_loss) where every weight is 1', _CROSS_SHARD),
     Rule('batch-norm-v1', 'api:layers.batch_normalization', 'silent',
          SILENT, 'tf.layers.batch_normalization', 'tf.keras.layers.'
          'BatchNormalization, called with training=: the v1 layer only '
@@ -218,9 +238,11 @@ _ROWS = (
          SILENT, 'tf.layers.BatchNormalization', 'tf.keras.layers.'
          'BatchNormalization, called with training=: the v1 layer only '
          'updates its moving averages through UPDATE_OPS', _SILENT),
+    # Given epsilon, the port copies it: a v1 optimizer like any other.
     Rule('adam-epsilon', 'api:train.AdamOptimizer', 'silent', SILENT,
          'tf.train.AdamOptimizer', 'tf.keras.optimizers.Adam(epsilon=1e-8): '
-         "Keras's default epsilon is 1e-7, TF 1's 1e-8", _SILENT),
+         "Keras's default epsilon is 1e-7, TF 1's 1e-8", _SILENT,
+         unless_given=('epsilon', 3)),
     Rule('rmsprop-epsilon', 'api:train.RMSPropOptimizer', 'silent', SILENT,
          'tf.train.RMSPropOptimizer', 'tf.keras.optimizers.RMSprop('
          'rho=0.9, epsilon=1e-10): Keras defaults to epsilon 1e-7, and TF 1 '
@@ -230,7 +252,8 @@ _ROWS = (
          '...): TF 1 adds no epsilon, Keras 1e-7', _SILENT),
     Rule('adadelta-epsilon', 'api:train.AdadeltaOptimizer', 'silent', SILENT,
          'tf.train.AdadeltaOptimizer', 'tf.keras.optimizers.Adadelta('
-         'epsilon=1e-8): Keras defaults to 1e-7', _SILENT),
+         'epsilon=1e-8): Keras defaults to 1e-7', _SILENT,
+         unless_given=('epsilon', 2)),
     Rule('image-resize-v1', 'api:image.resize_images', 'silent', SILENT,
          'tf.image.resize_images', "tf.image.resize: TF 2 samples at "
          'half-pixel centres and has no align_corners, so outputs differ '
@@ -529,6 +552,22 @@ _ROWS = (
          'train-layers', BREAKS, 'minimize(global_step=)', 'a Keras '
          'optimizer counts its steps itself (optimizer.iterations) and takes '
          'no global_step', _OPTIMIZERS),
+    Rule('apply-gradients-global-step',
+         'method-arg:apply_gradients:1:global_step:name', 'train-layers',
+         BREAKS, 'apply_gradients(grads_and_vars, global_step)', 'a Keras '
+         'optimizer counts its steps itself (optimizer.iterations); its '
+         "apply_gradients' second argument is name (Keras 3 takes none): "
+         'apply_gradients(zip(grads, variables))', _OPTIMIZERS),
+    Rule('apply-gradients-global-step-keyword',
+         'method-arg:apply_gradients:global_step', 'train-layers', BREAKS,
+         'apply_gradients(global_step=)', 'a Keras optimizer counts its '
+         'steps itself (optimizer.iterations) and takes no global_step',
+         _OPTIMIZERS),
+    Rule('compute-gradients', 'method:compute_gradients', 'train-layers',
+         BREAKS, 'Optimizer.compute_gradients', 'tf.GradientTape: '
+         'grads = tape.gradient(loss, variables), then '
+         'optimizer.apply_gradients(zip(grads, variables)); a Keras '
+         'optimizer has no compute_gradients', _OPTIMIZERS),
     Rule('decay-v1', 'api:train.*_decay', 'train-layers', BREAKS,
          'tf.train learning-rate decay', 'a tf.keras.optimizers.schedules '
          'schedule (it counts optimizer.iterations, not a global step)',
@@ -643,7 +682,7 @@ MOVED_POSITIONAL = Rule(
     'tf1-positional', 'tf_api:changed', 'silent', SILENT,
     '{name} argument {position}', 'argument {position} is {v1} in TF 1 and '
     '{v2} in TF 2: pass it by keyword', _SILENT,
-    title='a positional argument whose meaning TF 2 changed')
+    title='a positional argument whose meaning TF 2 changed', redefined=True)
 TOO_MANY_POSITIONAL = Rule(
     'tf1-positional-count', 'tf_api:changed', 'tf1-api', BREAKS,
     '{name} with {given} positional arguments', "TF 2's {name} takes at "

@@ -40,3 +40,22 @@ def host_call_fn(step, lr, logits, labels):
     tf2.summary.scalar('learning_rate', lr[0], step=step[0])
     in_top_5 = tf.nn.in_top_k(logits, labels, 5)  # expect: tf1-positional
     return tf.summary.all_v2_summary_ops(), in_top_5  # expect: summary-v1
+
+
+def clipped_train_op(loss, learning_rate):
+  optimizer = tf.train.AdamOptimizer(learning_rate, epsilon=1e-6)  # expect: optimizer-v1
+  grads_and_vars = optimizer.compute_gradients(loss)  # expect: compute-gradients
+  clipped = [(tf.clip_by_norm(g, 1.0), v) for g, v in grads_and_vars]
+  return optimizer.apply_gradients(  # expect: apply-gradients-global-step-keyword
+      clipped, global_step=tf.train.get_global_step())  # expect: get-global-step
+
+
+def per_example_loss(labels, logits):
+  return tf.losses.sparse_softmax_cross_entropy(  # expect: losses-v1
+      labels, logits, reduction=tf.losses.Reduction.NONE)  # expect: losses-v1
+
+
+def summed_loss(labels, logits, weights):
+  return tf.losses.sparse_softmax_cross_entropy(  # expect: losses-v1
+      labels, logits, weights,
+      reduction=tf.losses.Reduction.SUM_BY_NONZERO_WEIGHTS)  # expect: losses-reduction-v1

@@ -69,7 +69,7 @@ def train_op_fn(loss, learning_rate):
   grads = tf.gradients(loss, variables)  # expect: gradients
   grads, _ = tf.clip_by_global_norm(grads, 5.0)
   with tf.control_dependencies(update_ops):
-    return optimizer.apply_gradients(zip(grads, variables), global_step)
+    return optimizer.apply_gradients(zip(grads, variables), global_step)  # expect: apply-gradients-global-step
 
 
 def summaries(loss, step):

@@ -157,6 +157,11 @@ RULE_CASES = [
     ('minimize-global-step', 'optimizer.minimize(loss, global_step)'),
     ('minimize-global-step-keyword',
      'optimizer.minimize(loss, global_step=step)'),
+    ('apply-gradients-global-step',
+     'optimizer.apply_gradients(zip(grads, tvars), global_step)'),
+    ('apply-gradients-global-step-keyword',
+     'optimizer.apply_gradients(pairs, global_step=step)'),
+    ('compute-gradients', 'pairs = optimizer.compute_gradients(loss)'),
     ('dimension-value', 'width = x.shape[-1].value'),
 ]
 
@@ -335,13 +340,49 @@ def test_a_redefined_symbol_is_judged_by_its_call(source, expected):
 
 
 def test_through_compat_v1_a_redefined_symbol_is_tf1_and_v2_tf2():
+  # Through tf.compat.v1 a name TF 2 redefined is TF 1's own: it computes
+  # what it did, so it warns (compat) where plain tf.X is silent.
   assert _severities(_V1 + "tf.summary.scalar('loss', loss)") == [
-      ('summary-op', rules.SILENT)]
+      ('summary-op', rules.COMPAT)]
+  assert _severities(_TF + "tf.compat.v1.summary.scalar('loss', loss)") == [
+      ('summary-op', rules.COMPAT)]
   assert _severities(_V1 + 'tf.nn.dropout(x, 0.1)') == [
-      ('dropout-positional', rules.SILENT)]
+      ('dropout-positional', rules.COMPAT)]
+  assert _severities(_V1 + 'tf.losses.mean_squared_error(y, p)') == [
+      ('losses-mse-v1', rules.COMPAT)]
   assert _severities(_V1 + 'import tensorflow.compat.v2 as tf2\n'
                      "tf2.summary.scalar('loss', loss)\n"
                      'tf2.nn.dropout(x, 0.5)\n') == []
+
+
+@pytest.mark.parametrize('source,expected', [
+    # TF 1's default epsilon is the silent part: given, the port keeps it.
+    (_TF + 'tf.train.AdamOptimizer(lr)', [('adam-epsilon', rules.SILENT)]),
+    (_TF + 'tf.train.AdamOptimizer(lr, epsilon=1e-6)',
+     [('optimizer-v1', rules.BREAKS)]),
+    (_TF + 'tf.train.AdamOptimizer(lr, 0.9, 0.999, 1e-6)',
+     [('optimizer-v1', rules.BREAKS)]),
+    (_TF + 'tf.train.AdamOptimizer(lr, 0.9, 0.999)',
+     [('adam-epsilon', rules.SILENT)]),
+    (_V1 + 'tf.train.AdamOptimizer(lr, beta1=b, epsilon=e)',
+     [('optimizer-v1', rules.COMPAT)]),
+    (_TF + 'tf.train.AdadeltaOptimizer(lr, 0.95, 1e-6)',
+     [('optimizer-v1', rules.BREAKS)]),
+    # RMSProp differs beyond its default (epsilon inside the root).
+    (_TF + 'tf.train.RMSPropOptimizer(lr, epsilon=1e-6)',
+     [('rmsprop-epsilon', rules.SILENT)]),
+    # Reductions Keras has mean the same; TF 1's own have no TF 2 twin.
+    (_V1 + 'r = tf.losses.Reduction.NONE', [('losses-v1', rules.COMPAT)]),
+    (_V1 + 'r = tf.losses.Reduction.SUM_BY_NONZERO_WEIGHTS',
+     [('losses-reduction-v1', rules.COMPAT)]),
+    (_TF + 'r = tf.compat.v1.losses.Reduction.MEAN',
+     [('losses-reduction-v1', rules.COMPAT)]),
+    ("opt.apply_gradients(pairs, 'step_name')", []),
+    ('opt.apply_gradients(zip(grads, tvars), global_step=step)',
+     [('apply-gradients-global-step-keyword', rules.BREAKS)]),
+])
+def test_what_a_call_passes_decides_its_severity(source, expected):
+  assert _severities(source) == expected
 
 
 def test_a_half_migrated_file_with_a_silent_change_exits_1(tmp_path):
