@@ -247,10 +247,16 @@ def inventory(theirs: dict, ours: dict, paired_by_order: list | None = None,
              f'{" ..." if len(names) > 3 else ""} ({reason})'
              for reason, names in account.not_compared().items()]
     return CheckResult('inventory', PASSED, '; '.join(said), figures=figures)
+  # A shape mismatch says both shapes, and whether the port's is the
+  # legacy one transposed (a Dense kernel copied from a torch-style
+  # [out, in] weight).
+  shaped = [f'{k} (legacy {theirs[k]}, port {ours[k]}'
+            f'{", transposed" if ours[k] == theirs[k][::-1] else ""})'
+            for k in shapes]
   shown = [f'{label} {", ".join(items[:3])}{" ..." if len(items) > 3 else ""}'
            for label, items in (('not mapped from the legacy model:', missing),
                                 ('not mapped in the port:', extra),
-                                ('of another shape:', shapes)) if items]
+                                ('of another shape:', shaped)) if items]
   return CheckResult(
       'inventory', FAILED,
       'the variables do not map one to one (' + '; '.join(shown) + '): '

@@ -41,12 +41,14 @@ def loss_curves(checks: list, path: str) -> None:
     diffs.axhline(tolerances.TRAJECTORY_ATOL, color='gray', linestyle=':',
                   label='tolerance (a run that replays exactly)')
   losses.set_ylabel('training loss')
-  losses.legend(fontsize='small')
+  if losses.get_legend_handles_labels()[0]:  # None when no run finished.
+    losses.legend(fontsize='small')
   diffs.set_yscale('symlog', linthresh=_LINEAR_BELOW)
   diffs.set_ylim(bottom=0)
   diffs.set_ylabel('|legacy - port|')
   diffs.set_xlabel('step')
-  diffs.legend(loc='upper left', fontsize='x-small')
+  if diffs.get_legend_handles_labels()[0]:
+    diffs.legend(loc='upper left', fontsize='x-small')
   figure.suptitle('migration-compare: legacy model_fn vs port')
   figure.tight_layout()
   with atomic.temporary_path(path) as tmp:

@@ -415,9 +415,16 @@ class LegacyRunner(side.LegacySide):
       if not trainable or self.train.spec.train_op is None:
         raise KitError('the legacy model_fn built no trainable variable or no '
                        'train_op in TRAIN mode')
+      gradients = tf.gradients(self.train.spec.loss, trainable)
+      # A variable the loss never reaches (a bias made and not used) has no
+      # gradient: zero, as a port's tape.gradient None is read, and no
+      # optimizer is expected to take it.
+      self.unreached = sorted(v.op.name for v, g in zip(trainable, gradients)
+                              if g is None)
       # Dense, also for embeddings (IndexedSlices), to be compared.
-      self.gradients = {v.op.name: tf.convert_to_tensor(g) for v, g in zip(
-          trainable, tf.gradients(self.train.spec.loss, trainable))}
+      self.gradients = {
+          v.op.name: tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+          for v, g in zip(trainable, gradients)}
       self.update_ops = tf.compat.v1.get_collection(
           tf.compat.v1.GraphKeys.UPDATE_OPS)
     self.host_call = _host_call_tensors(self.train.spec)
@@ -432,7 +439,8 @@ class LegacyRunner(side.LegacySide):
 
   def _unfed(self) -> list[str]:
     """The variables whose applied gradient the kit cannot feed."""
-    return sorted(set(self.gradients) - set(self.optimizer.applied))
+    return sorted(set(self.gradients) - set(self.optimizer.applied) -
+                  set(self.unreached))
 
   def train_variables(self) -> dict[str, dict]:
     """Every global variable of the TRAIN graph (side.py)."""

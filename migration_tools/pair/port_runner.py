@@ -276,11 +276,15 @@ class PortRunner(side.PortSide):
   def _probe_step(self, iterator):
     """The replicas' loss_and_gradients on iterator's next batch; in a
     function, as in the port's step (its gradients may be graph-only)."""
+    variables = self.model.trainable_variables
+
     def dense(*args):
       per_example, outputs, gradients = self.trainer.loss_and_gradients(*args)
-      # Dense, also for embeddings (IndexedSlices), to be compared.
-      return per_example, outputs, [tf.convert_to_tensor(g)
-                                    for g in gradients]
+      # Dense, also for embeddings (IndexedSlices), to be compared; a
+      # variable the loss never reaches (tape.gradient's None) as zeros.
+      return per_example, outputs, [
+          tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+          for v, g in zip(variables, gradients)]
     return self.strategy.run(dense, args=next(iterator))
 
   def _take(self, features, labels) -> None:

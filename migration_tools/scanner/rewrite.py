@@ -21,12 +21,20 @@ versions of a snippet of each kind under TF 2.15 and compares them.
   tf.data.experimental.map_and_batch), through ``tf.contrib.X`` or an
   import's alias (``from tensorflow.contrib import tpu as contrib_tpu``);
 - unused-contrib-import: a module-level import of tf.contrib whose names
-  nothing uses any more once the homes are written.
+  nothing uses any more once the homes are written;
+- layer-norm: contrib's layer_norm (tf.contrib.layers or slim, by any
+  alias or import) -> a function of the same name's arguments, variables,
+  epsilon and math, written once into the file after its imports
+  (layer_norm.py);
+- renamed-keyword: keep_dims= -> keepdims= and reduction_indices= -> axis=
+  in a call of a TensorFlow function whose TF 1 signature already took both
+  names for one parameter and whose TF 2 signature has the new one
+  (tf.reduce_sum, tf.nn.moments; tf_api.py records both signatures).
 
 Under ``import tensorflow.compat.v1 as tf`` (most TPU-era code after TF
 1.14) the same rewrites are written in that spelling (tf.estimator.tpu.X,
-no compat.v1 prefix). What has no home with the same meaning (contrib's
-layer_norm, slim, tf.contrib.summary) is left: the report says what it
+no compat.v1 prefix). What has no home with the same meaning (slim,
+tf.contrib.summary) is left: the report says what it
 becomes. So is the move of tf.flags and tf.logging to absl, which the plan
 calls mechanical but which is not the same code: tf.flags.FLAGS parses
 sys.argv when first read where absl's raises, tf.flags' DEFINE_* take the
@@ -40,10 +48,12 @@ import os
 import tokenize
 
 from migration_tools.scanner import engine
+from migration_tools.scanner import layer_norm
 from migration_tools.scanner import tf_api
 
 KINDS = ('renamed', 'through-compat-v1', 'gfile', 'to-dtype',
-         'dimension-value', 'contrib-home', 'unused-contrib-import')
+         'dimension-value', 'contrib-home', 'unused-contrib-import',
+         'renamed-keyword', 'layer-norm')
 
 GFILE = {
     'Copy': 'copy', 'DeleteRecursively': 'rmtree', 'Exists': 'exists',
@@ -51,6 +61,9 @@ GFILE = {
     'IsDirectory': 'isdir', 'ListDirectory': 'listdir', 'MakeDirs': 'makedirs',
     'MkDir': 'mkdir', 'Open': 'GFile', 'Remove': 'remove', 'Rename': 'rename',
     'Stat': 'stat', 'Walk': 'walk'}
+# TF 1 keyword -> TF 2's name for the same parameter (what tf_upgrade_v2
+# renames in the reductions).
+KEYWORDS = {'keep_dims': 'keepdims', 'reduction_indices': 'axis'}
 TO_DTYPE = {'to_float': 'float32', 'to_double': 'float64',
             'to_int32': 'int32', 'to_int64': 'int64',
             'to_bfloat16': 'bfloat16', 'to_complex64': 'complex64',
@@ -135,8 +148,8 @@ def _span(node: ast.AST) -> tuple[tuple[int, int], tuple[int, int]]:
 class _Rewriter:
   """The edits of one parsed module."""
 
-  def __init__(self, tree: ast.Module):
-    self.tree = tree
+  def __init__(self, tree: ast.Module, source: str = ''):
+    self.tree, self.source = tree, source
     self.names = engine.names(tree)
     self.edits = []
     # Names bound to TensorFlow itself, by spelling: the first of each.
@@ -145,6 +158,7 @@ class _Rewriter:
       if full in (V1, PLAIN):
         self.tf.setdefault(full, name)
     self.consumed = set()  # ids of Name nodes whose chain was rewritten.
+    self.layer_norms = []  # Nodes that name contrib's layer_norm.
 
   def _add(self, node: ast.AST, text: str, kind: str) -> None:
     """Replaces node's source with text."""
@@ -160,9 +174,35 @@ class _Rewriter:
           inside |= {id(n) for n in ast.walk(node)}
         elif node.attr == 'value' and engine.indexes_a_shape(node.value):
           self._dimension_value(node)
+      elif (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+            and self._layer_norm_path(self.names.get(node.id))):
+        self.layer_norms.append(node)  # from ...layers import layer_norm
+    self._layer_norm()
     self._calls()
     self._unused_contrib_imports()
     return self.edits
+
+  @staticmethod
+  def _layer_norm_path(full: str | None) -> bool:
+    resolved = full and engine.canonical(full)
+    return bool(resolved) and '.'.join(resolved[0]) in layer_norm.PATHS
+
+  def _layer_norm(self) -> None:
+    """Each use of contrib's layer_norm calls the helper, written once
+    after the file's imports; none if the file binds the helper's name, or
+    imports nothing before the first use."""
+    if not self.layer_norms or layer_norm.bound(self.tree):
+      return
+    first = min(node.lineno for node in self.layer_norms)
+    after = layer_norm.insertion_line(self.tree, first)
+    if after is None:
+      return
+    for node in self.layer_norms:
+      self._add(node, layer_norm.NAME, kind='layer-norm')
+      self.consumed.add(id(engine.base_name(node)))
+    self.edits.append(Edit((after + 1, 0), (after + 1, 0),
+                           layer_norm.helper_text(self.source, after),
+                           'layer-norm'))
 
   def _dimension_value(self, node: ast.Attribute) -> None:
     tf = self.tf.get(PLAIN) or self.tf.get(V1)
@@ -194,6 +234,9 @@ class _Rewriter:
 
   def _contrib(self, node: ast.Attribute, parts: list[str],
                path: list[str]) -> bool:
+    if '.'.join(path) in layer_norm.PATHS:
+      self.layer_norms.append(node)
+      return True
     for n in range(len(path), 1, -1):
       home = CONTRIB_HOMES.get('.'.join(path[:n]))
       if home:
@@ -244,10 +287,12 @@ class _Rewriter:
     return '.'.join([tf, 'compat', 'v1'] + path), 'through-compat-v1'
 
   def _calls(self) -> None:
-    """tf.to_float(x[, name=...]) -> tf.cast(x, tf.float32[, name=...])."""
+    """tf.to_float(x[, name=...]) -> tf.cast(x, tf.float32[, name=...]);
+    keyword renames (KEYWORDS)."""
     for node in ast.walk(self.tree):
       if not isinstance(node, ast.Call):
         continue
+      self._keywords(node)
       parts = engine.dotted(node.func)
       if (not parts or len(parts) != 2 or parts[1] not in TO_DTYPE or
           self.names.get(parts[0]) not in (PLAIN, V1) or
@@ -258,6 +303,27 @@ class _Rewriter:
       end = _span(node.args[0])[1]
       self.edits.append(Edit(end, end, f', {parts[0]}.{TO_DTYPE[parts[1]]}',
                              'to-dtype'))
+
+  def _keywords(self, node: ast.Call) -> None:
+    """keep_dims= -> keepdims= where TF 1 took both and TF 2 takes the
+    new name: the same parameter under both."""
+    parts = engine.dotted(node.func)
+    base = parts and self.names.get(parts[0])
+    resolved = base and engine.canonical('.'.join([base] + parts[1:]))
+    if not resolved or resolved[1] == 'v2':
+      return
+    entry = tf_api.API.get('.'.join(resolved[0]))
+    if not entry or len(entry) < 6:
+      return
+    tf1_names = entry[4][0]
+    given = {k.arg for k in node.keywords}
+    for keyword in node.keywords:
+      new = KEYWORDS.get(keyword.arg)
+      if (new and new not in given and new in tf1_names and
+          all(new in signature[0] for signature in entry[5])):
+        start = (keyword.lineno, keyword.col_offset)
+        self.edits.append(Edit(start, (start[0], start[1] + len(keyword.arg)),
+                               new, 'renamed-keyword'))
 
   def _unused_contrib_imports(self) -> None:
     """Removes each module-level import of tf.contrib whose names nothing
@@ -319,7 +385,7 @@ def edits(source: str) -> list[Edit]:
   Raises:
     SyntaxError, ValueError: it does not parse.
   """
-  return _Rewriter(ast.parse(source)).run()
+  return _Rewriter(ast.parse(source), source).run()
 
 
 def rewrite(source: str) -> str:

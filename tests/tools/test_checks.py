@@ -178,7 +178,13 @@ def test_inventory_lists_missing_extra_and_reshaped_variables():
   assert result.figures['missing_in_port'] == ['c']
   assert result.figures['extra_in_port'] == ['d']
   assert result.figures['wrong_shape'] == ['b']
+  assert 'of another shape: b (legacy [3], port [4])' in result.message
   assert checks.inventory(theirs, dict(theirs)).passed
+  # Both shapes, and a transposed kernel said to be one.
+  kernel = checks.inventory({'dense/kernel': np.zeros((3, 5))},
+                            {'dense/kernel': np.zeros((5, 3))})
+  assert ('of another shape: dense/kernel (legacy [3, 5], port [5, 3], '
+          'transposed)') in kernel.message, kernel.message
 
 
 def test_inventory_fails_on_a_draw_left_and_says_which_masks_it_switched_off():

@@ -8,8 +8,10 @@ behaviour off: a snippet spelt ``import tensorflow as tf`` runs so before
 its rewrite, and as rewritten (plain TF 2) after. tf.contrib cannot run on
 any TF 2, so its two kinds are held to TensorFlow's own record instead:
 each home is the object tf_upgrade_v2 renames that symbol to, and the
-rewritten code runs.
+rewritten code runs. contrib's layer_norm is held to contrib's own code as
+the tf-slim package keeps it.
 """
+import ast
 import json
 import subprocess
 import sys
@@ -18,6 +20,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO
+from migration_tools.scanner import engine
 from migration_tools.scanner import rewrite
 
 pytestmark = pytest.mark.e2e  # Each version of each snippet is a process.
@@ -100,6 +103,24 @@ with g.as_default():
   with tf.Session() as session:
     result = [[y.dtype.name for y in ys], session.run(ys)]
 """,
+    'renamed-keyword': _PLAIN + """
+g = tf.Graph()
+with g.as_default():
+  x = tf.constant([[1.0, 4.0, 2.0], [9.0, 16.0, 3.0]])
+  ys = [tf.reduce_sum(x, 1, keep_dims=True),
+        tf.reduce_mean(x, reduction_indices=[0], keep_dims=True),
+        tf.nn.moments(x, [1], keep_dims=True)[1],
+        tf.reduce_max(x, reduction_indices=1)]
+  with tf.Session() as session:
+    result = session.run(ys)
+""",
+    'renamed-keyword (compat.v1)': _V1 + """
+x = tf.constant([[1.0, 4.0, 2.0], [9.0, 16.0, 3.0]])
+ys = [tf.reduce_logsumexp(x, 0, keep_dims=True),
+      tf.count_nonzero(x - 4.0, reduction_indices=[1], keep_dims=True)]
+with tf.Session() as session:
+  result = session.run(ys)
+""",
     'dimension-value': _V1 + """
 x = tf.placeholder(tf.float32, [None, 3])
 result = [x.shape[0].value is None, x.shape[-1].value,
@@ -150,7 +171,7 @@ def test_the_old_drop_of_dimension_value_would_have_been_caught():
   assert json.loads(_run(dropped)) != json.loads(_run(source))
 
 
-CONTRIB_KINDS = ('contrib-home', 'unused-contrib-import')
+CONTRIB_KINDS = ('contrib-home', 'unused-contrib-import', 'layer-norm')
 
 
 def _resolve(path: str):
@@ -203,6 +224,72 @@ def test_code_with_contrib_homes_runs_and_loses_no_used_import():
             '  result = [session.run(it.get_next()), n]\n')
   after = rewrite.rewrite(source)
   assert 'contrib' not in after
-  assert {e.kind for e in rewrite.edits(source)} == set(CONTRIB_KINDS)
+  assert {e.kind for e in rewrite.edits(source)} == {
+      'contrib-home', 'unused-contrib-import'}
   # What map + batch and nest.flatten compute: the homes' behaviour.
   assert json.loads(_run(after)) == [[0, 2, 4, 6], [1, 2, 3]]
+
+
+# BERT's calls (scope given, begin axes -1), contrib's defaults (scope
+# LayerNorm, uniquified; normalised from axis 1 on a rank-3 input), reuse,
+# no centre, an activation, float16, collections by dict and outputs.
+_LAYER_NORM = """
+import tensorflow.compat.v1 as tf
+from tensorflow.contrib import layers as contrib_layers
+tf.disable_v2_behavior()
+rng = __import__('numpy').random.RandomState(0)
+x = tf.constant(rng.normal(3.0, 2.0, (2, 3, 4)).astype('float32'))
+with tf.variable_scope('bert/encoder'):
+  a = tf.contrib.layers.layer_norm(
+      inputs=x, begin_norm_axis=-1, begin_params_axis=-1, scope='output')
+  b = contrib_layers.layer_norm(x)
+  c = contrib_layers.layer_norm(a, center=False, activation_fn=tf.nn.relu,
+                                variables_collections={'gamma': ['g']},
+                                outputs_collections=['outs'])
+  d = tf.contrib.layers.layer_norm(x * 2.0, begin_norm_axis=-1,
+                                   begin_params_axis=-1, scope='output',
+                                   reuse=True)
+  e = contrib_layers.layer_norm(tf.cast(x, tf.float16), scope='half')
+names = lambda key: sorted(v.name for v in tf.get_collection(key))
+with tf.Session() as session:
+  session.run(tf.global_variables_initializer())
+  result = [session.run([a, b, c, d, e]),
+            sorted((v.name, v.shape.as_list()) for v in tf.global_variables()),
+            names(tf.GraphKeys.MODEL_VARIABLES),
+            names(tf.GraphKeys.TRAINABLE_VARIABLES), names('g'),
+            [t.name for t in tf.get_collection('outs')], c.aliases]
+"""
+
+
+def test_the_layer_norm_rewrite_is_contribs_own_layer_norm():
+  """The helper --diff writes computes what contrib's layer_norm computed
+  (tf-slim's copy of contrib's code), bit for bit, with the same variables
+  and collections; the contrib import goes with the last use."""
+  tf_slim_source = _LAYER_NORM.replace(
+      'from tensorflow.contrib import layers as contrib_layers',
+      'from tf_slim import layers as contrib_layers').replace(
+          'tf.contrib.layers.', 'contrib_layers.')
+  after = rewrite.rewrite(_LAYER_NORM)
+  # Nothing is left that stops the file on TF 2.15.
+  assert not [f for f in engine.scan_source(after, 'after.py') if f.step == 1]
+  assert {e.kind for e in rewrite.edits(_LAYER_NORM)} == {
+      'layer-norm', 'unused-contrib-import'}
+  ours, contribs = json.loads(_run(after)), json.loads(_run(tf_slim_source))
+  assert ours == contribs
+  assert ['bert/encoder/output/beta:0', [4]] in contribs[1]
+  assert 'bert/encoder/LayerNorm_1/gamma:0' in contribs[2]
+
+
+def test_the_layer_norm_helper_follows_the_files_layout():
+  source = ('import tensorflow as tf\r\n'
+            'def f(x):\r\n'
+            '    return tf.contrib.layers.layer_norm(x)\r\n')
+  after = rewrite.rewrite(source)
+  assert '\n' not in after.replace('\r\n', '')
+  assert '\r\n\r\n\r\ndef contrib_layer_norm(\r\n        inputs' in after
+  assert 'return contrib_layer_norm(x)' in after
+  ast.parse(after)
+  # A file that binds the name, or uses layer_norm before any import, is
+  # left for a person.
+  bound = source + 'contrib_layer_norm = None\r\n'
+  assert rewrite.rewrite(bound) == bound

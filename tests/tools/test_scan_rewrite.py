@@ -31,8 +31,19 @@ _TF = 'import tensorflow as tf\n'
     # to_float with name passed positionally: not rewritten.
     ('y = tf.to_float(x, "y")\n', 'y = tf.to_float(x, "y")\n'),
     # No home of the same meaning: left for the report.
-    ('c = tf.contrib.layers.layer_norm(x)\n',
-     'c = tf.contrib.layers.layer_norm(x)\n'),
+    ('c = tf.contrib.summary.scalar("l", l)\n',
+     'c = tf.contrib.summary.scalar("l", l)\n'),
+    ('c = tf.contrib.seq2seq.BahdanauAttention(8, m)\n',
+     'c = tf.contrib.seq2seq.BahdanauAttention(8, m)\n'),
+    # Renamed keywords where TF 1 took both names for one parameter.
+    ('y = tf.reduce_sum(x, 1, keep_dims=True)\n',
+     'y = tf.reduce_sum(x, 1, keepdims=True)\n'),
+    ('y = tf.reduce_mean(x, reduction_indices=[1])\n',
+     'y = tf.reduce_mean(x, axis=[1])\n'),
+    ('y = tf.reduce_max(x, axis=1, reduction_indices=1)\n',
+     'y = tf.reduce_max(x, axis=1, reduction_indices=1)\n'),
+    ('y = my_reduce(x, keep_dims=True)\n',
+     'y = my_reduce(x, keep_dims=True)\n'),
 ])
 def test_each_safe_rewrite(source, expected):
   assert rewrite.rewrite(_TF + source) == _TF + expected
@@ -70,20 +81,45 @@ def test_contrib_aliases_get_their_homes_and_unused_imports_go():
             'e = contrib_tpu.TPUEstimator(model_fn)\n'
             's = tpu_estimator.TPUEstimatorSpec(mode)\n'
             'p = contrib_tpu.InputPipelineConfig.PER_HOST_V2\n'
-            'n = contrib_layers.layer_norm(x)\n')
+            'n = contrib_layers.xavier_initializer()\n')
   assert rewrite.rewrite(source) == (
       'import tensorflow.compat.v1 as tf\n'
       'from tensorflow.contrib import layers as contrib_layers\n'
       'e = tf.estimator.tpu.TPUEstimator(model_fn)\n'
       's = tf.estimator.tpu.TPUEstimatorSpec(mode)\n'
       'p = tf.estimator.tpu.InputPipelineConfig.PER_HOST_V2\n'
-      'n = contrib_layers.layer_norm(x)\n')
+      'n = contrib_layers.xavier_initializer()\n')
   # Still used (here by what has no home): the import stays.
   partly = ('import tensorflow as tf\n'
             'from tensorflow.contrib import tpu as contrib_tpu\n'
             'e = contrib_tpu.TPUEstimator(f)\nk = contrib_tpu.keras_to_tpu_model\n')
   assert 'from tensorflow.contrib import tpu as contrib_tpu' in (
       rewrite.rewrite(partly))
+
+
+def test_layer_norm_by_any_spelling_calls_one_helper_after_the_imports():
+  source = ('import tensorflow.compat.v1 as tf\n'
+            'import tensorflow.contrib.slim as slim\n'
+            'from tensorflow.contrib.layers import layer_norm\n'
+            '\n'
+            'def f(x):\n'
+            '  a = tf.contrib.layers.layer_norm(x, scope="a")\n'
+            '  b = slim.layer_norm(a)\n'
+            '  return layer_norm(b), slim.conv2d\n')
+  after = rewrite.rewrite(source)
+  head = ('import tensorflow.compat.v1 as tf\n'
+          'import tensorflow.contrib.slim as slim\n'
+          '\n\n'
+          'def contrib_layer_norm(\n'
+          '    inputs, center=True,')
+  assert after.startswith(head), after[:300]
+  assert after.count('def contrib_layer_norm(') == 1
+  assert after.endswith(
+      '    return outputs\n\n\n'
+      'def f(x):\n'
+      '  a = contrib_layer_norm(x, scope="a")\n'
+      '  b = contrib_layer_norm(a)\n'
+      '  return contrib_layer_norm(b), slim.conv2d\n')
 
 
 @pytest.mark.e2e

@@ -278,6 +278,33 @@ def test_a_hand_written_optimizer_of_the_same_update_passes(data_dirs,
   assert checks['one_step (1 replica)']['slots_diff'] is not None
 
 
+def test_a_variable_the_loss_never_reaches_has_a_zero_gradient(data_dirs,
+                                                              tmp_path):
+  """A bias made and never used (tf.gradients' None on the legacy side,
+  tape.gradient's on the port's) is a zero gradient: the port that leaves it
+  unused too passes on two replicas, one that uses it fails one_step
+  naming it."""
+  directory = data_dirs['tabular']
+  params = {**PAIRS['tabular'].params_in(directory), 'unused_bias': True}
+  with open(os.path.join(directory, 'map.json')) as f:
+    mapping = {**json.load(f), 'unused_bias': 'extra/bias'}
+  map_file = tmp_path / 'map.json'
+  map_file.write_text(json.dumps(mapping))
+  args = ('--steps=1', '--replicas=1,2', '--notpu_ready',
+          f'--params={json.dumps(params)}', f'--variable_map={map_file}')
+  result, checks = _compare('tabular', data_dirs, tmp_path, *args,
+                            port='unused_bias')
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+  assert all(c['passed'] for c in checks.values())
+  result, checks = _compare('tabular', data_dirs, tmp_path,
+                            *args[:1], '--replicas=1', *args[2:],
+                            port='used_bias')
+  assert result.returncode == 1, result.stderr[-2000:]
+  step = checks['one_step (1 replica)']
+  print(step['message'])
+  assert not step['passed'] and 'unused_bias' in step['message'], step
+
+
 def test_a_legacy_step_that_draws_beyond_a_mask_fails_inventory_naming_it(
     data_dirs, tmp_path):
   params = {**PAIRS['effnet'].params_in(data_dirs['effnet']),

@@ -56,7 +56,9 @@ def input_fn(params):
   return dataset.map(_parse).batch(params['batch_size'], drop_remainder=True)
 
 
-def network(features):
+def network(features, unused_bias=False):
+  if unused_bias:  # Made, never used: no gradient reaches it.
+    v1.get_variable('unused_bias', [LABELS], initializer=v1.zeros_initializer())
   users = v1.get_variable('user_embedding', [USERS, DIM])
   items = v1.get_variable('item_embedding', [ITEMS, DIM])
   numeric = tf.stack([features['age'] / 70.0, features['hours'] / 10.0], 1)
@@ -74,7 +76,7 @@ def metric_fn(labels, logits):
 
 
 def model_fn(features, labels, mode, params):
-  logits = network(features)
+  logits = network(features, params.get('unused_bias', False))
   if mode == v1.estimator.ModeKeys.PREDICT:
     return v1.estimator.tpu.TPUEstimatorSpec(mode, predictions={
         'probabilities': tf.sigmoid(logits), 'logits': logits,

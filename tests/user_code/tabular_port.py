@@ -124,3 +124,36 @@ class _PrecisionOnLogits(Trainer):
 def precision_on_logits() -> port_lib.Port:
   """Bug: precision computed on the logits, not the probabilities."""
   return dataclasses.replace(make_port(), trainer_class=_PrecisionOnLogits)
+
+
+class _Bias(layers.Layer):
+  """A bias of LABELS, added to the logits or not."""
+
+  def __init__(self, used, **kwargs):
+    super().__init__(**kwargs)
+    self.used = used
+
+  def build(self, input_shape):
+    self.bias = self.add_weight(name='bias', shape=[legacy.LABELS],
+                                initializer='zeros')
+
+  def call(self, logits):
+    return logits + self.bias * 3.0 if self.used else logits
+
+
+def _with_bias(used: bool) -> port_lib.Port:
+  def build(params):
+    model = build_model(params)
+    return tf.keras.Model(model.inputs, _Bias(used, name='extra')(
+        model.outputs[0]))
+  return dataclasses.replace(make_port(), build_model=build)
+
+
+def unused_bias() -> port_lib.Port:
+  """The legacy model's unused bias, made and not used here either."""
+  return _with_bias(used=False)
+
+
+def used_bias() -> port_lib.Port:
+  """Bug: the bias the legacy model never used, added to the logits."""
+  return _with_bias(used=True)
