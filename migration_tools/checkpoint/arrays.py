@@ -14,6 +14,7 @@ named arrays (array_port.write_state).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 import os
 
 from absl import logging
@@ -68,7 +69,8 @@ def _carry_slots(checkpoint: estimator.LegacyCheckpoint,
 def convert(estimator_dir: str, output: str, port: array_port.ArrayPort,
             params: dict | None = None, slots: bool = True,
             order: list[str] | None = None,
-            averages_as_weights: bool = False) -> str:
+            averages_as_weights: bool = False,
+            say: Callable[[str], None] = logging.info) -> str:
   """Writes the checkpoint for the port into the new directory output;
   returns the path of the file the port restores from. The arguments are
   estimator.convert's.
@@ -85,23 +87,17 @@ def convert(estimator_dir: str, output: str, port: array_port.ArrayPort,
   runner.use_map(pairs)
   runner.set_state(estimator.weights(checkpoint, averages_as_weights))
   runner.set_global_step(checkpoint.step)
-  carried = 0
+  slots_carried = 0
   if slots and checkpoint.slots:
-    carried = _carry_slots(checkpoint, runner, port.slot_map)
-  elif checkpoint.slots:
-    logging.info('--no_slots: the %d optimizer slots of %s are dropped; the '
-                 'optimizer starts afresh at step %d', len(checkpoint.slots),
-                 checkpoint.path, checkpoint.step)
+    slots_carried = _carry_slots(checkpoint, runner, port.slot_map)
   os.makedirs(os.path.dirname(output), exist_ok=True)
   framework = frameworks.framework_of(port)
   with atomic.temporary_path(output, directory=True) as tmp:
     written = os.path.relpath(framework.save_state(port, runner.model, tmp),
                               tmp)
   path = os.path.join(output, written)
-  logging.info('Converted %s (step %d, %d variables%s, %d slots) into %s',
-               checkpoint.path, checkpoint.step, len(pairs),
-               ' as their moving averages' if averages_as_weights else '',
-               carried, path)
+  say(estimator.carried(checkpoint, len(pairs), slots_carried, slots,
+                        averages_as_weights))
   return path
 
 

@@ -283,7 +283,7 @@ def _convert(tool_flags: flags.FlagValues, port, params: dict,
   convert, _ = _ON_TENSORFLOW[frameworks.framework_of(port).on_tensorflow]
   return convert(tool_flags.estimator_dir, tool_flags.output, port, params,
                  not tool_flags.no_slots, order,
-                 tool_flags.averages_as_weights)
+                 tool_flags.averages_as_weights, say=print)
 
 
 def _verify(tool_flags: flags.FlagValues, port, params: dict,

@@ -5,6 +5,8 @@ optimizer's '<variable>/<slot>' through a slot map), the global step as the
 optimizer's step."""
 from __future__ import annotations
 
+import collections
+from collections.abc import Callable
 import dataclasses
 
 from absl import logging
@@ -103,11 +105,6 @@ def weights(checkpoint: LegacyCheckpoint,
                      'moving average (<variable>/ExponentialMovingAverage); '
                      'convert its weights without it')
     return checkpoint.model.replaced(checkpoint.averages)
-  if checkpoint.averages:
-    logging.info('%d moving averages in %s are not carried: the port gets '
-                 'the raw weights (--averages_as_weights writes the averages '
-                 'as the weights, as the Estimator evaluated and exported '
-                 'them)', len(checkpoint.averages), checkpoint.path)
   return checkpoint.model
 
 
@@ -151,10 +148,38 @@ def _carry_slots(checkpoint: LegacyCheckpoint, optimizer,
   return len(ours)
 
 
+def carried(checkpoint: LegacyCheckpoint, variables: int, slots: int,
+            slots_asked: bool, averages_as_weights: bool) -> str:
+  """What a conversion carried and left, in one line: the variables (raw or
+  as their averages), the step, the slots by name and their optimizer, the
+  averages."""
+  said = [f'{variables} variables' + (' as their moving averages'
+                                      if averages_as_weights else ''),
+          f'the step ({checkpoint.step}, as optimizer.iterations)']
+  by_name = collections.Counter(slot for _, slot in checkpoint.slots)
+  names = ', '.join(f'{name} x{count}' for name, count in sorted(
+      by_name.items()))
+  kind = checkpoint.kind or ("the legacy optimizer's own, paired with the "
+                             "port's by name and shape")
+  left = []
+  if slots and slots_asked:
+    said.append(f'{slots} optimizer slots ({names}; {kind})')
+  elif checkpoint.slots:
+    left.append(f'{len(checkpoint.slots)} optimizer slots ({names}): '
+                '--no_slots, the optimizer starts afresh')
+  if checkpoint.averages and not averages_as_weights:
+    left.append(f'{len(checkpoint.averages)} moving averages: the raw '
+                'weights were written (--averages_as_weights writes the '
+                'averages, as the Estimator evaluated and exported them)')
+  return ('Carried: ' + ', '.join(said) + '.' +
+          (' Left: ' + '; '.join(left) + '.' if left else ''))
+
+
 def convert(estimator_dir: str, output: str, port: port_lib.Port,
             params: dict | None = None, slots: bool = True,
             order: list[str] | None = None,
-            averages_as_weights: bool = False) -> str:
+            averages_as_weights: bool = False,
+            say: Callable[[str], None] = logging.info) -> str:
   """Writes the converted checkpoint into the new directory output.
 
   Args:
@@ -173,6 +198,7 @@ def convert(estimator_dir: str, output: str, port: port_lib.Port,
     averages_as_weights: write the checkpoint's moving averages as the
       port's weights, as the Estimator evaluated and exported them; False:
       the raw weights (the averages are said to be left).
+    say: takes the line of what was carried and left (carried).
 
   Returns:
     The checkpoint path. Nothing is left at output on failure.
@@ -190,17 +216,12 @@ def convert(estimator_dir: str, output: str, port: port_lib.Port,
   for name, target in pairs.items():
     ours[target].assign(values[name])
   optimizer.iterations.assign(checkpoint.step)
-  carried = 0
+  slots_carried = 0
   if slots:
-    carried = _carry_slots(checkpoint, optimizer,
-                           {v: k for k, v in pairs.items()}, port.slot_map)
-  elif checkpoint.slots:
-    logging.info('--no_slots: the %d optimizer slots of %s are dropped; the '
-                 'optimizer starts afresh at step %d', len(checkpoint.slots),
-                 checkpoint.path, checkpoint.step)
+    slots_carried = _carry_slots(checkpoint, optimizer,
+                                 {v: k for k, v in pairs.items()},
+                                 port.slot_map)
   path = files.save(model, optimizer, output, checkpoint.step)
-  logging.info('Converted %s (step %d, %d variables%s, %d slots) into %s',
-               checkpoint.path, checkpoint.step, len(pairs),
-               ' as their moving averages' if averages_as_weights else '',
-               carried, path)
+  say(carried(checkpoint, len(pairs), slots_carried, slots,
+              averages_as_weights))
   return path

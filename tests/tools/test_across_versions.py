@@ -291,5 +291,6 @@ def test_a_bert_checkpoint_verifies_here_against_predictions_from_2_15(
                       f'--output={output}', f'--variable_map={variable_map}',
                       env={'PYTHONPATH': TOOLS_PYTHONPATH})
   assert result.returncode == 0, result.stderr[-3000:]
-  assert '(step 5, 41 variables, 82 slots)' in result.stderr
+  assert ('Carried: 41 variables, the step (5, as optimizer.iterations), 82 '
+          'optimizer slots (adam_m x41, adam_v x41;') in result.stdout
   assert 'Verified on 64 examples: every output agrees' in result.stdout

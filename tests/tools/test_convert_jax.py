@@ -72,7 +72,8 @@ def test_the_bert_checkpoint_carries_its_82_slots_to_a_plain_jax_port(
                     f'--params={_bert_params()}', '--verify',
                     f'--predictions={TF215_DIR}/bert_predictions.npz')
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-  assert '(step 5, 41 variables, 82 slots)' in result.stderr
+  assert ('Carried: 41 variables, the step (5, as optimizer.iterations), 82 '
+          'optimizer slots (adam_m x41, adam_v x41;') in result.stdout
   assert 'Verified on 64 examples: every output agrees' in result.stdout
   model = bert_jax_port.BertJaxModel({}, 1, False)
   array_port.read_state(model, str(output / 'state-5.npz'))
