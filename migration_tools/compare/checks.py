@@ -1007,16 +1007,24 @@ def host_call(names: list[str], steps: list) -> CheckResult:
 def served_predictions(theirs: dict, ours: dict, output_map: dict[str, str],
                        inputs: dict | None = None,
                        exports: str = legacy_state.EVALUATES_WEIGHTS,
-                       noise: noise_lib.Forward | None = None
-                       ) -> CheckResult:
+                       noise: noise_lib.Forward | None = None,
+                       port_averages: bool = False) -> CheckResult:
   """Both SavedModels' outputs on the same inputs (reported by shape), by
   name; exports: what the legacy export restores (as evaluation's
-  evaluates_with); noise: the same outputs' rounding noise (inference's)."""
-  averages = ('the model_fn exports its moving averages (its PREDICT '
-              'scaffold_fn\'s Saver restores each shadow over its variable, '
-              'and the Estimator\'s export restores through it): export the '
-              'port\'s averages too; ' if exports ==
-              legacy_state.EVALUATES_AVERAGES else '')
+  evaluates_with); noise: the same outputs' rounding noise (inference's);
+  port_averages: the port keeps moving averages (Port.averages)."""
+  if exports == legacy_state.EVALUATES_AVERAGES:
+    averages = ('the model_fn exports its moving averages (its PREDICT '
+                'scaffold_fn\'s Saver restores each shadow over its '
+                'variable, and the Estimator\'s export restores through it): '
+                'export the port\'s averages too; ')
+  elif port_averages:
+    averages = ('the model_fn exports its raw weights (no PREDICT '
+                'scaffold_fn restores its moving averages) while the port '
+                'keeps averages: if the port\'s export swaps its averages in, '
+                'export its raw weights, as the Estimator did; ')
+  else:
+    averages = ''
   return _compare_outputs(
       'served_predictions', theirs, ours, output_map,
       tolerances.INFERENCE_ATOL,

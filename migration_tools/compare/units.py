@@ -547,7 +547,8 @@ def served_predictions(run: Run, replicas: Replicas) -> CheckResult:
   # The same outputs as inference's, served: their noise, measured there.
   return checks.served_predictions(theirs, ours, run.port.output_map,
                                    inputs_, replicas.describe()['exports'],
-                                   run.forward_noise)
+                                   run.forward_noise,
+                                   port_averages=bool(runner.averages()))
 
 
 register(Check(

@@ -597,3 +597,21 @@ def test_a_step_whose_loss_depends_on_the_order_gives_no_noise():
   noise = _noise(1e-3, loss_noise=0.01)
   assert noise.order_dependent and noise.allowance('gradients') == {}
   assert noise.figures()['order_dependent']
+
+
+def test_served_predictions_says_which_side_exports_its_averages():
+  """The hint names the averages when one side serves them: the legacy
+  (its scaffold restores them) or the port (its export swaps them in where
+  the Estimator exported raw weights)."""
+  theirs = {'probabilities': np.full((4, 3), 0.25, np.float32)}
+  ours = {'probabilities': np.full((4, 3), 0.3, np.float32)}
+  legacy_averages = checks.served_predictions(
+      theirs, ours, {}, exports='the moving averages')
+  port_averages = checks.served_predictions(theirs, ours, {},
+                                            port_averages=True)
+  neither = checks.served_predictions(theirs, ours, {})
+  assert legacy_averages.failed and port_averages.failed and neither.failed
+  assert 'export the port\'s averages too' in legacy_averages.message
+  assert ('the model_fn exports its raw weights' in port_averages.message and
+          'export its raw weights' in port_averages.message)
+  assert 'averages' not in neither.message
