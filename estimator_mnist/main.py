@@ -24,6 +24,12 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
+if not hasattr(tf.compat.v1, 'estimator'):  # What config and train import.
+  sys.exit(f'error: estimator_mnist runs tf.estimator, which TensorFlow '
+           f'{tf.__version__} no longer has (removed in 2.16): run it in the '
+           'estimator profile (TensorFlow 2.15.1 on Python 3.11; README, '
+           'Set-up)')
+
 from estimator_mnist import config as config_lib
 from estimator_mnist import train
 from kit_core import exits
@@ -72,9 +78,15 @@ def main(argv: list[str]) -> None:
       lambda: train.run(config_lib.Config.from_flags(FLAGS)))
 
 
+def _parse_flags(argv: list[str]) -> list[str]:
+  # --help lists this command's flags, the shared ones included.
+  return exits.parse_flags(argv, usage=__doc__,
+                           modules=(common_flags.__name__, __name__))
+
+
 def run() -> None:
   """Console-script entry point (``estimator-mnist``).
 
   Ends the process as soon as main is done: kit_core/process.py says why.
   """
-  process.run_command(lambda: app.run(main, flags_parser=exits.parse_flags))
+  process.run_command(lambda: app.run(main, flags_parser=_parse_flags))

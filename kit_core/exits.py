@@ -11,6 +11,7 @@ from typing import Callable, Iterator
 from absl import flags
 
 from kit_core import stale
+from kit_core import usage as usage_lib
 from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from kit_core.errors import Preempted
@@ -38,9 +39,15 @@ def exit_with_one_line(run: Callable[[], None], error_exit: int = 1) -> None:
 
 
 def parse_flags(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS,
-                error_exit: int = 1) -> list[str]:
+                error_exit: int = 1, usage: str = '',
+                modules: tuple = ()) -> list[str]:
   """Parses argv into flag_values (app.run's flags_parser); a bad flag ends
-  the command with its one line, not absl's two."""
+  the command with its one line, not absl's two. --help prints usage and the
+  flags the modules (their names) defined (kit_core/usage.py)."""
+  if modules and usage_lib.asked(argv):
+    usage_lib.print_and_exit(usage, (
+        flag for module in modules
+        for flag in flag_values.get_flags_for_module(module)))
   try:
     return flag_values(argv)
   except flags.Error as e:

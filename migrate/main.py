@@ -118,9 +118,15 @@ def _train() -> None:
   train.run(config)
 
 
+def _parse_flags(argv: list[str]) -> list[str]:
+  # --help lists this command's flags, the shared ones included.
+  return exits.parse_flags(argv, usage=__doc__,
+                           modules=(common_flags.__name__, __name__))
+
+
 def run() -> None:
   """Console-script entry point (``migrate-mnist``).
 
   Ends the process as soon as main is done: kit_core/process.py says why.
   """
-  process.run_command(lambda: app.run(main, flags_parser=exits.parse_flags))
+  process.run_command(lambda: app.run(main, flags_parser=_parse_flags))

@@ -12,7 +12,6 @@ import json
 import os
 import shlex
 import sys
-import textwrap
 from typing import Callable
 
 from absl import app
@@ -21,10 +20,10 @@ from absl import logging
 
 from kit_core import framework_logs
 from kit_core import process
+from kit_core import usage as usage_lib
 from kit_core.errors import KitError
 from kit_core.exits import exit_with_one_line
 
-_HELP = ('-h', '-help', '--help', '--helpshort', '--helpfull', '-?')
 
 
 def parse_params(text: str, batch_flag: str | None = '--batch_size') -> dict:
@@ -87,16 +86,7 @@ def flags_help(tool_flags: flags.FlagValues) -> str:
   """Each flag with its help and default. (absl's get_help lists flags by
   the module that defined them, and a FlagValues of the tool's own has
   none.)"""
-  lines = []
-  for name in sorted(tool_flags):
-    flag = tool_flags[name]
-    if flag.name != name:
-      continue  # A short name of another flag.
-    default = '' if flag.default is None else (
-        f" (default: {flag.default_as_str or repr(flag.default)})")
-    lines += textwrap.wrap(f'--{name}: {flag.help}{default}', 78,
-                           initial_indent='  ', subsequent_indent='    ')
-  return '\n'.join(lines)
+  return usage_lib.flags_help(tool_flags[name] for name in tool_flags)
 
 
 def _log_path(tool_flags: flags.FlagValues) -> str | None:
@@ -127,9 +117,8 @@ def run(main: Callable[[flags.FlagValues, list[str]], None],
                     flag_values=tool_flags)
 
   def parse(argv: list[str]) -> list[str]:
-    if any(arg in _HELP for arg in argv[1:]):
-      print(usage.strip() + '\n\nflags:\n' + flags_help(tool_flags))
-      sys.exit(0)
+    if usage_lib.asked(argv):
+      usage_lib.print_and_exit(usage, (tool_flags[n] for n in tool_flags))
     try:
       positional = tool_flags(argv)
     except flags.Error as e:

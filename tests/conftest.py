@@ -90,7 +90,8 @@ JAX_TEST_FILES = ('example/test_migrate_jax.py', 'example/test_records.py',
                   'tools/test_checks.py', 'tools/test_updates.py',
                   'tools/test_stored.py', 'tools/test_outputs.py',
                   'tools/test_runs_on.py', 'tools/test_frameworks.py',
-                  'test_boundaries.py', 'test_guide.py')
+                  'test_boundaries.py', 'test_guide.py',
+                  'test_documented_surface.py')
 # On the torch profile (no TensorFlow, no JAX): PyTorch's ports, and the
 # adapters' own tests; the rest is the other profiles'.
 TORCH_TEST_FILES = ('tools/test_torch_ports.py', 'tools/test_frameworks.py')
