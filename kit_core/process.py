@@ -15,6 +15,12 @@ options), so an option on a dataset cannot prevent it in general. Hence:
   flushed, so that Python's finalisation does not destroy those iterators one
   after the other. Nothing is left to write by then: checkpoints, summaries,
   SavedModels and reports are closed when written;
+- ``run_command`` also gives the command an output that cannot mislead: a
+  closed stdout or stderr (``>&-``) is pointed at /dev/null before anything
+  can take its descriptor, and a write stdout refuses (``> /dev/full``) ends
+  the command in one line that says so (OutputRefused), not as a full disk;
+  AutoGraph's generated files, which its atexit hook would remove, are
+  removed before ``os._exit``;
 - ``without_autotune_thread``: for a pipeline the kit iterates itself
   (graph-mode Estimator input_fns, a legacy input_fn read by the tools), no
   autotuning thread at all; element values and order are unchanged.
@@ -28,6 +34,8 @@ import sys
 import tempfile
 import traceback
 from typing import Callable, NoReturn
+
+from kit_core.errors import KitError
 
 _LIVE = []
 _REMOVE_AT_EXIT = []
@@ -114,11 +122,64 @@ def _exit_code(exit_: SystemExit) -> int:
   return 1
 
 
+class OutputRefused(KitError):
+  """stdout refused a write (a full disk under it, /dev/full)."""
+
+  def __init__(self, error: OSError):
+    super().__init__(f'stdout refused the command\'s output ({error}): its '
+                     'work may be done, but what it printed is lost; send '
+                     'the output where it can be written')
+
+
+class _GuardedOutput:
+  """A text stream whose refused writes raise OutputRefused (a reader gone
+  away stays BrokenPipeError); everything else is the stream's."""
+
+  def __init__(self, stream):
+    self._stream = stream
+
+  def write(self, text):
+    try:
+      return self._stream.write(text)
+    except BrokenPipeError:
+      raise
+    except OSError as e:
+      raise OutputRefused(e) from e
+
+  def flush(self):
+    try:
+      self._stream.flush()
+    except BrokenPipeError:
+      raise
+    except OSError as e:
+      raise OutputRefused(e) from e
+
+  def __getattr__(self, name):
+    return getattr(self._stream, name)
+
+
+def _sound_output() -> None:
+  """A closed stdout or stderr becomes /dev/null (a file opened later must
+  not get descriptor 1 or 2); stdout's refused writes say so (OutputRefused)."""
+  for fd in (1, 2):
+    try:
+      os.fstat(fd)
+    except OSError:
+      os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+  if sys.stdout is None:
+    sys.stdout = open(1, 'w', closefd=False)  # pylint: disable=consider-using-with
+  if sys.stderr is None:
+    sys.stderr = open(2, 'w', closefd=False)  # pylint: disable=consider-using-with
+  if not isinstance(sys.stdout, _GuardedOutput):
+    sys.stdout = _GuardedOutput(sys.stdout)
+
+
 def run_command(main: Callable[[], None]) -> NoReturn:
   """Runs main() (e.g. ``lambda: app.run(...)``), then ends the process at
   once with its exit code: 0, the SystemExit's code, 1 after an uncaught
   exception (its traceback printed), 130 on Ctrl-C, 141 when the reader of
-  its output went away."""
+  its output went away, 1 when stdout refused it (one line)."""
+  _sound_output()
   try:
     main()
     code = 0
@@ -130,6 +191,9 @@ def run_command(main: Callable[[], None]) -> NoReturn:
     code = 130
   except BrokenPipeError:
     code = 141  # The reader went away (| head): as a shell reports SIGPIPE.
+  except OutputRefused as e:
+    print(f'error: {e}', file=sys.stderr)
+    code = 1
   except BaseException:  # pylint: disable=broad-except
     traceback.print_exc()
     code = 1
@@ -141,9 +205,32 @@ def flush_and_exit(code: int) -> NoReturn:
   logging.shutdown()
   for directory in _REMOVE_AT_EXIT:
     shutil.rmtree(directory, ignore_errors=True)
-  for stream in (sys.stdout, sys.stderr):
-    try:
-      stream.flush()
-    except (OSError, ValueError):
-      pass
+  _remove_autograph_files()
+  try:
+    if sys.stdout is not None:
+      sys.stdout.flush()
+  except OutputRefused as e:  # Its last lines, written only now.
+    print(f'error: {e}', file=sys.stderr)
+    code = code or 1
+  except (OSError, ValueError):
+    pass
+  try:
+    if sys.stderr is not None:
+      sys.stderr.flush()
+  except (OSError, ValueError):
+    pass
   os._exit(code)  # pylint: disable=protected-access
+
+
+def _remove_autograph_files() -> None:
+  """The files AutoGraph generated in this process (its modules, by their
+  __file__), which its own atexit hook, skipped by os._exit, removes."""
+  for name, module in list(sys.modules.items()):
+    if name.startswith('__autograph_generated_file'):
+      path = getattr(module, '__file__', None)
+      if path and os.path.basename(path).startswith(
+          '__autograph_generated_file'):
+        try:
+          os.remove(path)
+        except OSError:
+          pass

@@ -16,10 +16,12 @@ Three cases:
   nothing but TensorFlow's shard files, a temporary data file is a file. A
   folder of the user's that merely carries such a name is left alone.
 - A process's private folders in the system's temporary folder
-  (``private_folder``): each carries its process's id, so that the next
-  command removes those whose process is gone, and only those.
+  (``private_folder``): each holds a file that says which process made it,
+  so that the next command removes those whose process is provably gone,
+  and only those holding nothing but what the kit puts there.
 """
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -172,20 +174,72 @@ def remove_this_runs() -> list[str]:
 
 
 
-def private_folder(prefix: str) -> str:
+# The file that says a private folder is the kit's, and whose: written first
+# into each, read before anything in one is removed.
+OWNER_FILE = '.kit_owner'
+
+
+def _process_start(pid: int) -> int | None:
+  """When process pid started, in clock ticks after boot (Linux's
+  /proc/PID/stat, field 22); None where unknown."""
+  try:
+    with open(f'/proc/{pid}/stat', 'rb') as f:
+      fields = f.read().rpartition(b')')[2].split()
+    return int(fields[19])
+  except (OSError, IndexError, ValueError):
+    return None
+
+
+def _read_first_line(path: str) -> str | None:
+  try:
+    with open(path) as f:
+      return f.readline(200).strip() or None
+  except OSError:
+    return None
+
+
+def _pid_namespace() -> str | None:
+  try:
+    return os.readlink('/proc/self/ns/pid')
+  except OSError:
+    return None
+
+
+def owner(pid: int | None = None) -> dict:
+  """What tells process pid (this one by default) from any other, ever:
+  its id, its start, the boot and the process-id namespace it runs in."""
+  pid = os.getpid() if pid is None else pid
+  return {'pid': pid, 'start': _process_start(pid),
+          'boot': _read_first_line('/proc/sys/kernel/random/boot_id'),
+          'pid_namespace': _pid_namespace()}
+
+
+def private_folder(prefix: str, contents: str = '') -> str:
   """A new folder in the system's temporary folder for this process alone,
-  removed when the command ends (process.remove_at_exit). A SIGKILLed
-  process cannot remove its own: first, those of the same prefix whose
-  process is gone are removed (found by exact name, the process id in it,
-  and owner; a live process's, or another user's, are left alone)."""
+  removed when the command ends (process.remove_at_exit).
+
+  A SIGKILLed process cannot remove its own: first, those of the same
+  prefix whose process is provably gone are removed. Each folder holds
+  OWNER_FILE, which says whose it is (owner); one is removed only if that
+  file is there and names the process in the folder's name, the process is
+  gone (no such process, one that started at another time, or another
+  boot; never a process in another process-id namespace, which cannot be
+  told from here), the folder is this user's, and it holds nothing but the
+  owner file and names contents (a regular expression) matches. Anything
+  else, a user's file put there included, keeps the folder as it is.
+  """
   parent = tempfile.gettempdir()
-  _remove_orphans(parent, prefix)
-  return process.remove_at_exit(
+  _remove_orphans(parent, prefix, contents)
+  folder = process.remove_at_exit(
       tempfile.mkdtemp(prefix=f'{prefix}{os.getpid()}_', dir=parent))
+  with open(os.path.join(folder, OWNER_FILE), 'w') as f:
+    json.dump(owner(), f)
+  return folder
 
 
-def _remove_orphans(parent: str, prefix: str) -> list[str]:
+def _remove_orphans(parent: str, prefix: str, contents: str) -> list[str]:
   pattern = re.compile(re.escape(prefix) + r'(\d+)_' + atomic.MKDTEMP_TAIL)
+  allowed = re.compile(contents or r'(?!)')
   try:
     names = sorted(os.listdir(parent))
   except OSError:
@@ -194,19 +248,53 @@ def _remove_orphans(parent: str, prefix: str) -> list[str]:
   for name in names:
     found = pattern.fullmatch(name)
     path = os.path.join(parent, name)
-    if found and _mine_and_orphaned(path, int(found.group(1))):
+    if found and _mine_and_orphaned(path, int(found.group(1)), allowed):
       shutil.rmtree(path, ignore_errors=True)
       removed.append(name)
   return removed
 
 
-def _mine_and_orphaned(path: str, pid: int) -> bool:
+def _mine_and_orphaned(path: str, pid: int, allowed: re.Pattern) -> bool:
   try:
     info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+      return False
+    entries = os.listdir(path)
   except OSError:
     return False
-  return (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and
-          not _alive(pid))
+  if OWNER_FILE not in entries or not all(
+      n == OWNER_FILE or allowed.fullmatch(n) for n in entries):
+    return False
+  recorded = _read_owner(os.path.join(path, OWNER_FILE))
+  return recorded is not None and recorded.get('pid') == pid and _gone(
+      recorded)
+
+
+def _read_owner(path: str) -> dict | None:
+  """The owner file's record; None unless a small regular file of JSON."""
+  try:
+    info = os.lstat(path)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > 4096:
+      return None
+    with open(path) as f:
+      recorded = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return recorded if isinstance(recorded, dict) else None
+
+
+def _gone(recorded: dict) -> bool:
+  """Whether the process recorded (owner) provably runs no more."""
+  now = owner(recorded['pid'])
+  if recorded.get('boot') and now['boot'] and recorded['boot'] != now['boot']:
+    return True  # Another boot: every process of that one is gone.
+  if recorded.get('pid_namespace') != now['pid_namespace']:
+    return False  # Its ids are another namespace's: nothing can be told.
+  if not _alive(recorded['pid']):
+    return True
+  # The id taken again by a process that started later.
+  return (recorded.get('start') is not None and now['start'] is not None and
+          recorded['start'] != now['start'])
 
 
 def _alive(pid: int) -> bool:

@@ -134,7 +134,12 @@ def make_manager(checkpoint: tf.train.Checkpoint, model_dir: str,
     # A save the disk refuses leaves its temporary folder: this run's.
     stale.watch(model_dir, stale.checkpoint_temp(PREFIX))
   else:
-    directory = stale.private_folder('migrate_worker_ckpt_')
+    # What a CheckpointManager writes: its checkpoint files, the index
+    # file, and a save's temporary folder.
+    directory = stale.private_folder(
+        'migrate_worker_ckpt_',
+        contents=rf'checkpoint(\.tmp\w*)?|{PREFIX}-\d+(\.index|\.data-\d+-of-'
+        rf'\d+|_temp)(\.tempstate\d+)?')
   return divergence.FiniteCheckpointManager(checkpoint, directory,
                                            max_to_keep=3,
                                            checkpoint_name=PREFIX)

@@ -61,8 +61,9 @@ def watch(strategy: tf.distribute.Strategy,
   # The handler also restores, and keeps a run counter, in a checkpoint of
   # its own: an empty one in a private folder, so that the kit's checkpoints
   # stay as they are.
-  private = os.path.join(stale.private_folder('migrate_preemption_'),
-                         'handler')
+  private = os.path.join(
+      stale.private_folder('migrate_preemption_', contents='handler'),
+      'handler')
   return tf.distribute.experimental.PreemptionCheckpointHandler(
       getattr(strategy, 'cluster_resolver', None), tf.train.Checkpoint(),
       checkpoint_dir=private,

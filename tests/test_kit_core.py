@@ -1,6 +1,7 @@
 """kit_core's guards, called directly: checkpoints found by their files,
 outputs that may destroy no input, one trainer per model_dir, signals that
 end a block in one line."""
+import json
 import logging
 import os
 import re
@@ -8,13 +9,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import types
 
 import pytest
 import tensorflow as tf
 
+from conftest import REPO
 from kit_core import checkpoint_files
 from kit_core import exits
 from kit_core import paths
+from kit_core import process
 from kit_core import room
 from kit_core import stale
 from kit_core import timing
@@ -176,24 +180,63 @@ def _dead_pid() -> int:
   return child.pid
 
 
+_TAILS = iter(f'abcd{n:04d}' for n in range(10000))
+
+
+def _orphan(parent, prefix, pid, record=None, entries=('handler',)):
+  """A private folder as a killed process left it: its owner file (record,
+  or the process's own owner record), and entries."""
+  folder = parent / f'{prefix}{pid}_{next(_TAILS)}'
+  folder.mkdir()
+  if record is not False:
+    (folder / stale.OWNER_FILE).write_text(json.dumps(
+        record or stale.owner(pid)))
+  for entry in entries:
+    if '.' in entry:
+      (folder / entry).write_text('the user\'s')
+    else:
+      (folder / entry).mkdir()
+  return folder.name
+
+
 def test_a_private_folder_outlives_no_killed_process(tmp_path, monkeypatch):
   """What a SIGKILLed trainer left in the temporary folder goes at the next
-  start; a live process's folder, a file, another prefix stay."""
+  start; only that: its owner file names a process provably gone, and it
+  holds nothing else than the kit puts there."""
   monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
   dead, alive = _dead_pid(), os.getppid()
-  (tmp_path / f'kit_x_{dead}_abcd1234' / 'handler').mkdir(parents=True)
-  (tmp_path / f'kit_x_{alive}_abcd1234').mkdir()
+  gone = {
+      _orphan(tmp_path, 'kit_x_', dead),
+      # The id taken again by a process that started later.
+      _orphan(tmp_path, 'kit_x_', alive,
+              {**stale.owner(alive), 'start': -1}),
+      # Made before this boot.
+      _orphan(tmp_path, 'kit_x_', alive,
+              {**stale.owner(alive), 'boot': 'another-boot'}),
+  }
+  kept = {
+      _orphan(tmp_path, 'kit_x_', alive),  # A live process's.
+      # TD01: a user's file in a folder of the kit's name and a dead pid.
+      _orphan(tmp_path, 'kit_x_', dead, entries=('handler', 'thesis.tex')),
+      _orphan(tmp_path, 'kit_x_', _dead_pid(), record=False),  # No owner.
+      # TD06: a process of another pid namespace, which may be alive.
+      _orphan(tmp_path, 'kit_x_', _dead_pid(),
+              {**stale.owner(), 'pid_namespace': 'pid:[1]', 'pid': 0}),
+      _orphan(tmp_path, 'kit_y_', _dead_pid()),  # Another prefix.
+  }
   (tmp_path / f'kit_x_{dead}_file0000').write_text('a file')
-  (tmp_path / f'kit_y_{dead}_abcd1234').mkdir()
   (tmp_path / f'kit_x_{dead}_toolongname').mkdir()
-  mine = stale.private_folder('kit_x_')
+  kept |= {f'kit_x_{dead}_file0000', f'kit_x_{dead}_toolongname'}
+  mine = stale.private_folder('kit_x_', contents='handler')
   assert os.path.basename(mine).startswith(f'kit_x_{os.getpid()}_')
-  assert sorted(os.listdir(tmp_path)) == sorted([
-      os.path.basename(mine), f'kit_x_{alive}_abcd1234',
-      f'kit_x_{dead}_file0000', f'kit_y_{dead}_abcd1234',
-      f'kit_x_{dead}_toolongname'])
-  # This process's own folder is left to its exit, even by a second call.
-  assert os.path.isdir(mine) and os.path.isdir(stale.private_folder('kit_x_'))
+  assert set(os.listdir(tmp_path)) == kept | {os.path.basename(mine)}
+  assert not gone & set(os.listdir(tmp_path))
+  # This process's own folder is left to its exit, even by a second call;
+  # it says whose it is.
+  assert os.path.isdir(mine) and os.path.isdir(
+      stale.private_folder('kit_x_', contents='handler'))
+  with open(os.path.join(mine, stale.OWNER_FILE)) as f:
+    assert json.load(f) == stale.owner()
 
 
 def test_timing_counts_each_second_once_for_the_innermost_phase():
@@ -244,3 +287,48 @@ def test_held_back_framework_logs_go_to_the_file_and_errors_still_show(
   assert (tmp_path / 'report.log').read_text().splitlines() == [
       'WARNING:tensorflow: calling TPUEstimator is deprecated',
       'INFO:tensorflow: loss = 2.3']
+
+
+def _scan(tmp_path, **kwargs):
+  source = tmp_path / 'legacy.py'
+  source.write_text('import tensorflow as tf\ns = tf.Session()\n')
+  return subprocess.run([sys.executable, '-m', 'migration_tools.scanner',
+                         str(source)], cwd=REPO, text=True, timeout=120,
+                        check=False, **kwargs)
+
+
+@pytest.mark.skipif(not os.path.exists('/dev/full'), reason='no /dev/full')
+def test_a_full_stdout_is_one_true_line_not_a_full_disk(tmp_path):
+  with open('/dev/full', 'w') as full:
+    ran = _scan(tmp_path, stdout=full, stderr=subprocess.PIPE)
+  assert ran.returncode != 0
+  assert ran.stderr.strip().splitlines() == [
+      "error: stdout refused the command's output ([Errno 28] No space left "
+      'on device): its work may be done, but what it printed is lost; send '
+      'the output where it can be written'], ran.stderr
+
+
+def test_a_closed_stdout_ends_quietly(tmp_path):
+  _scan(tmp_path, capture_output=True)  # Writes the file scanned.
+  # >&- : the command starts with no descriptor 1.
+  ran = subprocess.run(
+      ['sh', '-c', f'exec "{sys.executable}" -m migration_tools.scanner '
+       f'"{tmp_path / "legacy.py"}" >&-'], cwd=REPO, capture_output=True,
+      text=True, timeout=120, check=False)
+  assert ran.returncode == 1, ran.stderr  # Findings, as with a stdout.
+  assert ran.stderr == ''
+
+
+def test_autograph_files_of_this_process_are_removed_at_exit(tmp_path,
+                                                             monkeypatch):
+  """os._exit skips AutoGraph's atexit hook: the kit removes its files, by
+  the modules this process loaded, and nothing else."""
+  ours = tmp_path / '__autograph_generated_filexyz.py'
+  other = tmp_path / '__autograph_generated_fileabc.py'
+  ours.write_text('')
+  other.write_text('')
+  module = types.ModuleType('__autograph_generated_filexyz')
+  module.__file__ = str(ours)
+  monkeypatch.setitem(sys.modules, module.__name__, module)
+  process._remove_autograph_files()  # pylint: disable=protected-access
+  assert not ours.exists() and other.exists()
