@@ -15,6 +15,8 @@ import shutil
 import tempfile
 from typing import Iterator
 
+from kit_core import signals
+
 PREFIX = '.tmp-'
 # mkstemp's and mkdtemp's random part.
 MKDTEMP_TAIL = r'[a-z0-9_]{8}'
@@ -42,6 +44,8 @@ def temporary_path(path: str, directory: bool = False) -> Iterator[str]:
     os.close(handle)
   try:
     yield tmp
+    # Never in place after a signal, even one whose exception was lost.
+    signals.raise_if_signalled()
     # mkstemp and mkdtemp make 0600 and 0700: the result gets the mode any
     # new file or folder gets here (a file it replaces keeps its own), so a
     # CI uploader running as another user can read a report.

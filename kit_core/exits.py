@@ -10,6 +10,7 @@ from typing import Callable, Iterator
 
 from absl import flags
 
+from kit_core import signals
 from kit_core import stale
 from kit_core import usage as usage_lib
 from kit_core.errors import Interrupted
@@ -65,6 +66,9 @@ def exit_message(error: KitError, error_exit: int = 1) -> tuple[str, int]:
   return f'error: {error}', error_exit
 
 
+raise_if_signalled = signals.raise_if_signalled
+
+
 @contextlib.contextmanager
 def interruptible(consequence: str) -> Iterator[None]:
   """While the block runs, SIGTERM and SIGINT raise Interrupted(consequence)
@@ -72,16 +76,31 @@ def interruptible(consequence: str) -> Iterator[None]:
   their temporary names) before the command ends in one line; the handlers
   before are back after the block.
 
+  A signal is also remembered: if its exception is swallowed on the way,
+  any other error the block ends with, or its normal end, becomes the same
+  Interrupted (and raise_if_signalled raises it at once where called).
+
   consequence: what the user is left with, and what to do.
   """
   def stop(signum, frame):  # pylint: disable=unused-argument
+    signals.received(signal.Signals(signum).name)
     raise Interrupted(signal.Signals(signum).name, consequence)
 
   before = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+  signals.enter(consequence)
   try:
     yield
+  except Interrupted:
+    raise
+  except BaseException as e:
+    if signals.first():
+      raise Interrupted(signals.first(), consequence) from e
+    raise
+  else:
+    signals.raise_if_signalled()
   finally:
     restore_handlers(before)
+    signals.leave()
 
 
 def restore_handlers(before: dict) -> None:

@@ -651,6 +651,43 @@ def test_a_signal_in_the_middle_of_a_check_stops_the_comparison(
   assert 'Report:' not in text and 'First to fix' not in text
 
 
+@pytest.mark.estimator
+@pytest.mark.parametrize('delay', [2.0, catalogue(0.5), catalogue(5.0)])
+def test_a_signal_while_recording_a_bundle_leaves_no_bundle(
+    tmp_path, fake_data_dir, delay):
+  """GB20/GB25: a SIGTERM at any moment of --record_bundle (graph building,
+  AutoGraph, a weakref callback, a check) stops it in one line, exit 143:
+  no bundle under the final name, no temporary one, no report."""
+  report, bundle = tmp_path / 'report.json', tmp_path / 'golden.npz'
+  params = json.dumps({'learning_rate': 0.05,
+                       'data_dir': fake_data_dir.data_dir})
+  log = tmp_path / 'record.log'
+  with open(log, 'w') as f:
+    process = subprocess.Popen(
+        [sys.executable, '-m', 'migration_tools.compare', '--steps=3',
+         '--replicas=1', '--eval_batches=1', '--notpu_ready',
+         f'--params={params}', f'--report={report}',
+         f'--record_bundle={bundle}'], cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=TOOLS_PYTHONPATH),
+        stdout=f, stderr=subprocess.STDOUT)
+  try:
+    _wait_for(process, log, r'(?m)^Recording a bundle')
+    time.sleep(delay)
+    if process.poll() is not None:
+      pytest.fail(f'recorded in under {delay} s: no moment to stop it')
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 143, log.read_text()[-3000:]
+  finally:
+    process.kill()
+  text = log.read_text()
+  assert last_line(text) == (
+      'stopped: SIGTERM received: the comparison was stopped, no report was '
+      'written; run the same command again'), text[-3000:]
+  # The run's own log of TensorFlow's lines (cli.run) may stay: a log.
+  assert set(os.listdir(tmp_path)) - {'report.log'} == {'record.log'}
+  assert not re.search(r'(?m)^(ERROR|NOT RUN) ', text), text[-3000:]
+
+
 def _fingerprint(text):
   found = re.findall(r'Weights fingerprint at step (\d+): (\w+)', text)
   assert found, text[-3000:]

@@ -9,12 +9,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import types
 
 import pytest
 import tensorflow as tf
 
 from conftest import REPO
+from kit_core import atomic
 from kit_core import checkpoint_files
 from kit_core import exits
 from kit_core import paths
@@ -332,3 +334,36 @@ def test_autograph_files_of_this_process_are_removed_at_exit(tmp_path,
   monkeypatch.setitem(sys.modules, module.__name__, module)
   process._remove_autograph_files()  # pylint: disable=protected-access
   assert not ours.exists() and other.exists()
+
+
+def _swallowed_sigterm():
+  """A SIGTERM whose Interrupted is swallowed, as a weakref callback, a
+  TensorFlow error wrapping it, or a broad except would."""
+  try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(2)  # The handler runs here.
+  except Exception:  # pylint: disable=broad-except
+    pass
+
+
+def test_a_signal_whose_exception_was_swallowed_still_stops_the_block(
+    tmp_path):
+  target = tmp_path / 'bundle.npz'
+  with pytest.raises(Interrupted, match='SIGTERM'):
+    with exits.interruptible('nothing was written'):
+      _swallowed_sigterm()
+      # What would stand as finished is never put in place.
+      atomic.write_text(str(target), 'half of it')
+  assert list(tmp_path.iterdir()) == []
+  # The block's normal end raises it too; any other error becomes it.
+  with pytest.raises(Interrupted, match='SIGTERM'):
+    with exits.interruptible('nothing was written'):
+      _swallowed_sigterm()
+  with pytest.raises(Interrupted, match='SIGTERM'):
+    with exits.interruptible('nothing was written'):
+      _swallowed_sigterm()
+      raise ValueError('a check raised after it')
+  # Once its block ended, a signal is forgotten.
+  with exits.interruptible('nothing was written'):
+    atomic.write_text(str(target), 'whole')
+  assert target.read_text() == 'whole'

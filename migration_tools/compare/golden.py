@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 from typing import Iterator
 
+from kit_core import exits
 from kit_core import room
 from kit_core import timing
 from kit_core.errors import KitError
@@ -97,7 +98,9 @@ class Recording:
 
   def finish(self, bundle: Bundle) -> None:
     """Completes the file with bundle's options, batches and versions (its
-    tape is this one)."""
+    tape is this one); never after a signal (a bundle missing answers would
+    stand under the final name)."""
+    exits.raise_if_signalled()
     self._writer.finish({
         'format': FORMAT, 'versions': bundle.versions,
         'options': self._writer.encode(bundle.options),

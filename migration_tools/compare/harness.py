@@ -23,6 +23,7 @@ import numpy as np
 
 
 from kit_core import atomic
+from kit_core import exits
 from kit_core import progress as progress_lib
 from kit_core.errors import Interrupted
 from kit_core.errors import one_line
@@ -92,7 +93,11 @@ class Recorder:
     except Interrupted:
       raise
     except Exception as e:  # pylint: disable=broad-except
+      # A signal TensorFlow wrapped in its own error is no finding.
+      exits.raise_if_signalled()
       result = CheckResult(name, checks.ERROR, one_line(e))
+    # One whose exception something swallowed stops here too.
+    exits.raise_if_signalled()
     seconds = time.monotonic() - started
     # Its name as planned, and its wall time in the report (what each check
     # costs: benchmarks/scale.py reads it).
@@ -341,6 +346,7 @@ def _run_replicas(rec: Recorder, run: Run, replicas: Replicas,
   except Interrupted:
     raise
   except Exception as e:  # pylint: disable=broad-except
+    exits.raise_if_signalled()
     names = [n for c, n in mine if c.gate] if first else [n for _, n in mine]
     rec.error(names, f'building the {replicas.label} run raised: '
               f'{one_line(e)}')
@@ -422,6 +428,7 @@ def write_report(results: list[CheckResult], path: str, figures: dict) -> str:
   """The JSON report at path, then the loss-curve PNG beside it; returns what
   it wrote, for the user. Each is written to a temporary name and renamed; a
   plot that fails costs the plot only."""
+  exits.raise_if_signalled()  # No report of a stopped comparison.
   rows = [r.to_json() for r in results]
   atomic.write_json(path, {**REPORT_SCHEMA,
                           'passed': not any(r.failed for r in results),
