@@ -20,7 +20,10 @@ runs where TensorFlow is not installed.
 
 A folder that cannot be listed and a special file named ``*.py`` (a FIFO,
 a socket, a device: never opened, as a FIFO would block the scan) are listed
-as unchecked. --output may not be a scanned file or a file inside a scanned
+as unchecked; so is a file past the scanner's size limits (4 MiB of Python
+in a .py file or a notebook's code cells, 64 MiB of notebook), unread, so
+that its memory stays bounded (a syntax tree takes about 200 times its
+source). A long scan prints a line on stderr at least every 30 s. --output may not be a scanned file or a file inside a scanned
 folder, nor a symbolic link.
 
 Exit code: 0 nothing to change (style notes at most); 1 findings, or files
@@ -34,6 +37,7 @@ from absl import flags
 
 from kit_core import atomic
 from kit_core import paths as kit_paths
+from kit_core import progress as progress_lib
 from kit_core.errors import KitError
 from migration_tools import cli
 from migration_tools.scanner import engine
@@ -73,7 +77,8 @@ def _write(text: str, output: str | None) -> None:
     raise KitError(f'cannot write --output={output}: {e.strerror}') from e
 
 
-def _write_diff(result, paths: list[str], diff: str) -> None:
+def _write_diff(result, paths: list[str], diff: str,
+                progress: progress_lib.Progress) -> None:
   """The safe rewrites of every Python file scanned (not the unchecked
   ones, nor those skipped by pragma), as one patch."""
   left_out = {u.path for u in result.unchecked} | set(result.skipped)
@@ -83,6 +88,7 @@ def _write_diff(result, paths: list[str], diff: str) -> None:
            if not f.endswith(engine.NOTEBOOK) and f not in left_out]
   patch, changed = b'', 0
   for path in files:
+    progress.now(f'--diff: rewriting {report.escaped(path)}')
     try:
       part = rewrite.file_diff(path)
     except (OSError, SyntaxError, ValueError, UnicodeError):
@@ -120,8 +126,19 @@ def main(tool_flags: flags.FlagValues, paths: list[str]) -> None:
     diff = kit_paths.check_output(
         diff, '--diff', scanned,
         [('--output', output)] if output is not None else [])
+  # A line on stderr at least every 30 s of a long scan or patch.
+  progress = progress_lib.Progress(
+      lambda text: print(text, file=sys.stderr, flush=True))
+  with progress.heartbeat():
+    _scan_and_write(tool_flags, paths, output, diff, progress)
+
+
+def _scan_and_write(tool_flags: flags.FlagValues, paths: list[str],
+                    output: str | None, diff: str | None,
+                    progress: progress_lib.Progress) -> None:
   try:
-    result = scan(paths)
+    result = scan(paths, on_file=lambda path: progress.now(
+        f'scanning {report.escaped(path)}'))
   except ValueError as e:
     raise KitError(str(e)) from e
   named = [u for u in result.not_scanned if u.path in result.empty]
@@ -136,9 +153,10 @@ def main(tool_flags: flags.FlagValues, paths: list[str]) -> None:
         'notebook' + (f' ({len(listed)} other file(s) mention TensorFlow, '
                       'which the scanner does not read)' if listed else '') +
         '; give the folder of your Python code')
+  progress.now('writing the report')
   _write(report.FORMATS[tool_flags.format](result), output)
   if diff is not None:
-    _write_diff(result, paths, diff)
+    _write_diff(result, paths, diff, progress)
   if output:
     print(report.summary_line(result), file=sys.stderr)
   # A file that could not be read or parsed is unchecked, not clean; style

@@ -15,6 +15,7 @@ import fnmatch
 import os
 import stat
 import tokenize
+from typing import Callable
 
 from migration_tools.scanner import notebooks
 from migration_tools.scanner import rules as rules_lib
@@ -860,11 +861,42 @@ def read_source(path: str) -> str:
     return f.read()
 
 
-def _scan_notebook(path: str, result: Result) -> None:
+# What one file may hold for the scanner's memory to stay bounded: a
+# module's syntax tree takes about 200 times its source (a 50 MB file took
+# 11 GB), so a .py file, or a notebook's code cells together, past
+# MAX_SOURCE_BYTES are listed as unchecked, unread; a notebook's JSON (its
+# outputs, images included) is read up to MAX_NOTEBOOK_BYTES.
+MAX_SOURCE_BYTES = 4 * 2**20
+MAX_NOTEBOOK_BYTES = 64 * 2**20
+
+
+def _too_large(path: str, limit: int, what: str) -> str | None:
+  """Why path is not read (over limit bytes), or None."""
   try:
-    notebook = notebooks.read(path)
+    size = os.stat(path).st_size
+  except OSError:
+    return None  # The read says what is wrong.
+  if size <= limit:
+    return None
+  return (f'not read: {size / 2**20:.1f} MiB, over the scanner\'s limit of '
+          f'{limit // 2**20} MiB for {what} (its syntax tree would take '
+          'about 200 times that in memory); read it yourself, or scan the '
+          'code it was generated from')
+
+
+def _scan_notebook(path: str, result: Result) -> None:
+  reason = _too_large(path, MAX_NOTEBOOK_BYTES, 'a notebook')
+  if reason:
+    result.unchecked.append(Unchecked(path, reason))
+    return
+  try:
+    notebook = notebooks.read(path, MAX_SOURCE_BYTES)
   except (OSError, ValueError, UnicodeDecodeError) as e:
     result.unchecked.append(Unchecked(path, f'cannot read the notebook: {e}'))
+    return
+  except RecursionError:
+    result.unchecked.append(Unchecked(path, 'cannot read the notebook: its '
+                                      'JSON is nested too deeply'))
     return
   for cell, reason in notebook.bad_cells:
     result.unchecked.append(Unchecked(
@@ -881,6 +913,10 @@ def _scan_notebook(path: str, result: Result) -> None:
 
 
 def _scan_file(path: str, result: Result) -> None:
+  reason = _too_large(path, MAX_SOURCE_BYTES, 'one file')
+  if reason:
+    result.unchecked.append(Unchecked(path, reason))
+    return
   try:
     source = read_source(path)
   except (OSError, SyntaxError, UnicodeDecodeError) as e:
@@ -906,11 +942,13 @@ def under(path: str, root: str) -> bool:
   return path == root or path.startswith(os.path.join(root, ''))
 
 
-def scan(paths: list[str]) -> Result:
+def scan(paths: list[str],
+         on_file: Callable[[str], None] | None = None) -> Result:
   """Scans files and directories.
 
   Args:
     paths: files and directories (walked for .py files and notebooks).
+    on_file: told each file's path as its scan begins (progress).
 
   Returns:
     The findings, the files left unchecked, skipped or not scanned, and the
@@ -923,6 +961,8 @@ def scan(paths: list[str]) -> Result:
   result = Result([], unchecked, [], 0, not_scanned)
   for path in files:
     result.files += 1
+    if on_file is not None:
+      on_file(path)
     if path.endswith(NOTEBOOK):
       _scan_notebook(path, result)
     else:

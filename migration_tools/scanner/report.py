@@ -18,6 +18,13 @@ def _rank(severity: str) -> int:
   return rules_lib.SEVERITIES.index(severity)
 
 
+def escaped(text: str) -> str:
+  """text with each character that is not printable (a newline, a terminal
+  escape) written as Python writes it in a string (\\n, \\x1b): a file's
+  name cannot forge a line of the report, nor drive the terminal."""
+  return ''.join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def summary_line(result: engine.Result) -> str:
   not_scanned = (f', {len(result.not_scanned)} not scanned (not Python)'
                  if result.not_scanned else '')
@@ -47,7 +54,7 @@ def format_text(result: engine.Result) -> str:
   lines += [f'{u.path}: {u.reason}' for u in result.not_scanned]
   lines += [f'{path}: skipped: {engine.SKIP_FILE}' for path in result.skipped]
   lines.append(summary_line(result))
-  return '\n'.join(lines)
+  return '\n'.join(escaped(line) for line in lines)
 
 
 STEPS = {1: 'Step 1, to run on TF 2.15 under tensorflow.compat.v1 '

@@ -406,6 +406,29 @@ def _read(path: str) -> tuple[str, str]:
     return f.read(), encoding
 
 
+# What git's C-style quoting of a path writes for a character (quote.c).
+_GIT_ESCAPES = {'\a': 'a', '\b': 'b', '\t': 't', '\n': 'n', '\v': 'v',
+                '\f': 'f', '\r': 'r', '"': '"', '\\': '\\'}
+
+
+def git_quoted(name: str) -> str:
+  """A path as a diff header names it: as it is, or, when it holds a
+  control character, a quote or a backslash, in double quotes with C-style
+  escapes (what git diff writes and git apply reads)."""
+  if not any(c in _GIT_ESCAPES or ord(c) < 0x20 or ord(c) == 0x7f
+             for c in name):
+    return name
+  out = []
+  for c in name:
+    if c in _GIT_ESCAPES:
+      out.append('\\' + _GIT_ESCAPES[c])
+    elif ord(c) < 0x20 or ord(c) == 0x7f:
+      out.append(f'\\{ord(c):03o}')
+    else:
+      out.append(c)
+  return '"' + ''.join(out) + '"'
+
+
 def file_diff(path: str) -> bytes:
   """The unified diff of path's safe rewrites (b'' if none), in the file's
   own encoding, its path relative to the working directory as git writes
@@ -424,8 +447,9 @@ def file_diff(path: str) -> bytes:
   name = os.path.relpath(path).replace(os.sep, '/')
   old_lines = text.splitlines(keepends=True)
   new_lines = new.splitlines(keepends=True)
-  lines = list(difflib.unified_diff(old_lines, new_lines, f'a/{name}',
-                                    f'b/{name}'))
+  lines = list(difflib.unified_diff(old_lines, new_lines,
+                                    git_quoted(f'a/{name}'),
+                                    git_quoted(f'b/{name}')))
   for i, line in enumerate(lines):
     if not line.endswith('\n'):
       lines[i] = line + '\n\\ No newline at end of file\n'

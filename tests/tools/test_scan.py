@@ -16,6 +16,7 @@ import tensorflow as tf
 from conftest import REPO, last_line, run_module
 import scan_accuracy
 from migration_tools.scanner import engine
+from migration_tools.scanner import notebooks
 from migration_tools.scanner import report
 from migration_tools.scanner import rules
 from migration_tools.scanner import tf_api
@@ -791,6 +792,57 @@ def test_a_file_that_is_not_a_notebook_is_unchecked(tmp_path):
   result = engine.scan([str(tmp_path)])
   assert [u.reason for u in result.unchecked] == [
       'cannot read the notebook: not a Jupyter notebook: no list of cells']
+
+
+def test_files_past_the_size_limits_are_unchecked_and_the_rest_scanned(
+    tmp_path, monkeypatch):
+  """SN01/SN09: the scanner's memory stays bounded whatever it is given (a
+  syntax tree takes about 200 times its source): a file, or a notebook's
+  code, past the limit is listed as unchecked, unread; so is a notebook
+  whose JSON is nested too deeply to read."""
+  monkeypatch.setattr(engine, 'MAX_SOURCE_BYTES', 2000)
+  monkeypatch.setattr(engine, 'MAX_NOTEBOOK_BYTES', 500_000)
+  (tmp_path / 'generated.py').write_text(
+      'import tensorflow as tf\n' + 's = tf.Session()\n' * 200)
+  _notebook(tmp_path, [('code', 'import tensorflow as tf\n' +
+                        'x = 1\n' * 500)])  # One cell past 2,000 bytes.
+  (tmp_path / 'outputs.ipynb').write_text(json.dumps({'cells': [
+      {'cell_type': 'markdown', 'source': 'x' * 600_000}]}))
+  (tmp_path / 'deep.ipynb').write_text(
+      '{"cells": ' + '[' * 100_000 + ']' * 100_000 + '}')
+  (tmp_path / 'small.py').write_text('import tensorflow as tf\ntf.Session()\n')
+  result = engine.scan([str(tmp_path)])
+  reasons = {os.path.basename(u.path): u.reason for u in result.unchecked}
+  assert reasons['generated.py'].startswith(
+      "not read: 0.0 MiB, over the scanner's limit of 0 MiB for one file")
+  assert reasons['bert.ipynb'].startswith(
+      "cannot read the notebook: its code cells hold over 0 MiB, the "
+      "scanner's limit")
+  assert reasons['outputs.ipynb'].startswith('not read: 0.6 MiB, over')
+  assert reasons['deep.ipynb'] == (
+      'cannot read the notebook: its JSON is nested too deeply')
+  assert [(os.path.basename(f.path), f.rule) for f in result.findings] == [
+      ('small.py', 'session')]
+
+
+def test_a_notebook_of_many_cells_locates_each_line_in_its_cell():
+  cells = {'cells': [{'cell_type': 'code', 'source': f'x{i} = 1\ny = 2\n'}
+                     for i in range(2000)]}
+  notebook = notebooks.Notebook(*_joined(cells['cells']))
+  for line in (1, 2, 3, 2000, 5999):
+    cell, inside = notebook.locate(line)
+    first, number = max(s for s in notebook.starts if s[0] <= line)
+    assert (cell, inside) == (number, line - first + 1), line
+
+
+def _joined(cells):
+  """(source, starts, bad) of code cells as notebooks.read joins them."""
+  starts, line, parts = [], 1, []
+  for number, cell in enumerate(cells, 1):
+    starts.append((line, number))
+    parts.append(cell['source'])
+    line += cell['source'].count('\n') + 1
+  return '\n'.join(parts) + '\n', tuple(starts), ()
 
 
 @pytest.mark.e2e

@@ -1,8 +1,12 @@
 """migration-scan --diff: the rewrites that are safe by construction, one
 case each, and what they leave alone."""
 import os
+import subprocess
+import sys
 
 import pytest
+
+from conftest import REPO
 
 from migration_tools.scanner import rewrite
 
@@ -133,3 +137,24 @@ def test_diff_takes_a_bert_like_file_at_least_as_far_as_tf_upgrade_v2():
   print(found)
   assert found.diff.step1 <= found.tf_upgrade_v2.step1 < found.before.step1
   assert not found.diff.unchecked  # The patched file parses.
+
+
+def test_a_file_name_with_a_newline_and_escapes_is_quoted_everywhere(
+    tmp_path):
+  """A name cannot forge a line of the text report or drive the terminal;
+  in the patch it is quoted as git quotes it, and git apply takes it."""
+  name = 'ev\nil\x1b[31m "q".py'
+  (tmp_path / name).write_text(_TF + 'y = tf.log(x)\n')
+  subprocess.run(['git', 'init', '-q'], cwd=tmp_path, check=True)
+  ran = subprocess.run(
+      [sys.executable, '-m', 'migration_tools.scanner', '.',
+       '--diff=fix.patch'], cwd=tmp_path, capture_output=True, text=True,
+      env={**os.environ, 'PYTHONPATH': REPO}, timeout=120, check=False)
+  assert ran.returncode == 1, ran.stderr
+  assert '\x1b' not in ran.stdout + ran.stderr
+  assert ran.stdout.splitlines()[0] == (
+      './ev\\nil\\x1b[31m "q".py: 1 for step 2')
+  patch = (tmp_path / 'fix.patch').read_text()
+  assert patch.startswith('--- "a/ev\\nil\\033[31m \\"q\\".py"\n')
+  subprocess.run(['git', 'apply', 'fix.patch'], cwd=tmp_path, check=True)
+  assert (tmp_path / name).read_text() == _TF + 'y = tf.math.log(x)\n'
