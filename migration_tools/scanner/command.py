@@ -23,8 +23,9 @@ a socket, a device: never opened, as a FIFO would block the scan) are listed
 as unchecked; so is a file past the scanner's size limits (4 MiB of Python
 in a .py file or a notebook's code cells, 64 MiB of notebook), unread, so
 that its memory stays bounded (a syntax tree takes about 200 times its
-source). A long scan prints a line on stderr at least every 30 s. --output may not be a scanned file or a file inside a scanned
-folder, nor a symbolic link.
+source). A long scan prints a line on stderr at least every 30 s.
+--output may not be a scanned file or a file inside a scanned folder, nor a
+symbolic link.
 
 Exit code: 0 nothing to change (style notes at most); 1 findings, or files
 or folders that could not be read, parsed or analysed (they are unchecked,
