@@ -10,11 +10,13 @@ draw other dropout masks than the whole run drew.
 """
 import os
 import re
+import stat
 
 from absl import logging
 import numpy as np
 
 from kit_core import atomic
+from kit_core import npz_files
 from kit_core.errors import KitError
 
 _NAME = re.compile(r'^ckpt-(\d+)\.npz$')
@@ -43,6 +45,16 @@ def find(model_dir: str) -> list[str]:
   return [os.path.join(model_dir, name) for _, name in found]
 
 
+def check_regular(model_dir: str) -> None:
+  """Refuses a checkpoint name that is not a regular file (a FIFO named
+  ckpt-9.npz would block the restore for ever, holding the lock)."""
+  for path in find(model_dir):
+    if not stat.S_ISREG(os.lstat(path).st_mode):
+      raise KitError(f'{path} is not a regular file (a FIFO, a link, a '
+                     'folder): not a checkpoint this kit wrote; remove it, or '
+                     'use another --model_dir')
+
+
 def save(model_dir: str, step: int, arrays: dict[str, np.ndarray],
          keep: int) -> str:
   """Writes ckpt-<step>.npz atomically; keeps the newest `keep`."""
@@ -63,32 +75,54 @@ def restore(model_dir: str, model, optimizer) -> str | None:
     KitError: it cannot be read, or its variables are not this model's and
       optimizer's; nothing is changed.
   """
+  check_regular(model_dir)
   found = find(model_dir)
   if not found:
     return None
   path = found[-1]
-  try:
-    with np.load(path) as saved:
-      arrays = {name: saved[name] for name in saved.files}
-  except (OSError, ValueError, KeyError) as e:
-    raise KitError(f'checkpoint {path} cannot be read ({e}); remove it to '
-                   'resume from the one before, or use another --model_dir'
-                   ) from e
   variables = {f'model/{v.path}': v for v in model.variables}
   variables.update({f'optimizer/{v.path}': v for v in optimizer.variables})
-  _check_matches(path, arrays, variables)
+  instead = ('remove it to resume from the one before, or use another '
+             '--model_dir')
+  try:
+    # Each size the file declares is checked before anything is read, and
+    # only this model's arrays are (kit_core/npz_files.py).
+    declared = npz_files.headers(path, 'checkpoint')
+    _check_matches(path, {k: v[0] for k, v in declared.items()}, variables)
+    arrays = npz_files.load(path, 'checkpoint', sorted(variables))
+  except KitError as e:
+    raise KitError(f'{e}; {instead}') from e
+  _check_values(path, arrays, variables, instead)
   for name, variable in variables.items():
     variable.assign(arrays[name])
   logging.info('Restored %s', path)
   return path
 
 
-def _check_matches(path: str, arrays: dict, variables: dict) -> None:
-  missing = sorted(set(variables) - set(arrays))
-  extra = sorted(set(arrays) - set(variables))
-  wrong = [f'{name} {arrays[name].shape} (the model\'s is '
+def _check_values(path: str, arrays: dict, variables: dict,
+                  instead: str) -> None:
+  """Refuses arrays of another dtype than their variables' (a float64
+  kernel, an int8 one), and weights that are not finite: a NaN checkpoint
+  would be restored and trained on."""
+  for name, variable in variables.items():
+    dtype = np.dtype(variable.dtype)
+    if arrays[name].dtype != dtype:
+      raise KitError(f'checkpoint {path} holds {name} as {arrays[name].dtype}'
+                     f', the model\'s is {dtype}: it is not this kit\'s; '
+                     f'{instead}')
+    if dtype.kind == 'f' and not np.all(np.isfinite(arrays[name])):
+      raise KitError(f'checkpoint {path} holds non-finite values (NaN or '
+                     f'Inf) in {name}: training diverged before it was '
+                     f'saved, or it is damaged; {instead}')
+
+
+def _check_matches(path: str, shapes: dict, variables: dict) -> None:
+  """shapes: {name: shape} of the checkpoint's arrays."""
+  missing = sorted(set(variables) - set(shapes))
+  extra = sorted(set(shapes) - set(variables))
+  wrong = [f'{name} {tuple(shapes[name])} (the model\'s is '
            f'{tuple(v.shape)})' for name, v in variables.items()
-           if name in arrays and arrays[name].shape != tuple(v.shape)]
+           if name in shapes and tuple(shapes[name]) != tuple(v.shape)]
   if missing or extra or wrong:
     what = (f'lacks {", ".join(missing[:3])}' if missing else
             f'has {", ".join(extra[:3])} that the model lacks' if extra else

@@ -59,7 +59,12 @@ def output_diff(a: np.ndarray, b: np.ndarray) -> float:
 
 def difference_text(name: str, theirs, ours, diff: float) -> str:
   """'name differs by up to 0.0013', or what is not finite in it:
-  'name holds NaN on the port's side (3 of 512 values)'."""
+  'name holds NaN on the port's side (3 of 512 values)', or the two shapes
+  where they differ."""
+  theirs_shape, ours_shape = np.shape(theirs), np.shape(ours)
+  if theirs_shape != ours_shape:
+    return (f'{name} is of shape {list(ours_shape)} on the port\'s side and '
+            f'{list(theirs_shape)} on the legacy side')
   said = non_finite(theirs, ours)
   if said:
     return f'{name} holds {said}'

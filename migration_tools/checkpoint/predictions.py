@@ -19,6 +19,8 @@ import dataclasses
 import hashlib
 import os
 
+import numpy as np
+
 from kit_core import checkpoint_files
 from kit_core.errors import KitError
 from kit_core.errors import one_line
@@ -90,11 +92,36 @@ def load(path: str) -> Recorded:
       'outputs' not in manifest):
     raise KitError(f'--predictions {path} is not a recording of predictions '
                    f'of format {FORMAT}; {RECORD_AGAIN}')
-  return Recorded(manifest['checkpoint'],
-                  stored.decode(manifest['features'], arrays),
-                  stored.decode(manifest['outputs'], arrays),
-                  manifest['averages'], manifest['batch'],
-                  manifest['versions'])
+  try:
+    recorded = Recorded(manifest['checkpoint'],
+                        stored.decode(manifest['features'], arrays),
+                        stored.decode(manifest['outputs'], arrays),
+                        manifest['averages'], manifest['batch'],
+                        manifest['versions'])
+    _check_examples(recorded)
+  except (KeyError, TypeError, ValueError, AttributeError,
+          RecursionError) as e:
+    raise KitError(f'--predictions {path} is incomplete ({one_line(e)}): '
+                   f'not written whole by this kit; {RECORD_AGAIN}') from e
+  return recorded
+
+
+def _check_examples(recorded: Recorded) -> None:
+  """Raises ValueError unless the recording holds examples, every feature
+  and output one row per example, and a batch to predict them in."""
+  features = (recorded.features if isinstance(recorded.features, dict)
+              else {'features': recorded.features})
+  if not features or not recorded.outputs or not isinstance(
+      recorded.outputs, dict):
+    raise ValueError('it holds no features or no outputs')
+  rows = {name: np.shape(value)[0] if np.ndim(value) else None
+          for name, value in {**features, **recorded.outputs}.items()}
+  counts = set(rows.values())
+  if len(counts) != 1 or None in counts or 0 in counts:
+    raise ValueError(f'rows by array: {rows}')
+  if (not isinstance(recorded.batch, int) or isinstance(recorded.batch, bool)
+      or recorded.batch < 1):
+    raise ValueError(f'batch {recorded.batch!r}')
 
 
 def check_matches(recorded: Recorded, checkpoint: dict, path: str,

@@ -158,6 +158,8 @@ def load(path: str) -> Bundle:
   """
   try:
     manifest, arrays = stored.open_lazily(path)
+  except KitError:  # A signal, or what the file declares: said in full.
+    raise
   except Exception as e:  # pylint: disable=broad-except
     raise KitError(f'cannot read the bundle {path} ({one_line(e)}); record '
                    'it again with migration-compare --record_bundle') from e
@@ -167,19 +169,56 @@ def load(path: str) -> Bundle:
   try:
     if manifest.get('format') != FORMAT:
       raise KitError(f'{path} is a bundle of format '
-                     f'{manifest.get("format")}; this kit reads format '
-                     f'{FORMAT}: record it again')
+                     f'{manifest.get("format")!r}; this kit reads format '
+                     f'{FORMAT!r}: record it again')
     missing = set(stored.array_keys(manifest)) - {
         name for name in arrays.files}
     if missing:
       raise KeyError(min(missing))  # The array named, as a lookup would.
-    return Bundle(stored.decode(manifest['options'], arrays),
-                  manifest['replica_counts'], manifest['serving'],
-                  stored.decode(manifest['batches'], arrays),
-                  _Stored(manifest['answers'], arrays,
-                          dict(manifest['shards'])),
-                  manifest['versions'])
-  except (KeyError, TypeError, ValueError, AttributeError) as e:
+    bundle = Bundle(stored.decode(manifest['options'], arrays),
+                    manifest['replica_counts'], manifest['serving'],
+                    stored.decode(manifest['batches'], arrays),
+                    _Stored(manifest['answers'], arrays,
+                            dict(manifest['shards'])),
+                    manifest['versions'])
+    _check_options(bundle)
+    return bundle
+  except (KeyError, TypeError, ValueError, AttributeError,
+          RecursionError) as e:
     raise KitError(f'the bundle {path} is incomplete ({one_line(e)}): it was '
                    'not written whole by this kit; record it again with '
                    'migration-compare --record_bundle') from e
+
+
+# The options a bundle records, by harness.Options field (a test holds them
+# to its fields): the type each must have and the least it may be.
+_OPTION_TYPES = {'steps': (int, 1), 'global_batch': (int, 1),
+                 'eval_batches': (int, 0), 'seed': (int, None),
+                 'beyond_init': ((int, float), 0), 'params': (dict, None),
+                 'warm_start_from': (str, None)}
+
+
+def _check_options(bundle: Bundle) -> None:
+  """Raises ValueError for options this kit cannot have written: of
+  another type, out of range, or more steps than the bundle holds answers
+  (each step answers at least once), which replaying would loop over."""
+  unknown = sorted(set(bundle.options) - set(_OPTION_TYPES))
+  if unknown:
+    raise ValueError(f'options {", ".join(unknown)} are none of this kit\'s')
+  for name, (kind, least) in _OPTION_TYPES.items():
+    if name == 'beyond_init' and name not in bundle.options:
+      continue  # Bundles recorded before it: the check is off.
+    value = bundle.options.get(name)
+    if (not isinstance(value, kind) or isinstance(value, bool) or
+        (least is not None and value < least)):
+      raise ValueError(f'option {name} is {value!r}')
+  counts = bundle.replica_counts
+  if (not isinstance(counts, list) or not counts or counts[0] != 1 or
+      not all(isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= 64
+              for c in counts)):
+    raise ValueError(f'replica_counts is {counts!r}')
+  if bundle.options['steps'] > len(bundle.tape):
+    raise ValueError(f'option steps is {bundle.options["steps"]}, and the '
+                     f'bundle holds {len(bundle.tape)} answers')
+  if not isinstance(bundle.batches, list) or not bundle.batches:
+    raise ValueError('it holds no batch')

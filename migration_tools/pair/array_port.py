@@ -39,6 +39,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 
+from kit_core import npz_files
 from kit_core.errors import KitError
 from kit_core.errors import one_line
 from migration_tools.pair import optimizers
@@ -224,8 +225,8 @@ def read_state(model: ArrayModel, path: str) -> None:
     KitError: the file is not one write_state wrote.
   """
   try:
-    with np.load(path, allow_pickle=False) as found:
-      arrays = {k: found[k] for k in found.files}
+    # Each size the file declares checked before anything is read.
+    arrays = npz_files.load(path, 'the converted state')
     names = json.loads(str(arrays[_MANIFEST]))
     variables = {name: arrays[f'v{i}']
                  for i, name in enumerate(names['variables'])}

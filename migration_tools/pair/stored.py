@@ -26,6 +26,7 @@ import numpy as np
 
 from kit_core import atomic
 from kit_core import lazy
+from kit_core import npz_files
 from kit_core import paths
 from kit_core.errors import KitError
 from kit_core.lazy import tensorflow as tf
@@ -115,20 +116,32 @@ def save(path: str, manifest: dict, arrays: dict) -> str:
   return path
 
 
-def load(path: str) -> tuple[dict | None, dict]:
-  """(manifest, or None if the file has none; the other arrays) of what
-  save wrote. Raises what numpy raises for a file it cannot read: OSError,
-  BadZipFile, EOFError, zlib.error or ValueError, by where the damage is."""
-  with np.load(path, allow_pickle=False) as found:
-    arrays = {k: found[k] for k in found.files}
-  manifest = arrays.pop(MANIFEST, None)
-  return (None if manifest is None else json.loads(str(manifest))), arrays
+def load(path: str, what: str = 'the recording'
+         ) -> tuple[dict | None, dict]:
+  """(manifest, or None if the file has none; the arrays it refers to) of
+  what save wrote. Each size the file declares is checked before anything
+  is read (kit_core/npz_files.py), and an array nothing refers to is never
+  read.
+
+  Raises:
+    KitError: not a regular file, damaged, or past the free memory.
+    ValueError: a manifest that is not JSON.
+  """
+  if MANIFEST not in npz_files.headers(path, what):
+    return None, {}
+  manifest = json.loads(str(npz_files.load(path, what, [MANIFEST])[MANIFEST]))
+  return manifest, npz_files.load(path, what,
+                                  sorted(set(array_keys(manifest))))
 
 
-def open_lazily(path: str) -> tuple[dict | None, np.lib.npyio.NpzFile]:
+def open_lazily(path: str, what: str = 'the bundle'
+                ) -> tuple[dict | None, np.lib.npyio.NpzFile]:
   """load(), the arrays read from disk each time one is asked for (an open
-  NpzFile; close it when done). Every entry's checksum is read first, so
-  damage anywhere raises here, as in load, not midway through a use."""
+  NpzFile; close it when done). Every entry's header and checksum are read
+  first, so damage anywhere raises here, as in load, not midway through a
+  use; so does an array larger than the free memory."""
+  for name, declared in npz_files.headers(path, what).items():
+    npz_files.check_room(path, what, {name: declared})
   found = np.load(path, allow_pickle=False)
   try:
     damaged = found.zip.testzip()

@@ -2,6 +2,7 @@
 over several devices, exact resume, SIGTERM's save, the divergence guard,
 an export that serves, bad input; and its batches directly."""
 import ast
+import io
 import json
 import os
 import re
@@ -9,12 +10,15 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 
 import numpy as np
 import pytest
 
 from conftest import REPO, last_line, run_module
 from jax import export as jax_export
+from kit_core.errors import KitError
+from migrate_jax import checkpoints as checkpoints_lib
 from migrate_jax import data as data_lib
 from migrate_jax import export as export_lib
 
@@ -218,3 +222,74 @@ def test_migrate_jax_imports_no_tensorflow():
       imported |= {node.module.split('.')[0] for node in ast.walk(tree)
                    if isinstance(node, ast.ImportFrom) and node.module}
       assert not imported & {'tensorflow', 'migrate', 'estimator_mnist'}, name
+
+
+def _small_model():
+  import keras  # pylint: disable=g-import-not-at-top
+  model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+  optimizer = keras.optimizers.SGD(0.1)
+  optimizer.build(model.trainable_variables)
+  return model, optimizer
+
+
+def _damaged_checkpoints(model_dir, arrays):
+  """ckpt-1.npz whole, then one ckpt-2.npz per kind of damage: each must be
+  refused in one line, nothing restored."""
+  good = checkpoints_lib.save(str(model_dir), 1, arrays, keep=10)
+  data = open(good, 'rb').read()
+  flipped = bytearray(data)
+  flipped[len(data) // 2] ^= 0x40
+  kernel = 'model/' + next(k for k in arrays if 'kernel' in k)[6:]
+  yield 'truncated', data[:len(data) // 2], 'is damaged or not an .npz'
+  yield 'a bit flipped', bytes(flipped), 'is damaged'
+  yield 'random bytes', os.urandom(len(data)), 'is damaged or not an .npz'
+  for label, change, message in (
+      ('NaN', lambda a: a.astype(np.float32) * np.nan,
+       f'holds non-finite values (NaN or Inf) in {kernel}'),
+      ('float64', lambda a: a.astype(np.float64),
+       f'holds {kernel} as float64, the model\'s is float32'),
+      ('int8', lambda a: a.astype(np.int8),
+       f'holds {kernel} as int8, the model\'s is float32')):
+    path = checkpoints_lib.save(str(model_dir), 3, {
+        **arrays, kernel: change(arrays[kernel])}, keep=10)
+    changed = open(path, 'rb').read()
+    os.remove(path)
+    yield label, changed, message
+
+
+def test_a_damaged_or_foreign_checkpoint_is_refused_in_one_line(tmp_path):
+  """Never a traceback, never a NaN checkpoint restored: each ends in one
+  KitError that names the file and says what to do."""
+  model, optimizer = _small_model()
+  arrays = checkpoints_lib.state(model, optimizer)
+  for label, data, message in list(_damaged_checkpoints(tmp_path, arrays)):
+    (tmp_path / 'ckpt-2.npz').write_bytes(data)
+    before = [np.array(v.value) for v in model.variables]
+    with pytest.raises(KitError) as raised:
+      checkpoints_lib.restore(str(tmp_path), model, optimizer)
+    text = str(raised.value)
+    assert message in text and 'ckpt-2.npz' in text, (label, text)
+    assert text.endswith('remove it to resume from the one before, or use '
+                         'another --model_dir'), (label, text)
+    assert all(np.array_equal(b, np.array(v.value))
+               for b, v in zip(before, model.variables)), label
+  # The one before, whole, restores.
+  os.remove(tmp_path / 'ckpt-2.npz')
+  assert checkpoints_lib.restore(str(tmp_path), model, optimizer).endswith(
+      'ckpt-1.npz')
+
+
+def test_a_checkpoint_declaring_a_huge_array_or_a_fifo_is_refused(tmp_path):
+  model, optimizer = _small_model()
+  path = tmp_path / 'ckpt-4.npz'
+  with zipfile.ZipFile(path, 'w') as archive:
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_2_0(buffer, {
+        'descr': '<f4', 'fortran_order': False, 'shape': (2**40,)})
+    archive.writestr('model/dense/kernel.npy', buffer.getvalue())
+  with pytest.raises(KitError, match='declares 4398046511104 bytes'):
+    checkpoints_lib.restore(str(tmp_path), model, optimizer)
+  path.unlink()
+  os.mkfifo(tmp_path / 'ckpt-9.npz')
+  with pytest.raises(KitError, match=r'ckpt-9.npz is not a regular file'):
+    checkpoints_lib.restore(str(tmp_path), model, optimizer)

@@ -4,13 +4,21 @@ replayed against the port.
 The tests marked 'estimator' record bundles (TF 2.15 only);
 test_across_versions.py replays one recorded on TF 2.15 on the newest TF.
 """
+import dataclasses
+import io
 import json
+import os
+import zipfile
 
 import numpy as np
 import pytest
 
 from conftest import last_line, run_compare
+from kit_core import room
+from kit_core.errors import KitError
+from migration_tools.compare import context
 from migration_tools.compare import golden
+from migration_tools.pair import stored
 
 # Commands in subprocesses and training jobs: apart from the fast tier.
 pytestmark = pytest.mark.e2e
@@ -155,3 +163,113 @@ def test_a_file_that_is_no_bundle_is_refused(tmp_path):
   report = json.loads((tmp_path / 'r.json').read_text())
   assert report['passed'] is False and report['checks'] == []
   assert report['error'] == last_line(result.stderr).removeprefix('error: ')
+
+
+def _forged(source, tmp_path, change):
+  """The bundle at source with its manifest changed by change(manifest)."""
+  manifest, arrays = stored.load(str(source))
+  change(manifest)
+  path = tmp_path / 'forged.npz'
+  stored.save(str(path), manifest, arrays)
+  return path
+
+
+def _options(change):
+  def forge(manifest):
+    options = dict(stored.decode(manifest['options'], {}))
+    change(options)
+    manifest['options'] = stored.encode(options, {})
+  return forge
+
+
+def _nested(manifest):
+  deep = 1
+  for _ in range(900):
+    deep = [deep]
+  manifest['options'] = deep
+
+
+@pytest.mark.parametrize('change, message', [
+    # A bundle that says it takes 10**9 steps would grow for ever.
+    (_options(lambda o: o.update(steps=10**9)),
+     'option steps is 1000000000, and the bundle holds'),
+    (_options(lambda o: o.update(global_batch='64')),
+     "option global_batch is '64'"),
+    (_options(lambda o: o.update(surprise=1)),
+     "options surprise are none of this kit's"),
+    (lambda m: m.update(replica_counts=[2, 1]), 'replica_counts is [2, 1]'),
+    (_nested, 'maximum recursion depth'),
+    (lambda m: m.update(format='3'),
+     "is a bundle of format '3'; this kit reads format 3"),
+])
+def test_a_forged_bundle_is_refused_in_one_line(recorded, tmp_path, change,
+                                                message):
+  path = _forged(recorded[0], tmp_path, change)
+  with pytest.raises(KitError) as raised:
+    golden.load(str(path))
+  assert message in str(raised.value), str(raised.value)
+  assert '\n' not in str(raised.value)
+
+
+def _with_entry(source, tmp_path, name, header_shape=None, data=b''):
+  """source with one more entry: an .npy whose header declares
+  header_shape (float32) followed by data, or data as it is."""
+  path = tmp_path / 'grown.npz'
+  path.write_bytes(source.read_bytes())
+  with zipfile.ZipFile(path, 'a', zipfile.ZIP_DEFLATED) as archive:
+    if header_shape is not None:
+      buffer = io.BytesIO()
+      np.lib.format.write_array_header_2_0(buffer, {
+          'descr': '<f4', 'fortran_order': False, 'shape': header_shape})
+      data = buffer.getvalue() + data
+    archive.writestr(name, data)
+  return path
+
+
+def test_sizes_a_bundle_declares_are_checked_before_anything_is_read(
+    recorded, tmp_path, monkeypatch):
+  # An array that declares 2**40 floats (4 TB), its bytes absent.
+  huge = _with_entry(recorded[0], tmp_path, 'huge.npy', (2**40,))
+  with pytest.raises(KitError, match='is damaged or not an .npz of arrays '
+                     r'\(huge.npy declares 4398046511104 bytes'):
+    golden.load(str(huge))
+  huge.unlink()
+  # A zip bomb: zeros that deflate 1000 to 1, declared as what they are,
+  # more than the memory free (here made 50 MB): refused before one is
+  # inflated.
+  monkeypatch.setattr(room, 'available_memory', lambda: 50_000_000)
+  bomb = tmp_path / 'bomb.npz'
+  bomb.write_bytes(recorded[0].read_bytes())
+  with zipfile.ZipFile(bomb, 'a', zipfile.ZIP_DEFLATED) as archive:
+    with archive.open('bomb.npy', 'w', force_zip64=True) as entry:
+      np.lib.format.write_array_header_2_0(entry, {
+          'descr': '<f4', 'fortran_order': False, 'shape': (2**25,)})
+      for _ in range(8):
+        entry.write(bytes(2**24))
+  assert bomb.stat().st_size < recorded[0].stat().st_size + 1_000_000
+  with pytest.raises(KitError, match='declares 134.2 MB of arrays, more '
+                     'than the 50.0 MB of memory free here'):
+    golden.load(str(bomb))
+  monkeypatch.undo()
+  # A pickle is never read.
+  buffer = io.BytesIO()
+  np.save(buffer, np.array([{'a': 1}], dtype=object), allow_pickle=True)
+  pickled = _with_entry(recorded[0], tmp_path, 'objects.npy',
+                        data=buffer.getvalue())
+  with pytest.raises(KitError, match='holds Python objects'):
+    golden.load(str(pickled))
+
+
+def test_a_fifo_as_bundle_is_refused_not_opened(tmp_path):
+  fifo = tmp_path / 'bundle.npz'
+  os.mkfifo(fifo)
+  result, _ = run_compare(tmp_path / 'r.json', f'--bundle={fifo}')
+  assert result.returncode == 1
+  assert last_line(result.stderr) == (
+      f'error: the bundle {fifo} is not a regular file (a FIFO, a socket or '
+      'a device): give the file itself'), result.stderr[-2000:]
+
+
+def test_the_bundle_options_checked_are_the_harness_options():
+  assert set(golden._OPTION_TYPES) == {  # pylint: disable=protected-access
+      f.name for f in dataclasses.fields(context.Options)}

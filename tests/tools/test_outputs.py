@@ -1,8 +1,15 @@
 """Predictions made a batch at a time (outputs.in_batches): what the
-converter's --verify runs on each side (numpy alone)."""
-import numpy as np
+converter's --verify runs on each side (numpy alone), and the recordings of
+them it reads."""
+import zipfile
 
+import numpy as np
+import pytest
+
+from kit_core import room
+from kit_core.errors import KitError
 from migration_tools import outputs
+from migration_tools.checkpoint import predictions
 
 
 def test_predictions_in_batches_are_those_of_one_call_with_static_shapes():
@@ -27,3 +34,55 @@ def test_predictions_in_batches_are_those_of_one_call_with_static_shapes():
 def test_a_single_array_in_and_out_is_named_output():
   got = outputs.in_batches(lambda chunk: chunk + 1, np.zeros((5, 2)), 2)
   np.testing.assert_array_equal(got['output'], np.ones((5, 2)))
+
+
+def _recording(**changes):
+  fields = dict(checkpoint={'name': 'model.ckpt-5', 'step': 5,
+                            'index_sha256': 'ab'},
+                features={'x': np.zeros((4, 3), np.float32)},
+                outputs={'probabilities': np.full((4, 2), 0.5, np.float32)},
+                averages=False, batch=2, versions={'tensorflow': '2.15.1'})
+  return predictions.Recorded(**{**fields, **changes})
+
+
+@pytest.mark.parametrize('changes, message', [
+    (dict(outputs={}), 'it holds no features or no outputs'),
+    (dict(features={'x': np.zeros((0, 3), np.float32)},
+          outputs={'probabilities': np.zeros((0, 2), np.float32)}),
+     "rows by array: {'x': 0, 'probabilities': 0}"),
+    (dict(outputs={'probabilities': np.zeros((3, 2), np.float32)}),
+     "rows by array: {'x': 4, 'probabilities': 3}"),
+    (dict(batch=0), 'batch 0'),
+])
+def test_an_emptied_predictions_recording_is_refused_in_one_line(
+    tmp_path, changes, message):
+  path = str(tmp_path / 'predictions.npz')
+  predictions.save(path, _recording(**changes))
+  with pytest.raises(KitError) as raised:
+    predictions.load(path)
+  assert str(raised.value).startswith(
+      f'--predictions {path} is incomplete (ValueError: {message}')
+
+
+def test_an_entry_no_prediction_refers_to_is_never_read(tmp_path,
+                                                        monkeypatch):
+  """A 4 MB file may hold gigabytes of zeros: an entry the recording does
+  not refer to costs nothing, whatever it declares."""
+  path = tmp_path / 'predictions.npz'
+  predictions.save(str(path), _recording())
+  with zipfile.ZipFile(path, 'a', zipfile.ZIP_DEFLATED) as archive:
+    with archive.open('unused.npy', 'w', force_zip64=True) as entry:
+      np.lib.format.write_array_header_2_0(entry, {
+          'descr': '<f4', 'fortran_order': False, 'shape': (2**25,)})
+      for _ in range(8):
+        entry.write(bytes(2**24))
+  monkeypatch.setattr(room, 'available_memory', lambda: 50_000_000)
+  assert predictions.load(str(path)).examples == 4
+
+
+def test_outputs_of_other_shapes_say_both_shapes():
+  theirs, ours = np.zeros((4, 3)), np.zeros((4, 2))
+  assert outputs.difference_text(
+      'logits', theirs, ours, outputs.output_diff(theirs, ours)) == (
+          'logits is of shape [4, 2] on the port\'s side and [4, 3] on the '
+          'legacy side')
