@@ -8,6 +8,7 @@ one naming scheme, ``.tmp-XXXXXXXX`` and the destination's suffix
 left, and touch nothing else.
 """
 import contextlib
+import errno
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import tempfile
 from typing import Iterator
 
 from kit_core import signals
+from kit_core.errors import KitError
 
 PREFIX = '.tmp-'
 # mkstemp's and mkdtemp's random part.
@@ -50,9 +52,20 @@ def temporary_path(path: str, directory: bool = False) -> Iterator[str]:
     # new file or folder gets here (a file it replaces keeps its own), so a
     # CI uploader running as another user can read a report.
     os.chmod(tmp, _mode_of(path, directory))
-    if directory and os.path.isdir(path):
-      os.rmdir(path)  # Empty, or this raises: nothing is overwritten.
-    os.replace(tmp, path)
+    try:
+      if directory and os.path.isdir(path):
+        os.rmdir(path)  # Empty, or this raises: nothing is overwritten.
+      os.replace(tmp, path)
+    except OSError as e:
+      if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.EISDIR,
+                         errno.ENOTDIR):
+        raise
+      # Another run wrote it while this one worked (two commands given one
+      # output): theirs stays, this one's goes.
+      raise KitError(f'{path} was written by another run while this one '
+                     'worked: it is left as that run wrote it, and nothing '
+                     'of this run\'s is there; give each run its own output'
+                     ) from e
   finally:
     if os.path.isdir(tmp):
       shutil.rmtree(tmp, ignore_errors=True)

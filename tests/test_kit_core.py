@@ -4,6 +4,7 @@ end a block in one line."""
 import json
 import logging
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -367,3 +368,17 @@ def test_a_signal_whose_exception_was_swallowed_still_stops_the_block(
   with exits.interruptible('nothing was written'):
     atomic.write_text(str(target), 'whole')
   assert target.read_text() == 'whole'
+
+
+def test_two_runs_writing_one_folder_end_in_one_line(tmp_path):
+  """The second of two runs given one output (both saw it empty) finds it
+  written when it renames: one line, the first run's output kept whole."""
+  output = tmp_path / 'converted'
+  with pytest.raises(KitError, match='was written by another run while '
+                     'this one worked'):
+    with atomic.temporary_path(str(output), directory=True) as second:
+      (pathlib.Path(second) / 'mine').write_text('second')
+      with atomic.temporary_path(str(output), directory=True) as first:
+        (pathlib.Path(first) / 'mine').write_text('first')
+  assert (output / 'mine').read_text() == 'first'
+  assert sorted(os.listdir(tmp_path)) == ['converted']
