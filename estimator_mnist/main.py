@@ -33,6 +33,7 @@ if not hasattr(tf.compat.v1, 'estimator'):  # What config and train import.
 from estimator_mnist import config as config_lib
 from estimator_mnist import train
 from kit_core import exits
+from kit_core import framework_logs
 from kit_core.exits import exit_with_one_line
 from mnist_common import flags as common_flags
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -59,6 +60,12 @@ flags.DEFINE_bool('export_to_tpu', _DEFAULT('export_to_tpu'),
                   'plain tf.saved_model.load(path) then needs tags=["serve"].')
 flags.DEFINE_bool('version', False,
                   'Print the TensorFlow, Keras and Estimator builds and exit.')
+flags.DEFINE_bool('verbose', False,
+                  'Show all of TensorFlow\'s log lines (its deprecation '
+                  'notices, the Estimator\'s graph and session steps). '
+                  'Without it, only the training progress and results the '
+                  'Estimator logs (loss, steps per second, checkpoints, '
+                  'evaluation) and errors show.')
 
 FLAGS = flags.FLAGS
 
@@ -74,8 +81,21 @@ def main(argv: list[str]) -> None:
   logging.set_verbosity(logging.INFO)
   # TF's logger has a handler of its own; absl's already prints its records.
   tf.get_logger().handlers.clear()
+  if not FLAGS.verbose:
+    framework_logs.hold_back(keep=_estimator_progress)
   exit_with_one_line(
       lambda: train.run(config_lib.Config.from_flags(FLAGS)))
+
+
+# What the Estimator logs that a user of the example reads: its progress
+# and results, by the start of each message.
+_PROGRESS = ('loss = ', 'global_step/sec', 'Loss for final step',
+             'Saving checkpoints for', 'Saving dict for global step',
+             'Restoring parameters from')
+
+
+def _estimator_progress(record) -> bool:
+  return record.getMessage().startswith(_PROGRESS)
 
 
 def _parse_flags(argv: list[str]) -> list[str]:

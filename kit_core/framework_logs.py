@@ -13,25 +13,28 @@ A command's --verbose leaves them as they were.
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 # The loggers whose records are the frameworks', not the command's.
 LOGGERS = ('tensorflow',)
 
 
 class HeldBack(logging.Filter):
-  """Passes a logger's errors; writes the rest to path (None: drops them),
-  counting them."""
+  """Passes a logger's errors, and the records keep says a user reads;
+  writes the rest to path (None: drops them), counting them."""
 
-  def __init__(self, path: str | None):
+  def __init__(self, path: str | None,
+               keep: Callable[[logging.LogRecord], bool] | None = None):
     super().__init__()
-    self.path = path
+    self.path, self.keep = path, keep
     self.count = 0
     self._file = None
     self._format = logging.Formatter(
         '%(levelname)s:%(name)s: %(message)s')
 
   def filter(self, record: logging.LogRecord) -> bool:
-    if record.levelno >= logging.ERROR:
+    if record.levelno >= logging.ERROR or (
+        self.keep is not None and self.keep(record)):
       return True
     self.count += 1
     if self.path is not None:
@@ -45,10 +48,13 @@ class HeldBack(logging.Filter):
     return False
 
 
-def hold_back(path: str | None = None) -> HeldBack:
-  """Holds back the frameworks' records below ERROR from now on, in path
-  (appended to) or nowhere; the filter, to say how many it held."""
-  held = HeldBack(path)
+def hold_back(path: str | None = None,
+              keep: Callable[[logging.LogRecord], bool] | None = None
+              ) -> HeldBack:
+  """Holds back the frameworks' records below ERROR, but those keep passes,
+  from now on, in path (appended to) or nowhere; the filter, to say how
+  many it held."""
+  held = HeldBack(path, keep)
   for name in LOGGERS:
     logging.getLogger(name).addFilter(held)
   return held

@@ -70,6 +70,12 @@ def test_main_leaves_checkpoint_eval_accuracy_and_predictions(trained):
   assert len(predictions) == 10
   # Training logs its progress: the loss every 100 steps, from step 0.
   assert re.search(r'loss = [\d.]+, step = 0', result.stderr)
+  # A user's output, not TensorFlow's: its deprecation notices and the
+  # Estimator's graph and session steps are held back (--verbose shows them).
+  assert 'Instructions for updating' not in result.stderr
+  assert 'Calling model_fn' not in result.stderr
+  assert len((result.stdout + result.stderr).splitlines()) <= 40, (
+      result.stdout + result.stderr)
 
 
 def test_saved_model_loads_and_serves_the_checkpoint(trained, fake_data_dir):
