@@ -60,8 +60,12 @@ def save(model_dir: str, step: int, arrays: dict[str, np.ndarray],
   """Writes ckpt-<step>.npz atomically; keeps the newest `keep`."""
   path = os.path.join(model_dir, f'ckpt-{step}.npz')
   with atomic.temporary_path(path) as tmp:
-    with open(tmp, 'wb') as f:
-      np.savez(f, **arrays)
+    try:
+      with open(tmp, 'wb') as f:
+        np.savez(f, **arrays)
+    except OSError as e:
+      # A write to an open file names no file: the line must name this one.
+      raise OSError(e.errno, e.strerror, path) from e
   for old in find(model_dir)[:-keep]:
     os.remove(old)
   return path

@@ -2,6 +2,7 @@
 over several devices, exact resume, SIGTERM's save, the divergence guard,
 an export that serves, bad input; and its batches directly."""
 import ast
+import errno
 import io
 import json
 import os
@@ -17,6 +18,7 @@ import pytest
 
 from conftest import REPO, last_line, run_module
 from jax import export as jax_export
+from kit_core import exits
 from kit_core.errors import KitError
 from migrate_jax import checkpoints as checkpoints_lib
 from migrate_jax import data as data_lib
@@ -293,3 +295,16 @@ def test_a_checkpoint_declaring_a_huge_array_or_a_fifo_is_refused(tmp_path):
   os.mkfifo(tmp_path / 'ckpt-9.npz')
   with pytest.raises(KitError, match=r'ckpt-9.npz is not a regular file'):
     checkpoints_lib.restore(str(tmp_path), model, optimizer)
+
+
+def test_a_checkpoint_the_disk_refuses_is_named_in_the_line(tmp_path,
+                                                            monkeypatch):
+  def full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, 'No space left on device')
+  monkeypatch.setattr(np, 'savez', full)
+  with pytest.raises(OSError) as raised:
+    checkpoints_lib.save(str(tmp_path), 7, {'model/w': np.zeros(2)}, keep=3)
+  line = exits.storage_error(raised.value)
+  assert str(line).startswith(
+      f'cannot write {tmp_path / "ckpt-7.npz"}: no space left on device;')
+  assert os.listdir(tmp_path) == []
