@@ -3,9 +3,10 @@
 Everything the kit writes (data, reports, bundles, plots, converted
 checkpoints, exports) is made under a temporary name in its destination's
 folder and renamed into place, so a reader never sees half of it. There is
-one naming scheme, ``.tmp-XXXXXXXX`` and the destination's suffix
-(``TEMP_NAME``), so that ``stale`` can find and remove what a killed process
-left, and touch nothing else.
+one naming scheme, ``.tmp-<pid>.<start>-XXXXXXXX`` and the destination's
+suffix (``TEMP_NAME``), so that what a killed writer left is found and
+removed by the next write into the folder (``remove_dead_writers``) or by
+``stale``, and nothing else is touched.
 """
 import contextlib
 import errno
@@ -16,6 +17,7 @@ import shutil
 import tempfile
 from typing import Iterator
 
+from kit_core import owners
 from kit_core import signals
 from kit_core.errors import KitError
 
@@ -23,8 +25,46 @@ PREFIX = '.tmp-'
 # mkstemp's and mkdtemp's random part.
 MKDTEMP_TAIL = r'[a-z0-9_]{8}'
 # A file keeps its destination's suffix (savefig and the TFRecord writer
-# read it).
-TEMP_NAME = re.compile(r'\.tmp-' + MKDTEMP_TAIL + r'(\.[A-Za-z0-9]+)?')
+# read it). After the prefix, the writer's process id and start
+# (owners.py), so that the next write into the folder can tell what a
+# killed writer left (remove_dead_writers); names from before had neither.
+TEMP_NAME = re.compile(r'\.tmp-(?:(\d+)\.(\d+)-)?' + MKDTEMP_TAIL +
+                       r'(\.[A-Za-z0-9]+)?')
+
+
+def _writer_prefix() -> str:
+  return f'{PREFIX}{os.getpid()}.{owners.process_start(os.getpid()) or 0}-'
+
+
+def remove_dead_writers(folder: str) -> list[str]:
+  """Removes from folder the temporary names (TEMP_NAME) that a writer
+  left which provably runs no more (SIGKILLed mid-write: its clean-up never
+  ran), this user's only; returns their names. Another run's that is still
+  writing is left alone."""
+  try:
+    names = os.listdir(folder)
+  except OSError:
+    return []
+  removed = []
+  for name in names:
+    found = TEMP_NAME.fullmatch(name)
+    if not found or not found.group(1):
+      continue
+    path = os.path.join(folder, name)
+    try:
+      if os.lstat(path).st_uid != os.getuid():
+        continue
+    except OSError:
+      continue
+    start = int(found.group(2)) or None
+    if owners.gone({'pid': int(found.group(1)), 'start': start}):
+      if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+      else:
+        with contextlib.suppress(OSError):
+          os.remove(path)
+      removed.append(name)
+  return removed
 
 
 @contextlib.contextmanager
@@ -38,10 +78,11 @@ def temporary_path(path: str, directory: bool = False) -> Iterator[str]:
     directory: make a folder, not a file.
   """
   folder = os.path.dirname(os.path.abspath(path))
+  remove_dead_writers(folder)
   if directory:
-    tmp = tempfile.mkdtemp(dir=folder, prefix=PREFIX)
+    tmp = tempfile.mkdtemp(dir=folder, prefix=_writer_prefix())
   else:
-    handle, tmp = tempfile.mkstemp(dir=folder, prefix=PREFIX,
+    handle, tmp = tempfile.mkstemp(dir=folder, prefix=_writer_prefix(),
                                    suffix=os.path.splitext(path)[1])
     os.close(handle)
   try:

@@ -31,6 +31,7 @@ import tempfile
 from absl import logging
 
 from kit_core import atomic
+from kit_core import owners
 from kit_core import process
 
 
@@ -179,41 +180,6 @@ def remove_this_runs() -> list[str]:
 OWNER_FILE = '.kit_owner'
 
 
-def _process_start(pid: int) -> int | None:
-  """When process pid started, in clock ticks after boot (Linux's
-  /proc/PID/stat, field 22); None where unknown."""
-  try:
-    with open(f'/proc/{pid}/stat', 'rb') as f:
-      fields = f.read().rpartition(b')')[2].split()
-    return int(fields[19])
-  except (OSError, IndexError, ValueError):
-    return None
-
-
-def _read_first_line(path: str) -> str | None:
-  try:
-    with open(path) as f:
-      return f.readline(200).strip() or None
-  except OSError:
-    return None
-
-
-def _pid_namespace() -> str | None:
-  try:
-    return os.readlink('/proc/self/ns/pid')
-  except OSError:
-    return None
-
-
-def owner(pid: int | None = None) -> dict:
-  """What tells process pid (this one by default) from any other, ever:
-  its id, its start, the boot and the process-id namespace it runs in."""
-  pid = os.getpid() if pid is None else pid
-  return {'pid': pid, 'start': _process_start(pid),
-          'boot': _read_first_line('/proc/sys/kernel/random/boot_id'),
-          'pid_namespace': _pid_namespace()}
-
-
 def private_folder(prefix: str, contents: str = '') -> str:
   """A new folder in the system's temporary folder for this process alone,
   removed when the command ends (process.remove_at_exit).
@@ -233,7 +199,7 @@ def private_folder(prefix: str, contents: str = '') -> str:
   folder = process.remove_at_exit(
       tempfile.mkdtemp(prefix=f'{prefix}{os.getpid()}_', dir=parent))
   with open(os.path.join(folder, OWNER_FILE), 'w') as f:
-    json.dump(owner(), f)
+    json.dump(owners.owner(), f)
   return folder
 
 
@@ -266,7 +232,7 @@ def _mine_and_orphaned(path: str, pid: int, allowed: re.Pattern) -> bool:
       n == OWNER_FILE or allowed.fullmatch(n) for n in entries):
     return False
   recorded = _read_owner(os.path.join(path, OWNER_FILE))
-  return recorded is not None and recorded.get('pid') == pid and _gone(
+  return recorded is not None and recorded.get('pid') == pid and owners.gone(
       recorded)
 
 
@@ -281,27 +247,3 @@ def _read_owner(path: str) -> dict | None:
   except (OSError, ValueError):
     return None
   return recorded if isinstance(recorded, dict) else None
-
-
-def _gone(recorded: dict) -> bool:
-  """Whether the process recorded (owner) provably runs no more."""
-  now = owner(recorded['pid'])
-  if recorded.get('boot') and now['boot'] and recorded['boot'] != now['boot']:
-    return True  # Another boot: every process of that one is gone.
-  if recorded.get('pid_namespace') != now['pid_namespace']:
-    return False  # Its ids are another namespace's: nothing can be told.
-  if not _alive(recorded['pid']):
-    return True
-  # The id taken again by a process that started later.
-  return (recorded.get('start') is not None and now['start'] is not None and
-          recorded['start'] != now['start'])
-
-
-def _alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)  # Signal 0: asks whether the process exists.
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True  # Another user's.
-  return True

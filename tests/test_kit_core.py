@@ -20,6 +20,7 @@ from conftest import REPO
 from kit_core import atomic
 from kit_core import checkpoint_files
 from kit_core import exits
+from kit_core import owners
 from kit_core import paths
 from kit_core import process
 from kit_core import room
@@ -193,7 +194,7 @@ def _orphan(parent, prefix, pid, record=None, entries=('handler',)):
   folder.mkdir()
   if record is not False:
     (folder / stale.OWNER_FILE).write_text(json.dumps(
-        record or stale.owner(pid)))
+        record or owners.owner(pid)))
   for entry in entries:
     if '.' in entry:
       (folder / entry).write_text('the user\'s')
@@ -212,10 +213,10 @@ def test_a_private_folder_outlives_no_killed_process(tmp_path, monkeypatch):
       _orphan(tmp_path, 'kit_x_', dead),
       # The id taken again by a process that started later.
       _orphan(tmp_path, 'kit_x_', alive,
-              {**stale.owner(alive), 'start': -1}),
+              {**owners.owner(alive), 'start': -1}),
       # Made before this boot.
       _orphan(tmp_path, 'kit_x_', alive,
-              {**stale.owner(alive), 'boot': 'another-boot'}),
+              {**owners.owner(alive), 'boot': 'another-boot'}),
   }
   kept = {
       _orphan(tmp_path, 'kit_x_', alive),  # A live process's.
@@ -224,7 +225,7 @@ def test_a_private_folder_outlives_no_killed_process(tmp_path, monkeypatch):
       _orphan(tmp_path, 'kit_x_', _dead_pid(), record=False),  # No owner.
       # TD06: a process of another pid namespace, which may be alive.
       _orphan(tmp_path, 'kit_x_', _dead_pid(),
-              {**stale.owner(), 'pid_namespace': 'pid:[1]', 'pid': 0}),
+              {**owners.owner(), 'pid_namespace': 'pid:[1]', 'pid': 0}),
       _orphan(tmp_path, 'kit_y_', _dead_pid()),  # Another prefix.
   }
   (tmp_path / f'kit_x_{dead}_file0000').write_text('a file')
@@ -239,7 +240,7 @@ def test_a_private_folder_outlives_no_killed_process(tmp_path, monkeypatch):
   assert os.path.isdir(mine) and os.path.isdir(
       stale.private_folder('kit_x_', contents='handler'))
   with open(os.path.join(mine, stale.OWNER_FILE)) as f:
-    assert json.load(f) == stale.owner()
+    assert json.load(f) == owners.owner()
 
 
 def test_timing_counts_each_second_once_for_the_innermost_phase():
@@ -382,3 +383,25 @@ def test_two_runs_writing_one_folder_end_in_one_line(tmp_path):
         (pathlib.Path(first) / 'mine').write_text('first')
   assert (output / 'mine').read_text() == 'first'
   assert sorted(os.listdir(tmp_path)) == ['converted']
+
+
+def test_what_a_killed_writer_left_goes_at_the_next_write_there(tmp_path):
+  """SIGKILL mid-write (a bundle, a conversion) leaves a temporary name
+  beside the output; the next write into that folder removes it, and only
+  it: a live writer's, an old name without a writer, another user's file
+  stay."""
+  dead = _dead_pid()
+  start = owners.process_start(os.getpid())
+  left = tmp_path / f'.tmp-{dead}.0-abcd1234.npz'
+  left.write_bytes(b'half a bundle')
+  left_folder = tmp_path / f'.tmp-{dead}.0-abcd5678'
+  (left_folder / 'variables').mkdir(parents=True)
+  reused = tmp_path / f'.tmp-{os.getppid()}.1-abcd0000.npz'  # Id reused.
+  reused.write_bytes(b'half')
+  live = tmp_path / f'.tmp-{os.getpid()}.{start}-abcd9999.npz'
+  live.write_bytes(b'being written')
+  old = tmp_path / '.tmp-abcdefgh.npz'
+  old.write_bytes(b'no writer named')
+  atomic.write_text(str(tmp_path / 'report.json'), '{}')
+  assert sorted(os.listdir(tmp_path)) == sorted(
+      [live.name, old.name, 'report.json'])
