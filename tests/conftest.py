@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 
 import pytest
 
@@ -296,6 +297,22 @@ def estimator_checkpoint(folder) -> str:
       tf.compat.v1.train.Saver().save(session, str(folder / 'model.ckpt'),
                                       global_step=1)
   return str(folder)
+
+
+def append_zeros(npz, name: str, count: int) -> None:
+  """Appends to the .npz an entry name.npy of count float32 zeros, written
+  (and deflated) a piece at a time: a file of a few kB that declares, and
+  inflates to, count * 4 bytes."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  with zipfile.ZipFile(npz, 'a', zipfile.ZIP_DEFLATED) as archive:
+    with archive.open(f'{name}.npy', 'w', force_zip64=True) as entry:
+      np.lib.format.write_array_header_2_0(entry, {
+          'descr': '<f4', 'fortran_order': False, 'shape': (count,)})
+      left = count * 4
+      while left:
+        piece = min(left, 2**24)
+        entry.write(bytes(piece))
+        left -= piece
 
 
 def last_line(text: str) -> str:

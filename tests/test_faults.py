@@ -615,23 +615,28 @@ def test_a_signal_during_verify_removes_the_unverified_output(tmp_path):
   assert not [n for n in os.listdir(tmp_path) if n.startswith('.tmp-')]
 
 
+def _start_compare(data, report, log, *args):
+  """migration-compare on the kit's pair at one replica, started with its
+  output to log; a progress line every half second."""
+  params = json.dumps({'learning_rate': 0.05, 'data_dir': data.data_dir})
+  with open(log, 'w') as f:
+    return subprocess.Popen(
+        [sys.executable, '-m', 'migration_tools.compare', *args,
+         '--replicas=1', '--eval_batches=1', '--notpu_ready',
+         f'--params={params}', f'--report={report}'], cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=TOOLS_PYTHONPATH,
+                 KIT_PROGRESS_SECONDS='0.5'),
+        stdout=f, stderr=subprocess.STDOUT)
+
+
 @pytest.mark.estimator
 def test_a_signal_in_the_middle_of_a_check_stops_the_comparison(
     tmp_path, fake_data_dir):
   # Never a check's ERROR, with the comparison running on: the command ends
   # within seconds, in one line, and writes no report.
   report = tmp_path / 'report.json'
-  params = json.dumps({'learning_rate': 0.05,
-                       'data_dir': fake_data_dir.data_dir})
   log = tmp_path / 'compare.log'
-  with open(log, 'w') as f:
-    process = subprocess.Popen(
-        [sys.executable, '-m', 'migration_tools.compare', '--steps=500',
-         '--replicas=1', '--eval_batches=1', '--notpu_ready',
-         f'--params={params}', f'--report={report}'], cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=TOOLS_PYTHONPATH,
-                 KIT_PROGRESS_SECONDS='0.5'),
-        stdout=f, stderr=subprocess.STDOUT)
+  process = _start_compare(fake_data_dir, report, log, '--steps=500')
   try:
     # The trajectory check is under way, a step in.
     _wait_for(process, log, r'(?m)^\.\.\. trajectory \(1 replica\): step \d+')
@@ -659,17 +664,9 @@ def test_a_signal_while_recording_a_bundle_leaves_no_bundle(
   AutoGraph, a weakref callback, a check) stops it in one line, exit 143:
   no bundle under the final name, no temporary one, no report."""
   report, bundle = tmp_path / 'report.json', tmp_path / 'golden.npz'
-  params = json.dumps({'learning_rate': 0.05,
-                       'data_dir': fake_data_dir.data_dir})
   log = tmp_path / 'record.log'
-  with open(log, 'w') as f:
-    process = subprocess.Popen(
-        [sys.executable, '-m', 'migration_tools.compare', '--steps=3',
-         '--replicas=1', '--eval_batches=1', '--notpu_ready',
-         f'--params={params}', f'--report={report}',
-         f'--record_bundle={bundle}'], cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=TOOLS_PYTHONPATH),
-        stdout=f, stderr=subprocess.STDOUT)
+  process = _start_compare(fake_data_dir, report, log, '--steps=3',
+                           f'--record_bundle={bundle}')
   try:
     _wait_for(process, log, r'(?m)^Recording a bundle')
     time.sleep(delay)

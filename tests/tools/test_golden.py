@@ -13,7 +13,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from conftest import last_line, run_compare
+from conftest import append_zeros, last_line, run_compare
 from kit_core import room
 from kit_core.errors import KitError
 from migration_tools.compare import context
@@ -240,12 +240,7 @@ def test_sizes_a_bundle_declares_are_checked_before_anything_is_read(
   monkeypatch.setattr(room, 'available_memory', lambda: 50_000_000)
   bomb = tmp_path / 'bomb.npz'
   bomb.write_bytes(recorded[0].read_bytes())
-  with zipfile.ZipFile(bomb, 'a', zipfile.ZIP_DEFLATED) as archive:
-    with archive.open('bomb.npy', 'w', force_zip64=True) as entry:
-      np.lib.format.write_array_header_2_0(entry, {
-          'descr': '<f4', 'fortran_order': False, 'shape': (2**25,)})
-      for _ in range(8):
-        entry.write(bytes(2**24))
+  append_zeros(bomb, 'bomb', 2**25)
   assert bomb.stat().st_size < recorded[0].stat().st_size + 1_000_000
   with pytest.raises(KitError, match='declares 134.2 MB of arrays, more '
                      'than the 50.0 MB of memory free here'):

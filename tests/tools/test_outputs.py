@@ -1,11 +1,10 @@
 """Predictions made a batch at a time (outputs.in_batches): what the
 converter's --verify runs on each side (numpy alone), and the recordings of
 them it reads."""
-import zipfile
-
 import numpy as np
 import pytest
 
+from conftest import append_zeros
 from kit_core import room
 from kit_core.errors import KitError
 from migration_tools import outputs
@@ -70,12 +69,7 @@ def test_an_entry_no_prediction_refers_to_is_never_read(tmp_path,
   not refer to costs nothing, whatever it declares."""
   path = tmp_path / 'predictions.npz'
   predictions.save(str(path), _recording())
-  with zipfile.ZipFile(path, 'a', zipfile.ZIP_DEFLATED) as archive:
-    with archive.open('unused.npy', 'w', force_zip64=True) as entry:
-      np.lib.format.write_array_header_2_0(entry, {
-          'descr': '<f4', 'fortran_order': False, 'shape': (2**25,)})
-      for _ in range(8):
-        entry.write(bytes(2**24))
+  append_zeros(path, 'unused', 2**25)
   monkeypatch.setattr(room, 'available_memory', lambda: 50_000_000)
   assert predictions.load(str(path)).examples == 4
 
