@@ -84,7 +84,8 @@ def load(path: str) -> Recorded:
     KitError: no such file, not a recording, or another format.
   """
   try:
-    manifest, arrays = stored.load(path)
+    manifest, arrays = stored.load(path, '--predictions',
+                                   referenced_only=True)
   except Exception as e:  # pylint: disable=broad-except
     raise KitError(f'cannot read --predictions {path} ({one_line(e)}); '
                    f'{RECORD_AGAIN}') from e

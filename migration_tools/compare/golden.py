@@ -206,9 +206,9 @@ def _check_options(bundle: Bundle) -> None:
   if unknown:
     raise ValueError(f'options {", ".join(unknown)} are none of this kit\'s')
   for name, (kind, least) in _OPTION_TYPES.items():
-    if name == 'beyond_init' and name not in bundle.options:
-      continue  # Bundles recorded before it: the check is off.
-    value = bundle.options.get(name)
+    if name not in bundle.options:
+      continue  # Its default (harness.Options); beyond_init: before it.
+    value = bundle.options[name]
     if (not isinstance(value, kind) or isinstance(value, bool) or
         (least is not None and value < least)):
       raise ValueError(f'option {name} is {value!r}')
@@ -217,7 +217,7 @@ def _check_options(bundle: Bundle) -> None:
       not all(isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= 64
               for c in counts)):
     raise ValueError(f'replica_counts is {counts!r}')
-  if bundle.options['steps'] > len(bundle.tape):
+  if bundle.options.get('steps', 1) > len(bundle.tape):
     raise ValueError(f'option steps is {bundle.options["steps"]}, and the '
                      f'bundle holds {len(bundle.tape)} answers')
   if not isinstance(bundle.batches, list) or not bundle.batches:

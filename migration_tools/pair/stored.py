@@ -116,22 +116,25 @@ def save(path: str, manifest: dict, arrays: dict) -> str:
   return path
 
 
-def load(path: str, what: str = 'the recording'
-         ) -> tuple[dict | None, dict]:
-  """(manifest, or None if the file has none; the arrays it refers to) of
-  what save wrote. Each size the file declares is checked before anything
-  is read (kit_core/npz_files.py), and an array nothing refers to is never
-  read.
+def load(path: str, what: str = 'the recording',
+         referenced_only: bool = False) -> tuple[dict | None, dict]:
+  """(manifest, or None if the file has none; its other arrays) of what
+  save wrote. Each size the file declares is checked before anything is
+  read (kit_core/npz_files.py); with referenced_only, only the arrays the
+  manifest refers to are read (another entry, however large, costs
+  nothing).
 
   Raises:
     KitError: not a regular file, damaged, or past the free memory.
     ValueError: a manifest that is not JSON.
   """
-  if MANIFEST not in npz_files.headers(path, what):
-    return None, {}
+  declared = npz_files.headers(path, what)
+  if MANIFEST not in declared:
+    return None, npz_files.load(path, what)
   manifest = json.loads(str(npz_files.load(path, what, [MANIFEST])[MANIFEST]))
-  return manifest, npz_files.load(path, what,
-                                  sorted(set(array_keys(manifest))))
+  names = (sorted(set(array_keys(manifest))) if referenced_only else
+           [n for n in declared if n != MANIFEST])
+  return manifest, npz_files.load(path, what, names)
 
 
 def open_lazily(path: str, what: str = 'the bundle'

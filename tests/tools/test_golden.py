@@ -15,6 +15,7 @@ import pytest
 
 from conftest import append_zeros, last_line, run_compare
 from kit_core import room
+from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from migration_tools.compare import context
 from migration_tools.compare import golden
@@ -268,3 +269,12 @@ def test_a_fifo_as_bundle_is_refused_not_opened(tmp_path):
 def test_the_bundle_options_checked_are_the_harness_options():
   assert set(golden._OPTION_TYPES) == {  # pylint: disable=protected-access
       f.name for f in dataclasses.fields(context.Options)}
+
+
+def test_a_signal_while_a_bundle_loads_is_a_stop_not_a_damaged_bundle(
+    tmp_path, monkeypatch):
+  def interrupted(path, what='the bundle'):
+    raise Interrupted('SIGINT', 'the comparison was stopped')
+  monkeypatch.setattr(stored, 'open_lazily', interrupted)
+  with pytest.raises(Interrupted):
+    golden.load(str(tmp_path / 'kit.npz'))

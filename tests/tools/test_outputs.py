@@ -1,6 +1,8 @@
 """Predictions made a batch at a time (outputs.in_batches): what the
 converter's --verify runs on each side (numpy alone), and the recordings of
 them it reads."""
+import os
+
 import numpy as np
 import pytest
 
@@ -80,3 +82,12 @@ def test_outputs_of_other_shapes_say_both_shapes():
       'logits', theirs, ours, outputs.output_diff(theirs, ours)) == (
           'logits is of shape [4, 2] on the port\'s side and [4, 3] on the '
           'legacy side')
+
+
+def test_a_fifo_as_predictions_is_refused_not_opened(tmp_path):
+  fifo = tmp_path / 'predictions.npz'
+  os.mkfifo(fifo)
+  with pytest.raises(KitError) as raised:
+    predictions.load(str(fifo))
+  assert 'is not a regular file (a FIFO, a socket or a device)' in str(
+      raised.value)
