@@ -22,6 +22,16 @@ import numpy as np
 
 from kit_core import room
 from kit_core.errors import KitError
+from kit_core.errors import one_line
+
+
+class Damaged(KitError):
+  """The file is damaged or is not an .npz of arrays: its writer must make
+  it again (the caller says how). reason: what was found, in one line."""
+
+  def __init__(self, message: str, reason: str):
+    super().__init__(message)
+    self.reason = reason
 
 
 def _regular(path: str, what: str) -> None:
@@ -74,8 +84,8 @@ def headers(path: str, what: str) -> dict[str, tuple[tuple, np.dtype]]:
         found[info.filename[:-4]] = _header(archive, info)
   except (zipfile.BadZipFile, ValueError, EOFError, OSError, zlib.error,
           NotImplementedError) as e:
-    raise KitError(f'{what} {path} is damaged or not an .npz of arrays '
-                   f'({e})') from e
+    raise Damaged(f'{what} {path} is damaged or not an .npz of arrays '
+                  f'({one_line(e)})', one_line(e)) from e
   return found
 
 
@@ -117,4 +127,5 @@ def load(path: str, what: str, names: list[str] | None = None
       return {name: found[name] for name in wanted}
   except (zipfile.BadZipFile, ValueError, EOFError, OSError,
           zlib.error) as e:
-    raise KitError(f'{what} {path} is damaged ({e})') from e
+    raise Damaged(f'{what} {path} is damaged ({one_line(e)})',
+                  one_line(e)) from e

@@ -23,6 +23,7 @@ import dataclasses
 from typing import Iterator
 
 from kit_core import exits
+from kit_core import npz_files
 from kit_core import room
 from kit_core import timing
 from kit_core.errors import KitError
@@ -158,7 +159,10 @@ def load(path: str) -> Bundle:
   """
   try:
     manifest, arrays = stored.open_lazily(path)
-  except KitError:  # A signal, or what the file declares: said in full.
+  except npz_files.Damaged as e:
+    raise KitError(f'cannot read the bundle {path} ({e.reason}); record it '
+                   'again with migration-compare --record_bundle') from e
+  except KitError:  # A signal, a FIFO, past the memory: said in full.
     raise
   except Exception as e:  # pylint: disable=broad-except
     raise KitError(f'cannot read the bundle {path} ({one_line(e)}); record '
