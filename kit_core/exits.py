@@ -44,8 +44,10 @@ def parse_flags(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS,
                 modules: tuple = ()) -> list[str]:
   """Parses argv into flag_values (app.run's flags_parser); a bad flag ends
   the command with its one line, not absl's two. --help prints usage and the
-  flags the modules (their names) defined (kit_core/usage.py)."""
-  if modules and usage_lib.asked(argv):
+  flags the modules (their names) defined (kit_core/usage.py); --helpfull
+  is absl's."""
+  # --helpfull stays absl's: every module's flags, by module.
+  if modules and usage_lib.asked(argv) and '--helpfull' not in argv[1:]:
     usage_lib.print_and_exit(usage, (
         flag for module in modules
         for flag in flag_values.get_flags_for_module(module)))
