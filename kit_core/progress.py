@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Callable, Iterator
 
+from kit_core.errors import KitError
+
 # The longest a run may stay silent (the house's rule: a line at least every
 # 30 s); KIT_PROGRESS_SECONDS sets another (a test's, a CI log's).
 INTERVAL_S = 30.0
@@ -84,7 +86,9 @@ class Progress:
       while not stop.wait(min(self.interval / 4, 1.0)):
         try:
           self._beat()
-        except (OSError, ValueError):  # stdout closed: nothing to tell.
+        # stdout closed, or refusing writes (process.OutputRefused, a
+        # KitError: the main thread's next line says so): nothing to tell.
+        except (OSError, ValueError, KitError):
           return
 
     thread = threading.Thread(target=beat, name='progress', daemon=True)
