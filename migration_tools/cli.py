@@ -82,13 +82,6 @@ def set_legacy_flags(spec: str) -> None:
                    'as on its command line') from e
 
 
-def flags_help(tool_flags: flags.FlagValues) -> str:
-  """Each flag with its help and default. (absl's get_help lists flags by
-  the module that defined them, and a FlagValues of the tool's own has
-  none.)"""
-  return usage_lib.flags_help(tool_flags[name] for name in tool_flags)
-
-
 def _log_path(tool_flags: flags.FlagValues) -> str | None:
   """Where the frameworks' held-back lines go: beside the command's
   --report (report.json: report.log), or nowhere."""
