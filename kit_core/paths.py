@@ -11,6 +11,7 @@ from typing import Iterator, Sequence
 from absl import flags
 from absl import logging
 
+from kit_core import private_folders
 from kit_core.errors import KitError
 
 Pairs = Sequence[tuple[str, str]]
@@ -27,7 +28,8 @@ def ensure_writable_dir(path: str | None, prefix: str) -> str:
   Returns the absolute path. Raises KitError with the reason otherwise.
   """
   if path is None:
-    return tempfile.mkdtemp(prefix=prefix)
+    # Outlives the command: not in its own temporary folder.
+    return tempfile.mkdtemp(prefix=prefix, dir=private_folders.system_temp())
   path = os.path.abspath(os.path.expanduser(path))
   try:
     os.makedirs(path, exist_ok=True)

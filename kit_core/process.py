@@ -19,26 +19,26 @@ options), so an option on a dataset cannot prevent it in general. Hence:
   closed stdout or stderr (``>&-``) is pointed at /dev/null before anything
   can take its descriptor, and a write stdout refuses (``> /dev/full``) ends
   the command in one line that says so (OutputRefused), not as a full disk;
-  AutoGraph's generated files, which its atexit hook would remove, are
-  removed before ``os._exit``;
+  its temporary files (AutoGraph's generated modules among them, which
+  AutoGraph's atexit hook would remove) go into a private folder
+  (kit_core/private_folders.py), removed before ``os._exit``, or by the
+  next command if this one is killed;
 - ``without_autotune_thread``: for a pipeline the kit iterates itself
   (graph-mode Estimator input_fns, a legacy input_fn read by the tools), no
   autotuning thread at all; element values and order are unchanged.
 """
-import atexit
 import importlib.util
 import logging
 import os
-import shutil
 import sys
 import tempfile
 import traceback
 from typing import Callable, NoReturn
 
+from kit_core import private_folders
 from kit_core.errors import KitError
 
 _LIVE = []
-_REMOVE_AT_EXIT = []
 
 
 def quiet_tensorflow_startup(argv: list[str] | None = None) -> None:
@@ -95,14 +95,6 @@ def keep_alive(iterator):
   """Returns iterator, held until the process exits (see module)."""
   _LIVE.append(iterator)
   return iterator
-
-
-def remove_at_exit(directory: str) -> str:
-  """Returns directory, removed with its contents when the command ends
-  (``flush_and_exit`` skips Python's atexit handlers)."""
-  _REMOVE_AT_EXIT.append(directory)
-  atexit.register(shutil.rmtree, directory, ignore_errors=True)
-  return directory
 
 
 def without_autotune_thread(dataset):
@@ -180,6 +172,7 @@ def run_command(main: Callable[[], None]) -> NoReturn:
   exception (its traceback printed), 130 on Ctrl-C, 141 when the reader of
   its output went away, 1 when stdout refused it (one line)."""
   _sound_output()
+  private_folders.hold_temporary_files()
   try:
     main()
     code = 0
@@ -203,9 +196,7 @@ def run_command(main: Callable[[], None]) -> NoReturn:
 def flush_and_exit(code: int) -> NoReturn:
   """Flushes stdout, stderr and every logging handler, then os._exit(code)."""
   logging.shutdown()
-  for directory in _REMOVE_AT_EXIT:
-    shutil.rmtree(directory, ignore_errors=True)
-  _remove_autograph_files()
+  private_folders.remove_all()  # The command's temporary files with them.
   try:
     if sys.stdout is not None:
       sys.stdout.flush()
@@ -221,16 +212,3 @@ def flush_and_exit(code: int) -> NoReturn:
     pass
   os._exit(code)  # pylint: disable=protected-access
 
-
-def _remove_autograph_files() -> None:
-  """The files AutoGraph generated in this process (its modules, by their
-  __file__), which its own atexit hook, skipped by os._exit, removes."""
-  for name, module in list(sys.modules.items()):
-    if name.startswith('__autograph_generated_file'):
-      path = getattr(module, '__file__', None)
-      if path and os.path.basename(path).startswith(
-          '__autograph_generated_file'):
-        try:
-          os.remove(path)
-        except OSError:
-          pass

@@ -1,7 +1,7 @@
 """What a run leaves unfinished, removed by what the kit made, never by the
 shape of a name alone.
 
-Three cases:
+Two cases:
 - This run's own unfinished writes. TensorFlow writes a checkpoint into
   ``<prefix>-N_temp/`` and renames the shards into place; a save the disk
   refuses leaves that folder. A command ``watch``es the folder it saves into
@@ -15,24 +15,17 @@ Three cases:
   lock) by exact name and by content: a checkpoint's temporary folder holds
   nothing but TensorFlow's shard files, a temporary data file is a file. A
   folder of the user's that merely carries such a name is left alone.
-- A process's private folders in the system's temporary folder
-  (``private_folder``): each holds a file that says which process made it,
-  so that the next command removes those whose process is provably gone,
-  and only those holding nothing but what the kit puts there.
+
+A process's private folders in the system's temporary folder are
+kit_core/private_folders.py's.
 """
 import dataclasses
-import json
 import os
 import re
 import shutil
-import stat
-import tempfile
 
 from absl import logging
 
-from kit_core import atomic
-from kit_core import owners
-from kit_core import process
 
 
 # What TensorFlow writes into <prefix>-N_temp/: part-00000-of-00001 and its
@@ -172,78 +165,3 @@ def remove_this_runs() -> list[str]:
     removed += [os.path.join(w.directory, n)
                 for n in w.remove_new('an unfinished write')]
   return removed
-
-
-
-# The file that says a private folder is the kit's, and whose: written first
-# into each, read before anything in one is removed.
-OWNER_FILE = '.kit_owner'
-
-
-def private_folder(prefix: str, contents: str = '') -> str:
-  """A new folder in the system's temporary folder for this process alone,
-  removed when the command ends (process.remove_at_exit).
-
-  A SIGKILLed process cannot remove its own: first, those of the same
-  prefix whose process is provably gone are removed. Each folder holds
-  OWNER_FILE, which says whose it is (owner); one is removed only if that
-  file is there and names the process in the folder's name, the process is
-  gone (no such process, one that started at another time, or another
-  boot; never a process in another process-id namespace, which cannot be
-  told from here), the folder is this user's, and it holds nothing but the
-  owner file and names contents (a regular expression) matches. Anything
-  else, a user's file put there included, keeps the folder as it is.
-  """
-  parent = tempfile.gettempdir()
-  _remove_orphans(parent, prefix, contents)
-  folder = process.remove_at_exit(
-      tempfile.mkdtemp(prefix=f'{prefix}{os.getpid()}_', dir=parent))
-  with open(os.path.join(folder, OWNER_FILE), 'w') as f:
-    json.dump(owners.owner(), f)
-  return folder
-
-
-def _remove_orphans(parent: str, prefix: str, contents: str) -> list[str]:
-  pattern = re.compile(re.escape(prefix) + r'(\d+)_' + atomic.MKDTEMP_TAIL)
-  allowed = re.compile(contents or r'(?!)')
-  try:
-    names = sorted(os.listdir(parent))
-  except OSError:
-    return []
-  removed = []
-  for name in names:
-    found = pattern.fullmatch(name)
-    path = os.path.join(parent, name)
-    if found and _mine_and_orphaned(path, int(found.group(1)), allowed):
-      shutil.rmtree(path, ignore_errors=True)
-      removed.append(name)
-  return removed
-
-
-def _mine_and_orphaned(path: str, pid: int, allowed: re.Pattern) -> bool:
-  try:
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-      return False
-    entries = os.listdir(path)
-  except OSError:
-    return False
-  if OWNER_FILE not in entries or not all(
-      n == OWNER_FILE or allowed.fullmatch(n) for n in entries):
-    return False
-  recorded = _read_owner(os.path.join(path, OWNER_FILE))
-  return recorded is not None and recorded.get('pid') == pid and owners.gone(
-      recorded)
-
-
-def _read_owner(path: str) -> dict | None:
-  """The owner file's record; None unless a small regular file of JSON."""
-  try:
-    info = os.lstat(path)
-    if not stat.S_ISREG(info.st_mode) or info.st_size > 4096:
-      return None
-    with open(path) as f:
-      recorded = json.load(f)
-  except (OSError, ValueError):
-    return None
-  return recorded if isinstance(recorded, dict) else None

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from kit_core import checkpoint_files
 from kit_core import keras_compat
+from kit_core import private_folders
 from kit_core import stale
 from kit_core.errors import KitError
 from kit_core.errors import one_line
@@ -136,7 +137,7 @@ def make_manager(checkpoint: tf.train.Checkpoint, model_dir: str,
   else:
     # What a CheckpointManager writes: its checkpoint files, the index
     # file, and a save's temporary folder.
-    directory = stale.private_folder(
+    directory = private_folders.private_folder(
         'migrate_worker_ckpt_',
         contents=rf'checkpoint(\.tmp\w*)?|{PREFIX}-\d+(\.index|\.data-\d+-of-'
         rf'\d+|_temp)(\.tempstate\d+)?')

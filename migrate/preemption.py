@@ -21,7 +21,7 @@ from typing import Callable
 
 import tensorflow as tf
 
-from kit_core import stale
+from kit_core import private_folders
 from kit_core.errors import Preempted
 
 
@@ -62,7 +62,7 @@ def watch(strategy: tf.distribute.Strategy,
   # its own: an empty one in a private folder, so that the kit's checkpoints
   # stay as they are.
   private = os.path.join(
-      stale.private_folder('migrate_preemption_', contents='handler'),
+      private_folders.private_folder('migrate_preemption_', contents='handler'),
       'handler')
   return tf.distribute.experimental.PreemptionCheckpointHandler(
       getattr(strategy, 'cluster_resolver', None), tf.train.Checkpoint(),

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 
 import pytest
 import tensorflow as tf
@@ -22,9 +21,8 @@ from kit_core import checkpoint_files
 from kit_core import exits
 from kit_core import owners
 from kit_core import paths
-from kit_core import process
+from kit_core import private_folders
 from kit_core import room
-from kit_core import stale
 from kit_core import timing
 from kit_core.errors import Interrupted
 from kit_core.errors import KitError
@@ -193,7 +191,7 @@ def _orphan(parent, prefix, pid, record=None, entries=('handler',)):
   folder = parent / f'{prefix}{pid}_{next(_TAILS)}'
   folder.mkdir()
   if record is not False:
-    (folder / stale.OWNER_FILE).write_text(json.dumps(
+    (folder / private_folders.OWNER_FILE).write_text(json.dumps(
         record or owners.owner(pid)))
   for entry in entries:
     if '.' in entry:
@@ -231,15 +229,15 @@ def test_a_private_folder_outlives_no_killed_process(tmp_path, monkeypatch):
   (tmp_path / f'kit_x_{dead}_file0000').write_text('a file')
   (tmp_path / f'kit_x_{dead}_toolongname').mkdir()
   kept |= {f'kit_x_{dead}_file0000', f'kit_x_{dead}_toolongname'}
-  mine = stale.private_folder('kit_x_', contents='handler')
+  mine = private_folders.private_folder('kit_x_', contents='handler')
   assert os.path.basename(mine).startswith(f'kit_x_{os.getpid()}_')
   assert set(os.listdir(tmp_path)) == kept | {os.path.basename(mine)}
   assert not gone & set(os.listdir(tmp_path))
   # This process's own folder is left to its exit, even by a second call;
   # it says whose it is.
   assert os.path.isdir(mine) and os.path.isdir(
-      stale.private_folder('kit_x_', contents='handler'))
-  with open(os.path.join(mine, stale.OWNER_FILE)) as f:
+      private_folders.private_folder('kit_x_', contents='handler'))
+  with open(os.path.join(mine, private_folders.OWNER_FILE)) as f:
     assert json.load(f) == owners.owner()
 
 
@@ -323,19 +321,57 @@ def test_a_closed_stdout_ends_quietly(tmp_path):
   assert ran.stderr == ''
 
 
-def test_autograph_files_of_this_process_are_removed_at_exit(tmp_path,
-                                                             monkeypatch):
-  """os._exit skips AutoGraph's atexit hook: the kit removes its files, by
-  the modules this process loaded, and nothing else."""
-  ours = tmp_path / '__autograph_generated_filexyz.py'
-  other = tmp_path / '__autograph_generated_fileabc.py'
-  ours.write_text('')
-  other.write_text('')
-  module = types.ModuleType('__autograph_generated_filexyz')
-  module.__file__ = str(ours)
-  monkeypatch.setitem(sys.modules, module.__name__, module)
-  process._remove_autograph_files()  # pylint: disable=protected-access
-  assert not ours.exists() and other.exists()
+_KILLED_AFTER_AUTOGRAPH = """
+import os, signal, sys, tempfile
+import tensorflow as tf
+from kit_core import process
+
+def main():
+  @tf.function
+  def twice_if_positive(x):
+    if x > 0:  # AutoGraph writes this function's converted module.
+      x = 2 * x
+    return x
+  print(tempfile.gettempdir(), twice_if_positive(tf.constant(1.0)).numpy())
+  sys.stdout.flush()
+  if sys.argv[1] == 'kill':
+    os.kill(os.getpid(), signal.SIGKILL)
+
+process.run_command(main)
+"""
+
+
+def test_a_killed_commands_temporary_files_go_with_the_next_command(
+    tmp_path):
+  """AutoGraph's generated modules and tempfile's files go into the
+  command's own folder: removed at its end, or, once it was SIGKILLed, by
+  the next command."""
+  script = tmp_path / 'command.py'
+  script.write_text(_KILLED_AFTER_AUTOGRAPH)
+  temp = tmp_path / 'tmp'
+  temp.mkdir()
+  env = {**os.environ, 'TMPDIR': str(temp),
+         'PYTHONPATH': os.pathsep.join([REPO, os.environ.get('PYTHONPATH',
+                                                             '')])}
+
+  def run(how):
+    ran = subprocess.run([sys.executable, str(script), how], env=env,
+                         capture_output=True, text=True, timeout=120,
+                         check=False)
+    return ran, pathlib.Path(ran.stdout.split()[0])
+
+  killed, its_folder = run('kill')
+  assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+  assert its_folder.parent == temp
+  assert its_folder.name.startswith(private_folders.TEMPORARY_FILES)
+  left = sorted(p.name for p in its_folder.iterdir())
+  assert any(n.startswith('__autograph_generated_file') for n in left), left
+  (temp / 'user_file.txt').write_text('not the kit\'s')
+  ended, its_own = run('end')
+  assert ended.returncode == 0, ended.stderr[-2000:]
+  assert ended.stdout.split()[1] == '2.0'
+  assert its_own != its_folder and not its_own.exists()
+  assert sorted(p.name for p in temp.iterdir()) == ['user_file.txt']
 
 
 def _swallowed_sigterm():
