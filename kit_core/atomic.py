@@ -3,10 +3,10 @@
 Everything the kit writes (data, reports, bundles, plots, converted
 checkpoints, exports) is made under a temporary name in its destination's
 folder and renamed into place, so a reader never sees half of it. There is
-one naming scheme, ``.tmp-<pid>.<start>-XXXXXXXX`` and the destination's
-suffix (``TEMP_NAME``), so that what a killed writer left is found and
-removed by the next write into the folder (``remove_dead_writers``) or by
-``stale``, and nothing else is touched.
+one naming scheme, ``.tmp-<pid>.<start>.<pid namespace>-XXXXXXXX`` and the
+destination's suffix (``TEMP_NAME``), so that what a killed writer left is
+found and removed by the next write into the folder (``remove_dead_writers``)
+or by ``stale``, and nothing else is touched.
 """
 import contextlib
 import errno
@@ -25,15 +25,19 @@ PREFIX = '.tmp-'
 # mkstemp's and mkdtemp's random part.
 MKDTEMP_TAIL = r'[a-z0-9_]{8}'
 # A file keeps its destination's suffix (savefig and the TFRecord writer
-# read it). After the prefix, the writer's process id and start
-# (owners.py), so that the next write into the folder can tell what a
-# killed writer left (remove_dead_writers); names from before had neither.
-TEMP_NAME = re.compile(r'\.tmp-(?:(\d+)\.(\d+)-)?' + MKDTEMP_TAIL +
-                       r'(\.[A-Za-z0-9]+)?')
+# read it). After the prefix, the writer's process id, start and pid
+# namespace (owners.py), so that the next write into the folder can tell
+# what a killed writer left (remove_dead_writers). Older names had no
+# namespace (a writer in a container sharing the folder could not be told
+# alive), or nothing: neither is removed.
+TEMP_NAME = re.compile(r'\.tmp-(?:(\d+)\.(\d+)(?:\.(\d+))?-)?' +
+                       MKDTEMP_TAIL + r'(\.[A-Za-z0-9]+)?')
 
 
 def _writer_prefix() -> str:
-  return f'{PREFIX}{os.getpid()}.{owners.process_start(os.getpid()) or 0}-'
+  pid = os.getpid()
+  return (f'{PREFIX}{pid}.{owners.process_start(pid) or 0}.'
+          f'{owners.pid_namespace_number()}-')
 
 
 def remove_dead_writers(folder: str) -> list[str]:
@@ -48,16 +52,18 @@ def remove_dead_writers(folder: str) -> list[str]:
   removed = []
   for name in names:
     found = TEMP_NAME.fullmatch(name)
-    if not found or not found.group(1):
-      continue
+    if not found or not found.group(3):
+      continue  # No writer named, or not where it ran: nothing is proven.
     path = os.path.join(folder, name)
     try:
       if os.lstat(path).st_uid != os.getuid():
         continue
     except OSError:
       continue
-    start = int(found.group(2)) or None
-    if owners.gone({'pid': int(found.group(1)), 'start': start}):
+    if owners.gone({'pid': int(found.group(1)),
+                    'start': int(found.group(2)) or None,
+                    'pid_namespace': owners.namespace_link(
+                        int(found.group(3)))}):
       if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
       else:

@@ -36,6 +36,18 @@ def _pid_namespace() -> str | None:
     return None
 
 
+def pid_namespace_number() -> int:
+  """This process's pid namespace as a number (the inode in
+  /proc/self/ns/pid's link, 'pid:[4026531836]'); 0 where unknown."""
+  found = (_pid_namespace() or '').partition('[')[2].rstrip(']')
+  return int(found) if found.isdigit() else 0
+
+
+def namespace_link(number: int) -> str | None:
+  """pid_namespace_number's number as owner records it; None for 0."""
+  return f'pid:[{number}]' if number else None
+
+
 def owner(pid: int | None = None) -> dict:
   """What tells process pid (this one by default) from any other, ever:
   its id, its start, the boot and the process-id namespace it runs in."""

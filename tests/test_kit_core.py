@@ -424,20 +424,30 @@ def test_two_runs_writing_one_folder_end_in_one_line(tmp_path):
 def test_what_a_killed_writer_left_goes_at_the_next_write_there(tmp_path):
   """SIGKILL mid-write (a bundle, a conversion) leaves a temporary name
   beside the output; the next write into that folder removes it, and only
-  it: a live writer's, an old name without a writer, another user's file
-  stay."""
+  it: a live writer's, one of another pid namespace (a container sharing
+  the folder, whose ids mean nothing here), a name that does not say where
+  its writer ran, another user's file stay."""
   dead = _dead_pid()
   start = owners.process_start(os.getpid())
-  left = tmp_path / f'.tmp-{dead}.0-abcd1234.npz'
+  here = owners.pid_namespace_number()
+  left = tmp_path / f'.tmp-{dead}.0.{here}-abcd1234.npz'
   left.write_bytes(b'half a bundle')
-  left_folder = tmp_path / f'.tmp-{dead}.0-abcd5678'
+  left_folder = tmp_path / f'.tmp-{dead}.0.{here}-abcd5678'
   (left_folder / 'variables').mkdir(parents=True)
-  reused = tmp_path / f'.tmp-{os.getppid()}.1-abcd0000.npz'  # Id reused.
+  reused = tmp_path / f'.tmp-{os.getppid()}.1.{here}-abcd0000.npz'  # Id reused.
   reused.write_bytes(b'half')
-  live = tmp_path / f'.tmp-{os.getpid()}.{start}-abcd9999.npz'
+  live = tmp_path / f'.tmp-{os.getpid()}.{start}.{here}-abcd9999.npz'
   live.write_bytes(b'being written')
+  elsewhere = tmp_path / f'.tmp-{dead}.0.{here + 1}-abcd4444.npz'
+  elsewhere.write_bytes(b'another container is writing this')
+  unplaced = tmp_path / f'.tmp-{dead}.0-abcd3333.npz'  # No namespace.
+  unplaced.write_bytes(b'half')
   old = tmp_path / '.tmp-abcdefgh.npz'
   old.write_bytes(b'no writer named')
-  atomic.write_text(str(tmp_path / 'report.json'), '{}')
+  with atomic.temporary_path(str(tmp_path / 'report.json')) as writing:
+    # This writer's own name says where it runs.
+    assert atomic.TEMP_NAME.fullmatch(os.path.basename(writing)).groups()[
+        :3] == (str(os.getpid()), str(start), str(here))
+    pathlib.Path(writing).write_text('{}')
   assert sorted(os.listdir(tmp_path)) == sorted(
-      [live.name, old.name, 'report.json'])
+      [live.name, elsewhere.name, unplaced.name, old.name, 'report.json'])
