@@ -75,6 +75,15 @@ class StorageError(KitError):
     self.path = path
 
 
+def printable(text: str) -> str:
+  """text with each character that is not printable (a newline, a terminal
+  escape) written as Python writes it in a string (\\n, \\x1b): a name
+  from the user's files or model cannot forge a line of the kit's output,
+  nor drive the terminal. Printable text is returned as it is, so that
+  escaping twice is escaping once."""
+  return ''.join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def one_line(error: BaseException) -> str:
   """An exception as the one line a user is shown: a KitError's message
   (whole: the kit writes it, and bounds what it lists), else 'Type: its
@@ -88,7 +97,7 @@ def one_line(error: BaseException) -> str:
   text = str(error).strip()
   lines = [line.strip() for line in text.splitlines() if line.strip()]
   if isinstance(error, KitError):
-    return lines[0] if lines else ''
+    return printable(text)  # One line, a name's newline escaped in it.
   if lines and lines[0] == 'in user code:':
     frames = [line for line in lines if line.startswith('File "') and
               not any(part in line for part in _NOT_USER)]

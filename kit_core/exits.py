@@ -16,6 +16,7 @@ from kit_core import usage as usage_lib
 from kit_core.errors import Interrupted
 from kit_core.errors import KitError
 from kit_core.errors import Preempted
+from kit_core.errors import printable
 from kit_core.errors import StorageError
 
 
@@ -57,15 +58,15 @@ def parse_flags(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS,
     program = os.path.basename(argv[0])
     if program == '__main__.py':  # python -m package
       program = 'python -m ' + os.path.basename(os.path.dirname(argv[0]))
-    print(f'error: {e}; see {program} --help', file=sys.stderr)
+    print(printable(f'error: {e}; see {program} --help'), file=sys.stderr)
     sys.exit(error_exit)
 
 
 def exit_message(error: KitError, error_exit: int = 1) -> tuple[str, int]:
   """The line a command prints for error, and its exit code."""
   if isinstance(error, (Preempted, Interrupted)):
-    return f'stopped: {error}', error.exit_code
-  return f'error: {error}', error_exit
+    return f'stopped: {printable(str(error))}', error.exit_code
+  return f'error: {printable(str(error))}', error_exit
 
 
 raise_if_signalled = signals.raise_if_signalled

@@ -18,6 +18,7 @@ import time
 from typing import Callable, Iterator
 
 from kit_core.errors import KitError
+from kit_core.errors import printable
 
 # The longest a run may stay silent (the house's rule: a line at least every
 # 30 s); KIT_PROGRESS_SECONDS sets another (a test's, a CI log's).
@@ -56,6 +57,7 @@ class Progress:
 
   def now(self, doing: str) -> None:
     """Says what runs from now on (the heartbeat repeats it)."""
+    doing = printable(doing)  # It may name the user's files.
     with self._lock:
       if doing != self._doing:
         self._doing, self._since = doing, time.monotonic()
@@ -65,7 +67,7 @@ class Progress:
     with self._lock:
       self._last_line = time.monotonic()
       if self._emit is not None:
-        self._emit(text)
+        self._emit(printable(text))
 
   def _beat(self) -> None:
     with self._lock:

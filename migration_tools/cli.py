@@ -22,6 +22,7 @@ from kit_core import framework_logs
 from kit_core import process
 from kit_core import usage as usage_lib
 from kit_core.errors import KitError
+from kit_core.errors import printable
 from kit_core.exits import exit_with_one_line
 
 
@@ -115,7 +116,7 @@ def run(main: Callable[[flags.FlagValues, list[str]], None],
     try:
       positional = tool_flags(argv)
     except flags.Error as e:
-      print(f'error: {e}; see {argv[0]} --help', file=sys.stderr)
+      print(printable(f'error: {e}; see {argv[0]} --help'), file=sys.stderr)
       sys.exit(bad_input_exit)
     flags.FLAGS([argv[0]])  # absl's own flags, at their defaults.
     return positional

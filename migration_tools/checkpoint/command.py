@@ -61,6 +61,7 @@ from kit_core import paths
 from kit_core import progress as progress_lib
 from kit_core.errors import Interrupted
 from kit_core.errors import KitError
+from kit_core.errors import printable
 from kit_core.errors import one_line
 from kit_core.lazy import tensorflow as tf
 from migration_tools import cli
@@ -182,7 +183,7 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
       'nothing was written to --output; run the same command again'):
     progress.now('converting: reading, pairing and writing the variables')
     path = _convert(tool_flags, port, params, fns)
-  print(f'Checkpoint: {path}')
+  print(printable(f'Checkpoint: {path}'))
   if (tool_flags.estimator_dir and on_tensorflow and
       not keras_compat.is_keras3()):
     # Keras 3 tracks a model's variables otherwise: it would restore this
@@ -257,9 +258,9 @@ def _record(tool_flags: flags.FlagValues) -> None:
         tool_flags.estimator_dir, *fns, params, tool_flags.verify_examples,
         progress, tool_flags.averages_as_weights)
     predictions.save(output, recorded)
-  print(f'Recorded the predictions of {recorded.checkpoint["name"]} (step '
-        f'{recorded.checkpoint["step"]}) on {recorded.examples} examples: '
-        f'{output}')
+  print(printable(f'Recorded the predictions of {recorded.checkpoint["name"]} '
+                  f'(step {recorded.checkpoint["step"]}) on '
+                  f'{recorded.examples} examples: {output}'))
   print('Verify a conversion with them where the port runs: '
         'migration-convert-checkpoint '
         f'--estimator_dir={tool_flags.estimator_dir} --output=NEW_DIR '
@@ -283,7 +284,8 @@ def _convert(tool_flags: flags.FlagValues, port, params: dict,
   convert, _ = _ON_TENSORFLOW[frameworks.framework_of(port).on_tensorflow]
   return convert(tool_flags.estimator_dir, tool_flags.output, port, params,
                  not tool_flags.no_slots, order,
-                 tool_flags.averages_as_weights, say=print)
+                 tool_flags.averages_as_weights,
+                 say=lambda line: print(printable(line)))
 
 
 def _verify(tool_flags: flags.FlagValues, port, params: dict,
@@ -319,8 +321,8 @@ def _verify(tool_flags: flags.FlagValues, port, params: dict,
     raise KitError(f'{one_line(e)}; {removed}') from e
   shown = ', '.join(f'{k} {v:.2e}' for k, v in
                     sorted(result.max_diff_by_output.items()))
-  print(f'Verified on {result.examples} examples: every output agrees '
-        f'(max differences: {shown})')
+  print(printable(f'Verified on {result.examples} examples: every output '
+                  f'agrees (max differences: {shown})'))
 
 
 def _remove_written(output: str, existed: bool) -> None:

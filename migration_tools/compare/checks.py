@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from kit_core.errors import printable
 from migration_tools import outputs
 from migration_tools import tolerances
 from migration_tools.compare import noise as noise_lib
@@ -95,8 +96,9 @@ class CheckResult:
     message = ''
     if self.message:
       message = ('; ' if figure else ' ') + self.message
-    return f'{label} {self.name}' + (f':{figure}{message}'
-                                     if figure or message else '')
+    # The message may name the user's variables, outputs and files.
+    return printable(f'{label} {self.name}' + (
+        f':{figure}{message}' if figure or message else ''))
 
 
 def judged(name: str, value: float, tolerance: float, figures: dict,

@@ -53,6 +53,7 @@ from kit_core import sharding
 from kit_core import timing
 from kit_core.errors import Interrupted
 from kit_core.errors import KitError
+from kit_core.errors import printable
 from kit_core.lazy import tensorflow as tf
 from migration_tools import cli
 from migration_tools import tolerances
@@ -234,7 +235,7 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
         pair, port, workdir, counts, options, tape, tool_flags.tpu_ready,
         _speed(tool_flags), _progress(tool_flags), about, emulate)
     tape.finish(bundle)
-  print(f'Bundle: {tool_flags.record_bundle}')
+  print(printable(f'Bundle: {tool_flags.record_bundle}'))
   return results, {**dataclasses.asdict(options), **about,
                    'port': pair_lib.port_spec(tool_flags)}
 
@@ -248,13 +249,13 @@ def _replayed(tool_flags: flags.FlagValues, workdir: str
   if lazy.installed('tensorflow'):
     devices.split_cpu(max(counts))
   devices.split_xla_cpu(max(counts), '--replicas')
-  print(f'Bundle: {tool_flags.bundle}, recorded with TensorFlow '
-        f'{bundle.versions.get("tensorflow")}; replicas '
-        f'{",".join(map(str, counts))}')
+  print(printable(f'Bundle: {tool_flags.bundle}, recorded with TensorFlow '
+                  f'{bundle.versions.get("tensorflow")}; replicas '
+                  f'{",".join(map(str, counts))}'))
   port = pair_lib.load_port(tool_flags)
   emulate = _emulated(tool_flags, port)
   framework = _framework(port)
-  print(f'Port: {pair_lib.port_spec(tool_flags)}, on {framework}')
+  print(printable(f'Port: {pair_lib.port_spec(tool_flags)}, on {framework}'))
   about = {}
   results = harness.check_bundle(bundle, port, workdir, tool_flags.tpu_ready,
                                  _speed(tool_flags), _progress(tool_flags),
@@ -371,7 +372,7 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
     figures.update(tensorflow=tf.__version__,
                    onednn=os.environ.get('TF_ENABLE_ONEDNN_OPTS'))
   written = harness.write_report(results, report, figures)
-  print(f'Report: {written}')
+  print(printable(f'Report: {written}'))
   if failed:
     raise SystemExit(1)
 

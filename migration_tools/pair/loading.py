@@ -5,6 +5,7 @@ import warnings
 
 from kit_core.errors import Interrupted
 from kit_core.errors import KitError
+from kit_core.errors import printable
 from kit_core.errors import one_line
 from migration_tools import moved
 
@@ -63,8 +64,8 @@ def _imported(module_name: str):
     module = importlib.import_module(module_name)
   for warning in caught:
     if moved.is_ours(warning.message):
-      print(f'warning: {warning.filename}:{warning.lineno}: '
-            f'{warning.message}', file=sys.stderr)
+      print(printable(f'warning: {warning.filename}:{warning.lineno}: '
+                      f'{warning.message}'), file=sys.stderr)
     else:
       warnings.warn_explicit(warning.message, warning.category,
                              warning.filename, warning.lineno)

@@ -40,6 +40,7 @@ from kit_core import atomic
 from kit_core import paths as kit_paths
 from kit_core import progress as progress_lib
 from kit_core.errors import KitError
+from kit_core.errors import printable
 from migration_tools import cli
 from migration_tools.scanner import engine
 from migration_tools.scanner import report
@@ -89,7 +90,7 @@ def _write_diff(result, paths: list[str], diff: str,
            if not f.endswith(engine.NOTEBOOK) and f not in left_out]
   patch, changed = b'', 0
   for path in files:
-    progress.now(f'--diff: rewriting {report.escaped(path)}')
+    progress.now(f'--diff: rewriting {printable(path)}')
     try:
       part = rewrite.file_diff(path)
     except (OSError, SyntaxError, ValueError, UnicodeError):
@@ -139,7 +140,7 @@ def _scan_and_write(tool_flags: flags.FlagValues, paths: list[str],
                     progress: progress_lib.Progress) -> None:
   try:
     result = scan(paths, on_file=lambda path: progress.now(
-        f'scanning {report.escaped(path)}'))
+        f'scanning {printable(path)}'))
   except ValueError as e:
     raise KitError(str(e)) from e
   named = [u for u in result.not_scanned if u.path in result.empty]

@@ -6,6 +6,7 @@ import os
 import pathlib
 import urllib.parse
 
+from kit_core.errors import printable
 from migration_tools.scanner import engine
 from migration_tools.scanner import rules as rules_lib
 
@@ -16,13 +17,6 @@ ALL_RULES = rules_lib.RULES + rules_lib.GENERATED
 
 def _rank(severity: str) -> int:
   return rules_lib.SEVERITIES.index(severity)
-
-
-def escaped(text: str) -> str:
-  """text with each character that is not printable (a newline, a terminal
-  escape) written as Python writes it in a string (\\n, \\x1b): a file's
-  name cannot forge a line of the report, nor drive the terminal."""
-  return ''.join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def summary_line(result: engine.Result) -> str:
@@ -54,7 +48,7 @@ def format_text(result: engine.Result) -> str:
   lines += [f'{u.path}: {u.reason}' for u in result.not_scanned]
   lines += [f'{path}: skipped: {engine.SKIP_FILE}' for path in result.skipped]
   lines.append(summary_line(result))
-  return '\n'.join(escaped(line) for line in lines)
+  return '\n'.join(printable(line) for line in lines)
 
 
 STEPS = {1: 'Step 1, to run on TF 2.15 under tensorflow.compat.v1 '

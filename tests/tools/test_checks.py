@@ -230,6 +230,11 @@ def test_a_summary_line_shows_the_figure_against_its_bar():
       'finite losses; it parted from the legacy run by up to 0.732, not '
       'judged (rounding grows step by step in a free run; stepwise holds '
       'each step)')
+  # The user's names are escaped: one line, nothing for the terminal.
+  named = checks.inventory({'ev\nil\x1b[2J': np.zeros(2)}, {})
+  assert named.summary().startswith('FAIL inventory: ') and (
+      'ev\\nil\\x1b[2J' in named.summary()), named.summary()
+  assert named.summary().isprintable()
   not_run = checks.CheckResult('stepwise (2 replicas)', checks.NOT_RUN,
                                'inventory failed')
   assert not_run.summary() == 'NOT RUN stepwise (2 replicas): inventory failed'

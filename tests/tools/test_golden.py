@@ -147,11 +147,15 @@ def test_bundle_holds_each_array_once_and_exactly(recorded):
      'recorded bundle and --record_bundle records one: give one of them'),
     (('--record_bundle=/nonexistent/kit.npz',), '--record_bundle '
      '/nonexistent/kit.npz: its folder does not exist'),
+    # A name cannot forge a line nor drive the terminal: escaped.
+    (('--bundle=/nonexistent/ev\nil\x1b[2J.npz',), 'cannot read the bundle '
+     '/nonexistent/ev\\nil\\x1b[2J.npz'),
 ])
 def test_bad_bundle_flags_fail_in_one_line(tmp_path, args, message):
   result, _ = run_compare(tmp_path / 'r.json', *args)
   assert result.returncode == 1
   assert message in last_line(result.stderr), result.stderr[-1500:]
+  assert '\x1b' not in result.stderr and 'il\n' not in result.stderr
 
 
 def test_a_file_that_is_no_bundle_is_refused(tmp_path):
