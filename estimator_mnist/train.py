@@ -18,6 +18,7 @@ from estimator_mnist import model
 from kit_core import checkpoint_files
 from kit_core import errors
 from kit_core import exits
+from kit_core import framework_logs
 from kit_core import paths
 from kit_core import sharding
 from kit_core import stale
@@ -201,6 +202,9 @@ def _predict(estimator, info: prepare.DatasetInfo, count: int) -> list:
 
 # Where the Estimator writes an export before renaming it into place.
 EXPORT_TEMP = re.compile(r'temp-\d+')
+# TensorFlow's log lines that the command holds back (main.py), in the
+# model_dir: each run's appended.
+LOG_FILE = 'tensorflow.log'
 
 
 def export(estimator: tf.estimator.tpu.TPUEstimator, model_dir: str) -> str:
@@ -265,6 +269,9 @@ def _train_evaluate_export(config: config_lib.Config,
                            evaluation: batching.Evaluation, cluster,
                            model_dir: str) -> dict:
   """run()'s work once its input is checked and model_dir is held."""
+  log = os.path.join(model_dir, LOG_FILE)
+  if framework_logs.write_held_back_to(log):
+    logging.info("TensorFlow's own notices: %s (--verbose prints them)", log)
   eval_batch, eval_steps = evaluation.batch, evaluation.steps
   estimator = make_estimator(config, model_dir, info.data_dir, eval_batch,
                              cluster)

@@ -6,22 +6,28 @@ TF 2.15 (its own handler, then absl's on the root logger): a comparison of
 the kit's pair at one step on one replica printed 96 lines of deprecation
 notices about the legacy code around its own 18. ``hold_back`` stops the
 records below ERROR at that logger, before either handler, and writes them
-to a file (beside the command's report, one per run) or drops them;
-errors still show.
+to a file: one given at once (beside the command's report), or one the
+command names once it knows where (``write_held_back_to``: the example's
+model_dir), the records before it kept for it. Errors still show.
 A command's --verbose leaves them as they were.
 """
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable
 
 # The loggers whose records are the frameworks', not the command's.
 LOGGERS = ('tensorflow',)
+# At most this many lines wait for a file named later (write_to); older
+# ones are dropped first.
+PENDING_LINES = 5000
 
 
 class HeldBack(logging.Filter):
   """Passes a logger's errors, and the records keep says a user reads;
-  writes the rest to path (None: drops them), counting them."""
+  writes the rest to path, or keeps them for the file write_to names
+  (None: until then), counting them."""
 
   def __init__(self, path: str | None,
                keep: Callable[[logging.LogRecord], bool] | None = None):
@@ -29,6 +35,7 @@ class HeldBack(logging.Filter):
     self.path, self.keep = path, keep
     self.count = 0
     self._file = None
+    self._pending: list[str] | None = [] if path is None else None
     self._format = logging.Formatter(
         '%(levelname)s:%(name)s: %(message)s')
 
@@ -37,24 +44,53 @@ class HeldBack(logging.Filter):
         self.keep is not None and self.keep(record)):
       return True
     self.count += 1
-    if self.path is not None:
-      try:
-        if self._file is None:
-          self._file = open(self.path, 'w', encoding='utf-8')  # pylint: disable=consider-using-with
-        self._file.write(self._format.format(record) + '\n')
-        self._file.flush()
-      except OSError:
-        self.path = None  # A log that cannot be written is dropped.
+    line = self._format.format(record)
+    if self._pending is not None:
+      self._pending.append(line)
+      del self._pending[:-PENDING_LINES]
+    else:
+      self._write([line], 'w')
     return False
+
+  def write_to(self, path: str) -> None:
+    """From now on, writes to path, appended to (a resumed run's follows
+    the one before), what was held back since the start first."""
+    if self._pending is None:
+      return  # A file was given from the start.
+    self.path = path
+    pending, self._pending = self._pending, None
+    self._write([f'--- {time.strftime("%Y-%m-%d %H:%M:%S")}: a new run'] +
+                pending, 'a')
+
+  def _write(self, lines: list[str], mode: str) -> None:
+    if self.path is None:
+      return
+    try:
+      if self._file is None:
+        self._file = open(self.path, mode, encoding='utf-8')  # pylint: disable=consider-using-with
+      self._file.write(''.join(line + '\n' for line in lines))
+      self._file.flush()
+    except OSError:
+      self.path = None  # A log that cannot be written is dropped.
 
 
 def hold_back(path: str | None = None,
               keep: Callable[[logging.LogRecord], bool] | None = None
               ) -> HeldBack:
   """Holds back the frameworks' records below ERROR, but those keep passes,
-  from now on, in path (appended to) or nowhere; the filter, to say how
-  many it held."""
+  from now on, in path or, if None, for write_held_back_to; returns the
+  filter, to say how many it held."""
   held = HeldBack(path, keep)
   for name in LOGGERS:
     logging.getLogger(name).addFilter(held)
   return held
+
+
+def write_held_back_to(path: str) -> bool:
+  """Writes what hold_back held, and will hold, with no file given, to path
+  (appended to); False if nothing is held back (--verbose)."""
+  held = [f for name in LOGGERS for f in logging.getLogger(name).filters
+          if isinstance(f, HeldBack)]
+  for f in held:
+    f.write_to(path)
+  return bool(held)

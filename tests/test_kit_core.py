@@ -291,6 +291,33 @@ def test_held_back_framework_logs_go_to_the_file_and_errors_still_show(
       'INFO:tensorflow: loss = 2.3']
 
 
+def test_held_back_logs_wait_for_the_file_named_later(tmp_path,
+                                                     monkeypatch):
+  """The example names its log once its model_dir is known: what was held
+  before goes there first; a resumed run's is appended; what waits is
+  bounded."""
+  from kit_core import framework_logs  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(framework_logs, 'PENDING_LINES', 3)
+  logger = logging.getLogger('tensorflow')
+  log = tmp_path / 'tensorflow.log'
+  for run in range(2):
+    held = framework_logs.hold_back()
+    try:
+      for n in range(5):
+        logger.warning('before %d', n)
+      assert framework_logs.write_held_back_to(str(log))
+      logger.warning('after')
+    finally:
+      logger.removeFilter(held)
+  lines = log.read_text().splitlines()
+  assert [re.sub(r'^--- .*: a new run$', '---', n) for n in lines] == 2 * [
+      '---', 'WARNING:tensorflow: before 2', 'WARNING:tensorflow: before 3',
+      'WARNING:tensorflow: before 4', 'WARNING:tensorflow: after']
+  # Nothing held back (--verbose): nothing is written.
+  assert not framework_logs.write_held_back_to(str(tmp_path / 'other.log'))
+  assert not (tmp_path / 'other.log').exists()
+
+
 def _scan(tmp_path, **kwargs):
   source = tmp_path / 'legacy.py'
   source.write_text('import tensorflow as tf\ns = tf.Session()\n')

@@ -76,6 +76,12 @@ def test_main_leaves_checkpoint_eval_accuracy_and_predictions(trained):
   assert 'Calling model_fn' not in result.stderr
   assert len((result.stdout + result.stderr).splitlines()) <= 40, (
       result.stdout + result.stderr)
+  # They are in the model_dir, and the output says where.
+  log = os.path.join(model_dir, 'tensorflow.log')
+  assert f"TensorFlow's own notices: {log}" in result.stderr
+  with open(log) as f:
+    held = f.read()
+  assert 'Instructions for updating' in held and 'Calling model_fn' in held
 
 
 def test_saved_model_loads_and_serves_the_checkpoint(trained, fake_data_dir):
