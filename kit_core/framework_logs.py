@@ -14,6 +14,7 @@ A command's --verbose leaves them as they were.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from typing import Callable
 
@@ -43,14 +44,17 @@ class HeldBack(logging.Filter):
     if record.levelno >= logging.ERROR or (
         self.keep is not None and self.keep(record)):
       return True
-    self.count += 1
-    line = self._format.format(record)
+    self.take([self._format.format(record)])
+    return False
+
+  def take(self, lines: list[str]) -> None:
+    """Holds lines back as it holds the logger's records."""
+    self.count += len(lines)
     if self._pending is not None:
-      self._pending.append(line)
+      self._pending.extend(lines)
       del self._pending[:-PENDING_LINES]
     else:
-      self._write([line], 'w')
-    return False
+      self._write(lines, 'w')
 
   def write_to(self, path: str) -> None:
     """From now on, writes to path, appended to (a resumed run's follows
@@ -86,11 +90,27 @@ def hold_back(path: str | None = None,
   return held
 
 
+def _held_back() -> list[HeldBack]:
+  """The filters hold_back put on LOGGERS (none under --verbose)."""
+  return [f for name in LOGGERS for f in logging.getLogger(name).filters
+          if isinstance(f, HeldBack)]
+
+
 def write_held_back_to(path: str) -> bool:
   """Writes what hold_back held, and will hold, with no file given, to path
   (appended to); False if nothing is held back (--verbose)."""
-  held = [f for name in LOGGERS for f in logging.getLogger(name).filters
-          if isinstance(f, HeldBack)]
+  held = _held_back()
   for f in held:
     f.write_to(path)
   return bool(held)
+
+
+def hold_native_lines(text: str) -> None:
+  """Native libraries' lines taken from stderr (process.native_stderr_held)
+  go where the frameworks' records go: held back with them, or, if nothing
+  is (--verbose), to stderr."""
+  held = _held_back()
+  if held:
+    held[0].take(text.splitlines())
+  else:
+    sys.stderr.write(text)

@@ -27,13 +27,14 @@ options), so an option on a dataset cannot prevent it in general. Hence:
   (graph-mode Estimator input_fns, a legacy input_fn read by the tools), no
   autotuning thread at all; element values and order are unchanged.
 """
+import contextlib
 import importlib.util
 import logging
 import os
 import sys
 import tempfile
 import traceback
-from typing import Callable, NoReturn
+from typing import Callable, Iterator, NoReturn
 
 from kit_core import private_folders
 from kit_core.errors import KitError
@@ -58,20 +59,39 @@ def quiet_tensorflow_startup(argv: list[str] | None = None) -> None:
       importlib.util.find_spec('tensorflow') is None):  # The jax profile.
     return
   os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'
+  with native_stderr_held(lambda text: None):
+    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+
+
+# What native_stderr_held reads back of what it held: the logs it is for are
+# a few lines.
+_HELD_STDERR_BYTES = 1 << 20
+
+
+@contextlib.contextmanager
+def native_stderr_held(then: Callable[[str], None]) -> Iterator[None]:
+  """While inside, what is written to descriptor 2 is held in a temporary
+  file: native libraries' log lines, which no Python logger sees and some
+  no setting stops (XLA's absl lines on its first compile: 'All log
+  messages before absl::InitializeLog() ...', 'Compiled cluster using
+  XLA!'). At the end it goes to then(text); if the block raised, back to
+  stderr, where the error's context belongs."""
   sys.stderr.flush()
   saved = os.dup(2)
+  raised = True
   with tempfile.TemporaryFile() as held:
     os.dup2(held.fileno(), 2)
     try:
-      import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
-    except BaseException:
-      os.dup2(saved, 2)
-      held.seek(0)
-      sys.stderr.write(held.read().decode(errors='replace'))
-      raise
+      yield
+      raised = False
     finally:
+      sys.stderr.flush()
       os.dup2(saved, 2)
       os.close(saved)
+      held.seek(0)
+      text = held.read(_HELD_STDERR_BYTES).decode(errors='replace')
+      if text:
+        (sys.stderr.write if raised else then)(text)
 
 
 def _verbosity(argv: list[str]) -> int:

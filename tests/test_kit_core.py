@@ -22,6 +22,7 @@ from kit_core import exits
 from kit_core import owners
 from kit_core import paths
 from kit_core import private_folders
+from kit_core import process
 from kit_core import room
 from kit_core import timing
 from kit_core.errors import Interrupted
@@ -291,8 +292,8 @@ def test_held_back_framework_logs_go_to_the_file_and_errors_still_show(
       'INFO:tensorflow: loss = 2.3']
 
 
-def test_held_back_logs_wait_for_the_file_named_later(tmp_path,
-                                                     monkeypatch):
+def test_held_back_logs_wait_for_the_file_named_later(tmp_path, monkeypatch,
+                                                     capsys):
   """The example names its log once its model_dir is known: what was held
   before goes there first; a resumed run's is appended; what waits is
   bounded."""
@@ -307,15 +308,34 @@ def test_held_back_logs_wait_for_the_file_named_later(tmp_path,
         logger.warning('before %d', n)
       assert framework_logs.write_held_back_to(str(log))
       logger.warning('after')
+      framework_logs.hold_native_lines('I0000 a native line\n')
     finally:
       logger.removeFilter(held)
   lines = log.read_text().splitlines()
   assert [re.sub(r'^--- .*: a new run$', '---', n) for n in lines] == 2 * [
       '---', 'WARNING:tensorflow: before 2', 'WARNING:tensorflow: before 3',
-      'WARNING:tensorflow: before 4', 'WARNING:tensorflow: after']
+      'WARNING:tensorflow: before 4', 'WARNING:tensorflow: after',
+      'I0000 a native line']
   # Nothing held back (--verbose): nothing is written.
   assert not framework_logs.write_held_back_to(str(tmp_path / 'other.log'))
   assert not (tmp_path / 'other.log').exists()
+  framework_logs.hold_native_lines('I0000 shown\n')
+  assert capsys.readouterr().err == 'I0000 shown\n'
+
+
+def test_native_stderr_is_held_and_given_back_on_an_error(capfd):
+  """What native code writes to descriptor 2 goes where the command says;
+  if the block raised, back to stderr, beside the error."""
+  taken = []
+  with process.native_stderr_held(taken.append):
+    os.write(2, b'I0000 device_compiler.h:186] Compiled cluster\n')
+  assert taken == ['I0000 device_compiler.h:186] Compiled cluster\n']
+  assert capfd.readouterr().err == ''
+  with pytest.raises(ValueError):
+    with process.native_stderr_held(taken.append):
+      os.write(2, b'why it failed\n')
+      raise ValueError('compile failed')
+  assert capfd.readouterr().err == 'why it failed\n' and len(taken) == 1
 
 
 def _scan(tmp_path, **kwargs):

@@ -29,6 +29,7 @@ import contextlib
 import re
 from typing import Any, Iterator
 
+from kit_core import framework_logs
 from kit_core import process
 from kit_core.errors import Interrupted
 from kit_core.errors import one_line
@@ -345,8 +346,11 @@ def check(port: port_lib.Port, params: dict, batches: list
   dataset = port_runner.distribute_batches(strategy, batches[:1],
                                            global_batch)
   problems += _loss_problems(trainer, dataset, strategy)
-  problems += _step_problems(trainer, dataset, strategy)
-  problems += _predict_problems(port, model, batches[0][0])
+  # XLA's first compile logs natively, past TF_CPP_MIN_LOG_LEVEL: its lines
+  # go with the frameworks' other held-back ones.
+  with process.native_stderr_held(framework_logs.hold_native_lines):
+    problems += _step_problems(trainer, dataset, strategy)
+    problems += _predict_problems(port, model, batches[0][0])
   note = (f'int64 inputs ({", ".join(int64)}): TPU-era pipelines cast them to '
           'int32 (BERT\'s _decode_record), as TPUs handle int64 slowly'
           if int64 else '')
