@@ -35,7 +35,11 @@ from migration_tools.pair import stored
 # 3: the slots before any step, of every optimizer (their starting values);
 # the state beyond the weights (train_variables, averages), the evaluation
 # on the weights, the serving inputs (strings as base64).
-FORMAT = 3
+# 4: float arrays coded as differences from earlier ones (array_codec).
+FORMAT = 4
+# The formats this kit reads: a bundle recorded on TF 2.15 must stay
+# readable once TF 2.15 is gone.
+READS = (3, 4)
 # A bundle's size in model-sized arrays (the model_fn's variables' bytes),
 # per recorded replica count: at --steps=1, and for each further step. The
 # least a model holds, one without optimizer slots (the kit's pair, plain
@@ -114,7 +118,7 @@ class Recording:
 def recording(path: str) -> Iterator[Recording]:
   """A Recording into path (.npz) under a temporary name: in place when the
   block ends with it finished, gone if the block raises."""
-  with stored.writing(path) as writer:
+  with stored.writing(path, deltas=True) as writer:
     yield Recording(writer)
 
 
@@ -171,14 +175,14 @@ def load(path: str) -> Bundle:
     raise KitError(f'{path} is not a golden bundle (no manifest); record one '
                    'with migration-compare --record_bundle')
   try:
-    if manifest.get('format') != FORMAT:
+    if manifest.get('format') not in READS:
       raise KitError(f'{path} is a bundle of format '
-                     f'{manifest.get("format")!r}; this kit reads format '
-                     f'{FORMAT!r}: record it again')
-    missing = set(stored.array_keys(manifest)) - {
-        name for name in arrays.files}
+                     f'{manifest.get("format")!r}; this kit reads formats '
+                     f'{" and ".join(map(repr, READS))}: record it again')
+    missing = stored.needed_keys(manifest) - {name for name in arrays.files}
     if missing:
       raise KeyError(min(missing))  # The array named, as a lookup would.
+    stored.check_codings(path, manifest)
     bundle = Bundle(stored.decode(manifest['options'], arrays),
                     manifest['replica_counts'], manifest['serving'],
                     stored.decode(manifest['batches'], arrays),
