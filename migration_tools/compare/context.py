@@ -124,10 +124,12 @@ class Run:
   ran_on: dict = dataclasses.field(default_factory=dict)
   memo: _Memo = dataclasses.field(default_factory=_Memo)
 
-  def legacy(self, purpose: str, shards: int = 1, draws: bool = False):
+  def legacy(self, purpose: str, shards: int = 1, draws: bool = False,
+             gradients: bool = True):
     """A fresh legacy run from the start state (drawing its random numbers
-    where draws is True: LegacySource.runner)."""
-    legacy = self.source.runner(shards, purpose, draws)
+    where draws is True, its first gradients compared where gradients is:
+    LegacySource.runner)."""
+    legacy = self.source.runner(shards, purpose, draws, gradients)
     if self.start is not None:
       legacy.set_state(self.start)
     return legacy

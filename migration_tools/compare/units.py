@@ -671,7 +671,8 @@ def _resynced(run: Run, replicas: Replicas):
     # builds its own, or the model is held twice as many times (BERT-base:
     # 4 GB more at the peak).
     replicas.release()
-    return resynced_steps(run, run.legacy(name, replicas.count),
+    return resynced_steps(run, run.legacy(name, replicas.count,
+                                          gradients=False),
                           run.port_runner(replicas.placement),
                           f'updates and stepwise ({replicas.label})',
                           first_noise=replicas.memo.get('first step noise'))
@@ -762,7 +763,7 @@ def dropout(run: Run, replicas: Replicas | None) -> CheckResult:
     return CheckResult(name, checks.SKIPPED, unaligned)
   tool = tf.compat.v1.keras.utils.DeterministicRandomTestTool()
   with tool.scope():
-    legacy = run.legacy(name, draws=True)
+    legacy = run.legacy(name, draws=True, gradients=False)
     runner = run.port_runner(tf.distribute.OneDeviceStrategy('/cpu:0'))
     resynced = resynced_steps(run, legacy, runner, name, dropout=True)
   return checks.dropout(name, resynced.per_step, resynced.losses)

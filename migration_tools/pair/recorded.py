@@ -11,6 +11,8 @@ back.
 """
 from typing import Any, Iterable, Protocol
 
+import numpy as np
+
 from kit_core.errors import KitError
 from migration_tools.pair import side
 
@@ -144,8 +146,10 @@ class _Taped(side.LegacySide):
 class RecordingRunner(_Taped):
   """A legacy side whose answers are written to a tape as they are given."""
 
-  def __init__(self, runner: side.LegacySide, tape: Keeper, purpose: str):
+  def __init__(self, runner: side.LegacySide, tape: Keeper, purpose: str,
+               gradients: bool = True):
     self._runner, self._tape, self._keys = runner, tape, _Keys(purpose)
+    self._gradients = gradients
     self.shards = runner.replicas
     tape.shards[purpose] = runner.replicas
 
@@ -161,6 +165,12 @@ class RecordingRunner(_Taped):
       # Only a run's first gradients are compared (one_step): the others
       # would double the bundle.
       kept = {k: v for k, v in answer.items() if k != 'gradients'}
+    elif question == 'step' and not self._gradients:
+      # Their names only (which variables the optimizer moves), as empty
+      # arrays: a model-sized array less, and no value to misread.
+      kept = {**answer, 'gradients': {
+          name: np.zeros((0,), np.asarray(g).dtype)
+          for name, g in answer.get('gradients', {}).items()}}
     self._tape.keep(key, kept)
     return answer
 

@@ -213,11 +213,14 @@ class LegacySource(Protocol):
   def data(self) -> Data:
     """The legacy input_fn's batches."""
 
-  def runner(self, shards: int, purpose: str, draws: bool = False
-             ) -> LegacySide:
+  def runner(self, shards: int, purpose: str, draws: bool = False,
+             gradients: bool = True) -> LegacySide:
     """A fresh legacy run on `shards` cores, named by purpose; its training
     step draws its random numbers only where draws is True (else its random
-    masks are switched off: pair/random_ops.py)."""
+    masks are switched off: pair/random_ops.py). gradients: whether its
+    first step's gradients are compared (one_step), or only their names
+    read (the passes at identical state), which a recording then keeps
+    alone."""
 
   def timing_runner(self) -> Any:
     """A fresh legacy run to time (train_only), or None when the legacy
