@@ -5,10 +5,13 @@ TPUClusterResolver asks is pointed at a closed port on 127.0.0.1, and the
 variables that name a Cloud TPU are removed. Subprocesses inherit all of it.
 """
 import contextlib
+import fcntl
 import functools
 import importlib.util
 import json
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -318,6 +321,73 @@ def append_zeros(npz, name: str, count: int) -> None:
 def last_line(text: str) -> str:
   lines = [line for line in text.strip().splitlines() if line.strip()]
   return lines[-1] if lines else ''
+
+
+def made_once(tmp_path_factory, name: str, make) -> pathlib.Path:
+  """The folder `name`, made by make(folder) once for the whole run: under
+  pytest-xdist, by the first worker to ask, while the others wait for it
+  (a lock on a file beside it); a make that raised leaves nothing, and the
+  next to ask makes it again."""
+  root = tmp_path_factory.getbasetemp()
+  if os.environ.get('PYTEST_XDIST_WORKER'):
+    root = root.parent  # Shared by the workers of this run.
+  folder, done = root / name, root / f'{name}.done'
+  with open(root / f'{name}.lock', 'w', encoding='utf-8') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+      if not done.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        try:
+          make(folder)
+        except BaseException:
+          shutil.rmtree(folder, ignore_errors=True)
+          raise
+        done.write_text('', encoding='utf-8')
+    finally:
+      fcntl.flock(lock, fcntl.LOCK_UN)
+  return folder
+
+
+def recorded_once(tmp_path_factory, name: str, *args: str,
+                  env: dict | None = None) -> tuple[pathlib.Path, dict]:
+  """(bundle, {name: check} of its report): a live comparison with args,
+  its legacy side recorded (--record_bundle), once a run (made_once). The
+  tests of a pair's broken ports replay it, each against its port: the
+  legacy side is the same whatever the port, and run once; the run itself
+  is a live comparison of the port args name, which must pass."""
+  def record(folder):
+    result = run_module('migration_tools.compare', *args,
+                        f'--record_bundle={folder / "bundle.npz"}',
+                        f'--report={folder / "live.json"}', '--quiet',
+                        env={'PYTHONPATH': TOOLS_PYTHONPATH, **(env or {})})
+    (folder / 'output.txt').write_text(result.stdout + result.stderr,
+                                       encoding='utf-8')
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+
+  folder = made_once(tmp_path_factory, name, record)
+  with open(folder / 'live.json', encoding='utf-8') as f:
+    return (folder / 'bundle.npz',
+            {c['name']: c for c in json.load(f)['checks']})
+
+
+@pytest.fixture(scope='session')
+def kit_recording(tmp_path_factory):
+  """(bundle, {name: check}): the kit's pair recorded live on TF 2.15 as
+  tests/kit_bundle.py records the committed bundle, once a run, and that
+  run's report; shared by the tests that read a fresh recording."""
+  import kit_bundle  # pylint: disable=g-import-not-at-top
+
+  def record(folder):
+    result = kit_bundle.record(str(folder / 'kit.npz'),
+                               str(folder / 'live.json'))
+    (folder / 'output.txt').write_text(result.stdout + result.stderr,
+                                       encoding='utf-8')
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+
+  folder = made_once(tmp_path_factory, 'kit_recording', record)
+  with open(folder / 'live.json', encoding='utf-8') as f:
+    return folder / 'kit.npz', {c['name']: c for c in json.load(f)['checks']}
 
 
 @pytest.fixture(scope='session')

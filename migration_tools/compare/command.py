@@ -240,18 +240,34 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
                    'port': pair_lib.port_spec(tool_flags)}
 
 
-def _replayed(tool_flags: flags.FlagValues, workdir: str
+def _kit_bundle(tool_flags: flags.FlagValues) -> str | None:
+  """The kit's own bundle where the comparison takes it: no --bundle, no
+  --record_bundle, no flag naming the legacy side or what a bundle records,
+  and no tf.estimator here to run a model_fn live."""
+  if (tool_flags.bundle or tool_flags.record_bundle or
+      pair_lib.names_a_pair(tool_flags) or legacy.runs_here() or
+      any(tool_flags[name].present for name in _RECORDED)):
+    return None
+  return pair_lib.kit_bundle()
+
+
+def _replayed(tool_flags: flags.FlagValues, workdir: str, path: str
               ) -> tuple[list, dict]:
-  """Checks the port against a bundle: no legacy code runs."""
-  bundle = golden.load(tool_flags.bundle)
+  """Checks the port against the bundle at path: no legacy code runs."""
+  bundle = golden.load(path)
   counts = _recorded_counts(tool_flags, bundle)
   # Before TensorFlow or JAX starts: a port on either may follow.
   if lazy.installed('tensorflow'):
     devices.split_cpu(max(counts))
   devices.split_xla_cpu(max(counts), '--replicas')
-  print(printable(f'Bundle: {tool_flags.bundle}, recorded with TensorFlow '
-                  f'{bundle.versions.get("tensorflow")}; replicas '
-                  f'{",".join(map(str, counts))}'))
+  whose = ('' if tool_flags.bundle else
+           ' (the kit\'s own pair: no --bundle was given, and no tf.estimator '
+           'is here to run a model_fn)')
+  commit = bundle.versions.get('kit_commit')
+  print(printable(f'Bundle: {path}{whose}, recorded with TensorFlow '
+                  f'{bundle.versions.get("tensorflow")}'
+                  f'{f" at kit commit {commit[:12]}" if commit else ""}; '
+                  f'replicas {",".join(map(str, counts))}'))
   port = pair_lib.load_port(tool_flags)
   emulate = _emulated(tool_flags, port)
   framework = _framework(port)
@@ -260,7 +276,7 @@ def _replayed(tool_flags: flags.FlagValues, workdir: str
   results = harness.check_bundle(bundle, port, workdir, tool_flags.tpu_ready,
                                  _speed(tool_flags), _progress(tool_flags),
                                  counts, about, emulate)
-  return results, {**bundle.options, 'bundle': tool_flags.bundle,
+  return results, {**bundle.options, 'bundle': path,
                    'recorded_with': bundle.versions,
                    'port': pair_lib.port_spec(tool_flags),
                    'port_framework': framework, **about}
@@ -305,11 +321,10 @@ def _framework(port) -> str:
   return frameworks.framework_of(port).describe(port)
 
 
-def _check_outputs(tool_flags: flags.FlagValues) -> str:
+def _check_outputs(tool_flags: flags.FlagValues, bundle: str | None) -> str:
   """The report's absolute path, once the report, its plot and a bundle to
   record are known to destroy no input and no other output."""
-  inputs = ([('the input --bundle', tool_flags.bundle)] if tool_flags.bundle
-            else [])
+  inputs = [('the input --bundle', bundle)] if bundle else []
   plot = os.path.splitext(os.path.abspath(tool_flags.report or '.'))[0] + '.png'
   if tool_flags.record_bundle is not None:
     paths.check_output(tool_flags.record_bundle, '--record_bundle', inputs,
@@ -334,7 +349,8 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
                    'the values it was recorded with; leave them out')
   if tool_flags.bundle and tool_flags['replicas'].present:
     _parse_counts(tool_flags.replicas)  # Before the bundle is read.
-  report = _check_outputs(tool_flags)
+  bundle = tool_flags.bundle or _kit_bundle(tool_flags)
+  report = _check_outputs(tool_flags, bundle)
   timing.LEDGER.restart()
   # A signal stops the comparison with its temporary files removed, a bundle
   # half-written removed, and no report.
@@ -342,8 +358,8 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
                            'written; run the same command again'):
     with tempfile.TemporaryDirectory() as workdir:
       try:
-        results, figures = (_replayed if tool_flags.bundle else _live)(
-            tool_flags, workdir)
+        results, figures = (_replayed(tool_flags, workdir, bundle) if bundle
+                            else _live(tool_flags, workdir))
       except Interrupted:  # A signal: no report (the line says so).
         raise
       except KitError as e:

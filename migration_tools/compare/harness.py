@@ -28,6 +28,7 @@ from kit_core import progress as progress_lib
 from kit_core.errors import Interrupted
 from kit_core.errors import one_line
 from kit_core.lazy import tensorflow as tf
+from migration_tools import provenance
 from migration_tools.compare import checks
 from migration_tools.compare import golden
 from migration_tools.compare import plot
@@ -158,14 +159,15 @@ class LiveSource:
     self._spec, self.batches = data.spec, data.batches
     return data
 
-  def runner(self, shards: int, purpose: str, draws: bool = False):
+  def runner(self, shards: int, purpose: str, draws: bool = False,
+             gradients: bool = True):
     runner = legacy_lib.LegacyRunner(
         self.pair.model_fn, self.options.params, self._spec,
         self.options.global_batch, shards, self.options.warm_start_from,
         self.pair.serving_input_fn, self.pair.serving_inputs, draws)
     if self.tape is None:
       return runner
-    return recorded.RecordingRunner(runner, self.tape, purpose)
+    return recorded.RecordingRunner(runner, self.tape, purpose, gradients)
 
   def timing_runner(self) -> legacy_lib.LegacyRunner:
     """A single-device legacy run, never recorded: timing is no answer a
@@ -185,8 +187,9 @@ class ReplaySource:
   def data(self) -> side.Data:
     return side.Data(None, self.bundle.batches)
 
-  def runner(self, shards: int, purpose: str, draws: bool = False):
-    del shards, draws  # Recorded with the run.
+  def runner(self, shards: int, purpose: str, draws: bool = False,
+             gradients: bool = True):
+    del shards, draws, gradients  # Recorded with the run.
     return recorded.ReplayedRunner(self.bundle.tape, purpose)
 
   def timing_runner(self) -> None:
@@ -281,7 +284,7 @@ def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
       dataclasses.asdict(options), list(replica_counts),
       pair.serving_input_fn is not None and port.export is not None,
       source.batches, tape, {'tensorflow': tf.__version__,
-                             'format': golden.FORMAT})
+                             'format': golden.FORMAT, **provenance.kit()})
   return results, bundle
 
 

@@ -1,10 +1,13 @@
 """The front end of the commands that take a pair (compare, checkpoint):
 the flags that name the legacy code and the port, and their loading."""
 import dataclasses
+import importlib.util
+import os
 
 from absl import flags
 
 from kit_core import lazy
+from kit_core.errors import KitError
 from migration_tools import cli
 from migration_tools.pair import loading
 from migration_tools.pair import frameworks
@@ -22,9 +25,18 @@ KIT_PAIR = {
     # the kit's default data.
     'params': '{"learning_rate": 0.05}',
 }
-# Its port on JAX (Keras 3), the default --port where there is no
-# TensorFlow (the jax profile), from golden bundles.
-KIT_JAX_PORT = 'kit_pair.mnist_jax:make_port'
+# Its ports, by the framework each needs: the default --port is the first
+# whose framework is installed (Keras on TensorFlow; Keras 3 on JAX on the
+# jax profile; PyTorch on the torch profile).
+KIT_PORTS = (('tensorflow', 'kit_pair.mnist:make_port'),
+             ('jax', 'kit_pair.mnist_jax:make_port'),
+             ('torch', 'kit_pair.mnist_torch:make_port'))
+# Deprecated: the JAX one of KIT_PORTS, under its earlier name.
+KIT_JAX_PORT = dict(KIT_PORTS)['jax']
+# The kit's pair recorded on TF 2.15 (kit_pair/golden_bundle.npz): what
+# migration-compare checks against where no tf.estimator can run the
+# model_fn and no --bundle is given.
+KIT_BUNDLE = ('kit_pair', 'golden_bundle.npz')
 
 
 def define_pair_flags(tool_flags: flags.FlagValues, serving: bool) -> None:
@@ -55,9 +67,11 @@ def define_pair_flags(tool_flags: flags.FlagValues, serving: bool) -> None:
                         **define)
   flags.DEFINE_string('port', KIT_PAIR['port'],
                       'A function returning the migration_tools.pair.port.Port '
-                      '(or array_port.ArrayPort, for a port on JAX), as '
-                      'package.module:name. Where there is no TensorFlow (the '
-                      'jax profile), the default is ' + KIT_JAX_PORT + '.',
+                      '(a Keras port on TensorFlow), the array_port.ArrayPort '
+                      '(JAX) or the frameworks.pytorch.TorchPort (PyTorch), as '
+                      'package.module:name. Unset: the kit\'s own port on the '
+                      'first framework installed of ' + ', '.join(
+                          f'{f} ({p})' for f, p in KIT_PORTS) + '.',
                       **define)
   cli.define_legacy_flags(tool_flags)
   flags.DEFINE_string('params', KIT_PAIR['params'],
@@ -73,11 +87,36 @@ def define_pair_flags(tool_flags: flags.FlagValues, serving: bool) -> None:
 
 
 def port_spec(tool_flags: flags.FlagValues) -> str:
-  """What --port names; unset, the kit's own port (on JAX where there is
-  no TensorFlow)."""
-  if not tool_flags['port'].present and not lazy.installed('tensorflow'):
-    return KIT_JAX_PORT
-  return tool_flags.port
+  """What --port names; unset, the kit's own port on the first framework
+  installed (KIT_PORTS)."""
+  if tool_flags['port'].present:
+    return tool_flags.port
+  return next((spec for framework, spec in KIT_PORTS
+               if lazy.installed(framework)), tool_flags.port)
+
+
+def kit_bundle() -> str:
+  """The path of the kit's own golden bundle (KIT_BUNDLE).
+
+  Raises:
+    KitError: it is not there (an install without the package's data).
+  """
+  package, name = KIT_BUNDLE
+  spec = importlib.util.find_spec(package)
+  folder = (os.path.dirname(spec.origin) if spec and spec.origin else None)
+  path = os.path.join(folder, name) if folder else None
+  if path is None or not os.path.isfile(path):
+    raise KitError(f'the kit\'s own bundle {package}/{name} is missing from '
+                   'this install: reinstall the kit, or give --bundle=FILE')
+  return path
+
+
+def names_a_pair(tool_flags: flags.FlagValues) -> bool:
+  """Whether any flag that names the legacy side was given."""
+  return any(tool_flags[name].present for name in (
+      'legacy_model_fn', 'legacy_input_fn', 'legacy_serving_input_fn',
+      'legacy_serving_inputs', 'legacy_flags', 'params')
+             if name in tool_flags)
 
 
 def load_port(tool_flags: flags.FlagValues):

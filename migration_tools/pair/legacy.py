@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from kit_core import lazy
 from kit_core import process
 from kit_core import timing
 from kit_core.errors import Interrupted
@@ -36,6 +37,13 @@ from migration_tools.pair import side
 
 # Keys TPUEstimator reserves in params; a user's params must not hold them.
 RESERVED = ('batch_size', 'context', 'use_tpu')
+
+
+def runs_here() -> bool:
+  """Whether a model_fn can run here, as TPUEstimator ran it: TensorFlow
+  with tf.estimator (2.15 and earlier). Asked without importing either."""
+  return lazy.installed('tensorflow') and lazy.installed(
+      'tensorflow_estimator')
 
 
 def require_estimator(what: str, instead: str) -> None:
