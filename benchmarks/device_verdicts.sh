@@ -5,15 +5,17 @@
 #
 #   bash benchmarks/device_verdicts.sh BUNDLES [PYTHON] [FLAG...]
 #
-# BUNDLES: a folder with kit_pair.npz and bert.npz (tests/tf215_artifacts.py
-# writes both, and bert_data/ beside them, which the BERT port's pipeline
-# reads: keep the folder where it was recorded). PYTHON: one with JAX and
+# BUNDLES: a folder with bert.npz (tests/tf215_artifacts.py writes it, and
+# bert_data/ beside it, which the BERT port's pipeline reads: keep the folder
+# where it was recorded) and, if you recorded one, kit_pair.npz (the kit's
+# pair at 20 steps, as docs/EQUIVALENCE.md records it); without it, the kit's
+# own bundle (kit_pair/golden_bundle.npz, 2 steps). PYTHON: one with JAX and
 # the kit's jax extra (default .venv-jax/bin/python). FLAGs go to every run,
 # e.g. --emulate_precision=bf16 on a CPU. On a GPU it runs at JAX's default
 # precision (TF32): no flag. Reports land in $OUT (default
 # /tmp/device_verdicts). About 3 minutes on an H200, 2 on a 2-core CPU.
 set -u
-bundles=${1:?give the folder of kit_pair.npz and bert.npz}
+bundles=${1:?give the folder of bert.npz (and kit_pair.npz, if recorded)}
 python=${2:-.venv-jax/bin/python}
 shift $(( $# < 2 ? $# : 2 ))
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,10 +35,12 @@ compare() {
   grep -E '^(Ran on|PASS|FAIL|ERROR|NOT RUN|First)' "$out/$name.log" |
     cut -c1-200
 }
-compare kit --bundle="$bundles/kit_pair.npz" "$@"
-compare summed_loss --bundle="$bundles/kit_pair.npz" \
+kit="$bundles/kit_pair.npz"
+[ -e "$kit" ] || kit="$repo/kit_pair/golden_bundle.npz"
+compare kit --bundle="$kit" "$@"
+compare summed_loss --bundle="$kit" \
   --port=mnist_optax_port:summed_loss --replicas=1 --notpu_ready "$@"
-compare offset_input --bundle="$bundles/kit_pair.npz" \
+compare offset_input --bundle="$kit" \
   --port=mnist_optax_port:offset_input --replicas=1 --notpu_ready "$@"
 compare bert --bundle="$bundles/bert.npz" --port=bert_jax_port:make_port \
   --notpu_ready "$@"

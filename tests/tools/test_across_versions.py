@@ -1,8 +1,9 @@
-"""What TF 2.15 made, taken over by the TensorFlow running the tests: a golden
-bundle of the kit's pair, an Estimator checkpoint, the port's own Keras 2
-checkpoints. $KIT_TF215_DIR holds them (tests/tf215_artifacts.py, run by
-.ci/run on the estimator profile); conftest leaves these tests out, and says
-so, when it is unset."""
+"""What TF 2.15 made, taken over by the TensorFlow running the tests: the
+kit's own golden bundle (kit_pair/golden_bundle.npz, in the repository), and
+from $KIT_TF215_DIR (tests/tf215_artifacts.py, run by .ci/run on the
+estimator profile) an Estimator checkpoint, the port's own Keras 2
+checkpoints, the test pairs' bundles; conftest leaves the tests of those out,
+and says so, when it is unset."""
 import json
 import os
 import re
@@ -13,8 +14,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import kit_bundle
 from conftest import TESTS, TOOLS_PYTHONPATH, last_line, run_compare, run_module
 from kit_core import keras_compat
+from migration_tools.pair import legacy
 from migration_tools.pair import optimizers
 from migration_tools.pair import port as port_lib
 
@@ -24,7 +27,8 @@ import bert_port  # pylint: disable=g-import-not-at-top,wrong-import-position
 import wide_deep_port  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # Commands in subprocesses and training jobs: apart from the fast tier.
-pytestmark = [pytest.mark.e2e, pytest.mark.from_tf215]
+pytestmark = pytest.mark.e2e
+from_tf215 = pytest.mark.from_tf215
 # A converted checkpoint predicts as its source: the same weights through
 # the same float32 ops, up to kernels that round otherwise between versions.
 PREDICTION_ATOL = 1e-6
@@ -32,6 +36,13 @@ PREDICTION_ATOL = 1e-6
 
 def _artifact(*parts: str) -> str:
   return os.path.join(os.environ['KIT_TF215_DIR'], *parts)
+
+
+def _kit_bundle() -> list[str]:
+  """The flags that check the kit's port against its own bundle: none where
+  no tf.estimator runs (the default there), the bundle named where one
+  does (no flag: a live comparison)."""
+  return [f'--bundle={kit_bundle.BUNDLE}'] if legacy.runs_here() else []
 
 
 @pytest.fixture(scope='module')
@@ -43,10 +54,10 @@ def expected():
 
 
 def test_port_matches_the_bundle_recorded_on_2_15(tmp_path):
-  result, checks = run_compare(tmp_path / 'replay.json',
-                            f'--bundle={_artifact("kit_pair.npz")}')
+  result, checks = run_compare(tmp_path / 'replay.json', *_kit_bundle())
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
-  assert 'recorded with TensorFlow 2.15.1; replicas 1,2' in result.stdout
+  assert re.search(r'^Bundle: .*recorded with TensorFlow 2\.15\.1 at kit '
+                   r'commit [0-9a-f]{12}; replicas 1,2$', result.stdout, re.M)
   skipped = [n for n, c in checks.items() if c['status'] == 'skipped']
   # Keras 3 cannot draw TF 1's dropout masks; Keras 2 must match them.
   assert skipped == (['dropout (1 replica)'] if keras_compat.is_keras3()
@@ -67,9 +78,8 @@ def test_port_matches_the_bundle_recorded_on_2_15(tmp_path):
 
 
 def test_broken_port_fails_the_bundle_recorded_on_2_15(tmp_path):
-  result, checks = run_compare(tmp_path / 'broken.json',
-                            f'--bundle={_artifact("kit_pair.npz")}',
-                            '--port=broken_ports:missing_relu')
+  result, checks = run_compare(tmp_path / 'broken.json', *_kit_bundle(),
+                               '--port=broken_ports:missing_relu')
   assert result.returncode == 1
   assert 'First to fix: inference' in result.stdout
   assert 'before any training step' in checks['inference']['message']
@@ -89,6 +99,7 @@ def _resume(model_dir, *flags):
   return result
 
 
+@from_tf215
 @pytest.mark.parametrize('source, flag, key', [
     ('estimator', '--estimator_dir', 'estimator_probabilities'),
     ('port', '--keras2_dir', 'port_probabilities')])
@@ -116,6 +127,7 @@ def test_checkpoint_from_2_15_resumes_here_at_its_step(tmp_path, expected,
   assert re.search(r'step 40/40: loss \d', more.stderr)
 
 
+@from_tf215
 def test_savedmodel_exported_on_2_15_serves_here(expected):
   exports = os.listdir(_artifact('port', 'export'))
   assert len(exports) == 1
@@ -127,6 +139,7 @@ def test_savedmodel_exported_on_2_15_serves_here(expected):
   assert diff <= PREDICTION_ATOL
 
 
+@from_tf215
 @pytest.mark.parametrize('optimizer', ['adam', 'momentum'])
 def test_keras2_slots_statistics_and_step_carry_over(tmp_path, expected,
                                                      optimizer):
@@ -163,6 +176,7 @@ def test_keras2_slots_statistics_and_step_carry_over(tmp_path, expected,
   assert diff <= PREDICTION_ATOL
 
 
+@from_tf215
 def test_migrate_takes_a_keras2_checkpoint_on_keras2_only(tmp_path):
   model_dir = tmp_path / 'port'
   shutil.copytree(_artifact('port'), model_dir)
@@ -198,6 +212,7 @@ def _replays(tmp_path, bundle: str, port: str, label: str, *flags) -> dict:
   return checks
 
 
+@from_tf215
 def test_the_bert_port_passes_its_bundle_recorded_on_2_15(tmp_path):
   """Its own optimizer judged by its updates and slots, its warm start and
   its 2 replicas as on TPU cores, replayed without tf.estimator; and its
@@ -212,6 +227,7 @@ def test_the_bert_port_passes_its_bundle_recorded_on_2_15(tmp_path):
   assert 0 < drift['ratio_to_bar'] < 1
 
 
+@from_tf215
 def test_the_effnet_port_passes_its_bundle_recorded_on_2_15(tmp_path):
   """Its moving averages, RMSProp slots, host_call and JPEG-bytes serving,
   on 1 and 2 replicas, replayed without tf.estimator."""
@@ -225,6 +241,7 @@ def test_the_effnet_port_passes_its_bundle_recorded_on_2_15(tmp_path):
       table[n]['compared_by'].startswith('inventory') for n in averages)
 
 
+@from_tf215
 def test_a_bert_checkpoint_converted_on_2_15_restores_here(tmp_path,
                                                            expected):
   """Converted on TF 2.15 (Keras 2's layout); on Keras 3 carried over with
@@ -260,6 +277,7 @@ def test_a_bert_checkpoint_converted_on_2_15_restores_here(tmp_path,
   assert diff <= PREDICTION_ATOL
 
 
+@from_tf215
 def test_a_bert_checkpoint_verifies_here_against_predictions_from_2_15(
     tmp_path):
   """Where tf.estimator may be gone, --verify compares with the legacy

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+import kit_bundle
 from conftest import TESTS, TF215_DIR, TOOLS_PYTHONPATH, catalogue
 from conftest import last_line, run_module
 from kit_core import checkpoint_files
@@ -132,7 +133,7 @@ def test_predictions_of_another_checkpoint_are_refused_before_any_work(
     (['--verify'], '--verify of a port on JAX 0.'),
     catalogue([f'--predictions={TF215_DIR}/kit_predictions.npz'],
               '--predictions is what --verify compares with: add --verify'),
-    catalogue(['--verify', f'--predictions={TF215_DIR}/kit_pair.npz'],
+    catalogue(['--verify', f'--predictions={kit_bundle.BUNDLE}'],
               'is not a recording of predictions'),
     catalogue(['--record_predictions=x.npz'],
               '--record_predictions records the legacy model_fn'),

@@ -1,6 +1,7 @@
 """The torch profile: the kit's PyTorch port (kit_pair/mnist_torch.py)
-checked from the golden bundle TF 2.15 recorded (KIT_TF215_DIR), with no
-TensorFlow and no JAX in the process; two planted bugs
+checked from the kit's own golden bundle (kit_pair/golden_bundle.npz, the
+default where no tf.estimator runs), with no TensorFlow and no JAX in the
+process; two planted bugs
 (tests/user_code/torch_bugs.py) failing with their cause; the Estimator
 checkpoint carried to the port's state_dict and verified; and the
 adapter's layouts, TPU readiness and state file on their own."""
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+import kit_bundle
 from conftest import TF215_DIR, TOOLS_PYTHONPATH, catalogue
 from conftest import passed_but_dropout, run_compare, run_module
 from kit_core import checkpoint_files
@@ -24,18 +26,22 @@ from_tf215 = pytest.mark.from_tf215
 
 
 def _bundle() -> str:
-  return os.path.join(TF215_DIR, 'kit_pair.npz')
+  return kit_bundle.BUNDLE
 
 
-@from_tf215
 @pytest.mark.e2e
 @pytest.mark.parametrize('emulated', ['', 'bf16'])
 def test_the_kits_torch_port_passes_every_check_on_1_and_2_replicas(
     tmp_path, emulated):
+  # As the README's torch line runs it: no flag names the bundle or the
+  # port; both are the kit's own on this profile.
   result, checks = run_compare(
-      tmp_path / 'report.json', f'--bundle={_bundle()}', PORT,
+      tmp_path / 'report.json',
       *([f'--emulate_precision={emulated}'] if emulated else []))
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+  assert (f'Bundle: {kit_bundle.BUNDLE} (the kit\'s own pair: no --bundle '
+          'was given, and no tf.estimator is here to run a model_fn), '
+          'recorded with TensorFlow 2.15.1 at kit commit ') in result.stdout
   assert (f'Port: kit_pair.mnist_torch:make_port, on PyTorch '
           f'{torch.__version__}') in result.stdout
   assert ('2 replicas: the global batch split into consecutive shares and '
@@ -53,6 +59,8 @@ def test_the_kits_torch_port_passes_every_check_on_1_and_2_replicas(
       'the loss and predict export with torch.export as one graph of static '
       'shapes')
   report = json.loads((tmp_path / 'report.json').read_text())
+  assert report['bundle'] == kit_bundle.BUNDLE
+  assert report['port'] == 'kit_pair.mnist_torch:make_port'
   assert report['port_ran_on']['framework'] == 'pytorch'
   assert report['port_ran_on']['versions']['torch'] == torch.__version__
   assert 'tensorflow' not in report and 'jax' not in report
@@ -65,7 +73,6 @@ def test_the_kits_torch_port_passes_every_check_on_1_and_2_replicas(
     assert 0 < drift['ratio_to_bar'] < 1
 
 
-@from_tf215
 @pytest.mark.e2e
 @pytest.mark.parametrize('port, first, said', [
     # torch.distributed.all_reduce sums: right on 1 replica, 2x on 2.

@@ -4,7 +4,7 @@ migrate_jax, to show the contract is about arrays, not Keras: its
 parameters are a dict of jnp arrays named as the model_fn names its
 variables, its optimizer optax's SGD on optax's exponential decay.
 
-  migration-compare --bundle=kit_pair.npz --port=mnist_optax_port:make_port
+  migration-compare --port=mnist_optax_port:make_port    # the kit's own bundle
 """
 import functools
 
