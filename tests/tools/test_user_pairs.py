@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from bert_bugs import BERT_BUGS
 from conftest import CATALOGUE, REPO, TESTS, catalogue, run_module
-from conftest import failed_first
+from conftest import failed_first, recorded_once
 
 # Commands in subprocesses and training jobs: apart from the fast tier.
 pytestmark = pytest.mark.e2e
@@ -105,23 +105,58 @@ def data_dirs(tmp_path_factory):
   return dirs
 
 
-def _compare(name, data_dirs, tmp_path, *args, port='make_port'):
+def _live_args(name, data_dirs, port='make_port') -> list[str]:
+  """The flags of a live comparison of the pair, its port's function port."""
   pair = PAIRS[name]
-  report = tmp_path / 'report.json'
   serving = ([f'--legacy_serving_input_fn={pair.legacy}:'
               'serving_input_receiver_fn'] if pair.serving else
              ['--legacy_serving_input_fn='])
   if pair.serving_inputs:
     serving.append(f'--legacy_serving_inputs={pair.legacy}:'
                    f'{pair.serving_inputs}')
-  result = run_module('migration_tools.compare',
-                      *pair.args(data_dirs[name], port), *serving,
-                      f'--report={report}', '--batch_size=32', *args,
+  return [*pair.args(data_dirs[name], port), *serving, '--batch_size=32']
+
+
+def _run(tmp_path, *args):
+  report = tmp_path / 'report.json'
+  result = run_module('migration_tools.compare', f'--report={report}', *args,
                       env=ENV)
   checks = {}
   if report.exists():
     checks = {c['name']: c for c in json.loads(report.read_text())['checks']}
   return result, checks
+
+
+def _compare(name, data_dirs, tmp_path, *args, port='make_port'):
+  return _run(tmp_path, *_live_args(name, data_dirs, port), *args)
+
+
+def _replay(name, bundle, data_dirs, tmp_path, port, *args):
+  """The pair's port function port against a recording of its legacy side
+  (_recorded), as a team checks its port against its bundle."""
+  pair = PAIRS[name]
+  mapped = ([f'--variable_map={os.path.join(data_dirs[name], "map.json")}']
+            if pair.map_file else [])
+  return _run(tmp_path, f'--bundle={bundle}', f'--port={pair.port}:{port}',
+              *mapped, *args)
+
+
+@pytest.fixture(scope='module')
+def recorded(tmp_path_factory, data_dirs):
+  """recorded(name, *options): the pair's legacy side at those options,
+  recorded once a run by a live comparison of its correct port (which must
+  pass): what the tests of its deliberate bugs replay, each against its
+  port, as the legacy side is the same whatever the port."""
+  def record(name, *options, params=None):
+    args = _live_args(name, data_dirs)
+    if params is not None:
+      args = [a for a in args if not a.startswith('--params=')]
+      args.append(f'--params={json.dumps(params)}')
+    key = '_'.join([name, *(o.strip('-').replace('=', '') for o in options),
+                    *([] if params is None else ['params'])])
+    return recorded_once(tmp_path_factory, f'pair_{key}', *args, *options,
+                         env=ENV)[0]
+  return record
 
 
 @pytest.mark.parametrize('name', [
@@ -197,10 +232,16 @@ def test_the_correct_port_passes_on_1_2_and_4_replicas(name, data_dirs,
               'precision differs'),
 ])
 def test_each_deliberate_bug_fails_the_check_named_for_it_first(
-    name, port, failing, cause, data_dirs, tmp_path):
+    name, port, failing, cause, data_dirs, recorded, tmp_path):
   # --notpu_ready: these bugs are numeric; tpu_ready has tests of its own.
-  result, checks = _compare(name, data_dirs, tmp_path, '--steps=3',
-                            '--replicas=1,2', '--notpu_ready', port=port)
+  options = ('--steps=3', '--replicas=1,2', '--notpu_ready')
+  if PAIRS[name].legacy_flags:
+    # Its port reads the legacy module's absl flags (--data_dir), which
+    # only --legacy_flags sets, and a replay takes none: live.
+    result, checks = _compare(name, data_dirs, tmp_path, *options, port=port)
+  else:
+    result, checks = _replay(name, recorded(name, *options), data_dirs,
+                             tmp_path, port, '--notpu_ready')
   assert result.returncode == 1, result.stderr[-2000:]
   failed = [n for n, c in checks.items() if not c['passed']]
   assert failed and failed[0] == failing, result.stdout
@@ -329,14 +370,15 @@ def test_a_legacy_step_that_draws_beyond_a_mask_fails_inventory_naming_it(
 @pytest.mark.parametrize('port, failing, cause', [
     bug if bug[0] == 'no_ema' else catalogue(*bug) for bug in EFFNET_BUGS])
 def test_each_bug_of_an_effnet_port_fails_with_a_hint_at_its_cause(
-    port, failing, cause, data_dirs, tmp_path):
+    port, failing, cause, data_dirs, recorded, tmp_path):
   # A larger rate than the pair's: the averages then part from the weights
   # by far more than the evaluation's bar, whatever the initial weights.
   params = {**PAIRS['effnet'].params_in(data_dirs['effnet']),
             'learning_rate': 0.2}
-  result, checks = _compare('effnet', data_dirs, tmp_path, '--steps=4',
-                            '--replicas=1', '--notpu_ready',
-                            f'--params={json.dumps(params)}', port=port)
+  bundle = recorded('effnet', '--steps=4', '--replicas=1', '--notpu_ready',
+                    params=params)
+  result, checks = _replay('effnet', bundle, data_dirs, tmp_path, port,
+                           '--notpu_ready')
   failed_first(result, checks, failing, cause)
 
 
@@ -420,15 +462,18 @@ ALBERT_BUGS = [
 @pytest.mark.parametrize('port, failing, cause', [
     catalogue(*bug) for bug in ALBERT_BUGS])
 def test_each_bug_of_an_albert_port_fails_with_a_hint_at_its_cause(
-    port, failing, cause, data_dirs, tmp_path):
-  _assert_fails_first('albert', port, failing, cause, data_dirs, tmp_path)
+    port, failing, cause, data_dirs, recorded, tmp_path):
+  _assert_fails_first('albert', port, failing, cause, data_dirs, recorded,
+                      tmp_path)
 
 
-def _assert_fails_first(name, port, failing, cause, data_dirs, tmp_path):
+def _assert_fails_first(name, port, failing, cause, data_dirs, recorded,
+                        tmp_path):
   """The pair's port fails the check `failing` first, its hint naming
   cause, at 3 steps on one replica."""
-  result, checks = _compare(name, data_dirs, tmp_path, '--steps=3',
-                            '--replicas=1', '--notpu_ready', port=port)
+  bundle = recorded(name, '--steps=3', '--replicas=1', '--notpu_ready')
+  result, checks = _replay(name, bundle, data_dirs, tmp_path, port,
+                           '--notpu_ready')
   failed_first(result, checks, failing, cause)
 
 
@@ -452,8 +497,9 @@ def test_a_bert_port_giving_its_optimizer_the_replicas_sum_passes(
     bug if bug[0] == 'no_weight_decay' else catalogue(*bug)
     for bug in BERT_BUGS])
 def test_each_bug_of_a_bert_port_fails_with_a_hint_at_its_cause(
-    port, failing, cause, data_dirs, tmp_path):
-  _assert_fails_first('bert', port, failing, cause, data_dirs, tmp_path)
+    port, failing, cause, data_dirs, recorded, tmp_path):
+  _assert_fails_first('bert', port, failing, cause, data_dirs, recorded,
+                      tmp_path)
 
 
 @pytest.mark.parametrize('name, slots', [
