@@ -7,8 +7,9 @@ the legacy model_fn. This one asks a second question: does the port keep
 its outputs where its device's rounding puts them? The bar is measured on
 the model itself: every kernel and embedding is moved by up to the
 rounding's unit roundoff (precision.perturbed) at the highest precision,
-and each output's movement, times tolerances.DRIFT_MULTIPLE, is how far
-the device may move it. A device rounds activations as well as kernels, a
+and each output's movement (its root mean square over
+tolerances.DRIFT_DRAWS draws of that movement), times
+tolerances.DRIFT_MULTIPLE, is how far the device may move it. A device rounds activations as well as kernels, a
 few times over in a deep model, and the multiple allows for it; a port
 that amplifies the rounding (a softmax of unshifted values, a
 cancellation) moves beyond it. Distributions are judged by their argmax,
@@ -61,32 +62,38 @@ def _flips(ours, drifted) -> np.ndarray:
   return (np.argmax(ours, -1) != np.argmax(drifted, -1)).reshape(-1)
 
 
-def judge(ours: dict, drifted: dict, moved: dict,
+def judge(ours: dict, drifted: dict, moved: dict | list[dict],
           rounding: precision.Rounding) -> CheckResult:
   """Each output at the deployed precision (drifted) against the highest
   (ours), over DRIFT_MULTIPLE times its movement with the kernels moved by
-  the rounding's unit roundoff (moved)."""
+  the rounding's unit roundoff (moved: the outputs of one such draw, or of
+  each of several, whose movements are averaged: mean squares, mean KL)."""
+  moved = moved if isinstance(moved, list) else [moved]
   multiple = tolerances.DRIFT_MULTIPLE
   figures = {'rounding': rounding.name, 'unit_roundoff': rounding.unit,
-             'multiple': multiple, 'outputs': {}}
+             'multiple': multiple, 'draws': len(moved), 'outputs': {}}
   judged = []  # (ratio, figure, bar, what)
   flipped = []
   near = None
   for name in sorted(ours):
-    a, b, m = (np.asarray(x[name]) for x in (ours, drifted, moved))
+    a, b = np.asarray(ours[name]), np.asarray(drifted[name])
+    ms = [np.asarray(m[name]) for m in moved]
     if not outputs.numeric(a) or a.dtype.kind != 'f':
       continue
-    drift, sensitivity = _rms(b, a), _rms(m, a)
+    drift = _rms(b, a)
+    sensitivity = float(np.sqrt(np.mean([_rms(m, a) ** 2 for m in ms])))
     bar = multiple * sensitivity
     entry = {'drift_rms': drift, 'sensitivity_rms': sensitivity, 'bar': bar,
              'ratio': _ratio(drift, bar)}
     judged.append((entry['ratio'], drift, bar, f'{name} (root mean square)'))
     if _is_distribution(a):
-      margin = multiple * float(np.max(np.abs(m - a), initial=0.0))
+      margin = multiple * max(float(np.max(np.abs(m - a), initial=0.0))
+                              for m in ms)
       ties = _near_ties(a, margin)
       near = ties if near is None else near | ties
       flips = _flips(a, b)
-      kl, kl_bar = _kl(a, b), multiple ** 2 * _kl(a, m)
+      kl = _kl(a, b)
+      kl_bar = multiple ** 2 * float(np.mean([_kl(a, m) for m in ms]))
       entry.update({'argmax_agreement': float(1 - flips.mean()),
                     'flips_at_near_ties': int((flips & ties).sum()),
                     'kl': kl, 'kl_bar': kl_bar,
@@ -132,7 +139,8 @@ def _verdict(judged: list, flipped: list, figures: dict,
     message = (f'at {rounding.name}, {what} moves {figure:.3g} from the port '
                f'at the highest precision, {ratio:.3g}x the bar ({bar:.3g}: '
                f'{tolerances.DRIFT_MULTIPLE:g}x its movement with every '
-               f'kernel moved by {rounding.unit:.3g}): ')
+               f'kernel moved by {rounding.unit:.3g}, over '
+               f'{figures["draws"]} draws): ')
   if failed:
     message += ('the port amplifies its device\'s rounding beyond what its '
                 'math does with it (e.g. a softmax or log of unshifted '

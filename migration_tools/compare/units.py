@@ -318,10 +318,12 @@ def device_drift(run: Run, replicas: Replicas) -> CheckResult:
     return CheckResult(drift.NAME, checks.ERROR,
                        _UNREACHED.format(run.emulate.name))
   kernels = [n for n in run.weights if np.ndim(run.start[n]) >= 2]
+  moved = []
   try:
-    runner.set_state(precision.perturbed(run.start, kernels, rounding,
-                                         run.options.seed))
-    moved = runner.predict(features)
+    for draw in range(tolerances.DRIFT_DRAWS):
+      runner.set_state(precision.perturbed(run.start, kernels, rounding,
+                                           run.options.seed + draw))
+      moved.append(runner.predict(features))
   finally:
     runner.set_state(run.start)
   result = drift.judge(ours, drifted, moved, rounding)
@@ -352,7 +354,7 @@ register(Check(
     applies=lambda run, _: _deployed_rounding(run) is not None,
     bar=f'{tolerances.DRIFT_MULTIPLE:g}x each output\'s movement with every '
         'kernel moved by the precision\'s unit roundoff (2^-11 TF32, 2^-8 '
-        'bfloat16)'))
+        f'bfloat16; root mean square over {tolerances.DRIFT_DRAWS} draws)'))
 
 
 # one_step, learning_rate, trajectory: one pass over the legacy trajectory ---
