@@ -52,9 +52,8 @@ if _QUIET_HERE:
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Further cases of a behaviour one case of the same test already covers in
-# the default run: left out of it, run by `pytest -m "not slow"` (CI runs the
-# jax and torch profiles' so, and leaves the TensorFlow profiles' out:
-# docs/TESTING.md).
+# the default run: left out of it, run by `pytest -m "not slow"`, as CI runs
+# every profile (docs/TESTING.md).
 CATALOGUE = pytest.mark.catalogue
 
 

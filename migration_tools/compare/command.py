@@ -117,8 +117,11 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
                       'running the legacy code (no tf.estimator needed): the '
                       'legacy flags, --params, --steps, --batch_size and '
                       '--eval_batches are the recorded ones, and --replicas '
-                      'names some of the recorded counts (unset: all).',
-                      **define)
+                      'names some of the recorded counts (unset: all). '
+                      'Unset where no tf.estimator runs and no flag names '
+                      'the legacy side: the kit\'s own, '
+                      'kit_pair/golden_bundle.npz (its pair recorded on TF '
+                      '2.15).', **define)
   flags.DEFINE_boolean('tpu_ready', True,
                        'Also check that the port\'s step and predict compile '
                        'with XLA on inputs of fixed shapes, as on a TPU '
