@@ -315,7 +315,11 @@ def test_bad_input_is_one_line(tmp_path, fake_data_dir, http_port, module,
 @pytest.mark.skipif(HAS_ESTIMATOR, reason='the newest profile\'s case: '
                     'this TensorFlow has tf.estimator')
 @pytest.mark.parametrize('module, args, message', [
-    ('migration_tools.compare', ('--report={tmp}/r.json',),
+    # A flag names the legacy side: a live comparison, refused. (With none,
+    # the kit's own bundle is checked: test_across_versions.py.)
+    ('migration_tools.compare', ('--report={tmp}/r.json',
+                                 '--legacy_model_fn=estimator_mnist.model:'
+                                 'model_fn'),
      r'^error: migration-compare runs your model_fn as TPUEstimator did, and '
      r'TensorFlow 2\.\d+\.\d+ has no tf.estimator \(removed in 2.16\): install '
      r'the estimator profile \(TF 2.15; README, Set-up\), or check the port '

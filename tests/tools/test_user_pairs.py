@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from bert_bugs import BERT_BUGS
 from conftest import CATALOGUE, REPO, TESTS, catalogue, run_module
-from conftest import failed_first, recorded_once
+from conftest import failed_first, made_once, recorded_once
 
 # Commands in subprocesses and training jobs: apart from the fast tier.
 pytestmark = pytest.mark.e2e
@@ -91,18 +91,20 @@ def _python(code: str) -> None:
   assert result.returncode == 0, result.stderr[-2000:]
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope='session')
 def data_dirs(tmp_path_factory):
-  """Each pair's own files, written as its team's data script would."""
-  dirs = {}
-  for name, pair in PAIRS.items():
-    directory = str(tmp_path_factory.mktemp(name))
-    _python(f'import json, {pair.legacy}, {pair.port}; '
-            f'{pair.legacy}.write_data({directory!r}); '
-            f'json.dump(getattr({pair.port}, "VARIABLE_MAP", {{}}), '
-            f'open({os.path.join(directory, "map.json")!r}, "w"))')
-    dirs[name] = directory
-  return dirs
+  """Each pair's own files, written as its team's data script would, once
+  a run (made_once: shared by the workers of pytest-xdist)."""
+  def write(folder):  # In one process: TensorFlow imported once.
+    _python('import importlib, json, os\n' + ''.join(
+        f'os.makedirs({str(folder / name)!r})\n'
+        f'importlib.import_module({pair.legacy!r}).write_data('
+        f'{str(folder / name)!r})\n'
+        f'json.dump(getattr(importlib.import_module({pair.port!r}), '
+        f'"VARIABLE_MAP", {{}}), open({str(folder / name / "map.json")!r}, '
+        '"w"))\n' for name, pair in PAIRS.items()))
+  folder = made_once(tmp_path_factory, 'pair_data', write)
+  return {name: str(folder / name) for name in PAIRS}
 
 
 def _live_args(name, data_dirs, port='make_port') -> list[str]:
@@ -141,7 +143,7 @@ def _replay(name, bundle, data_dirs, tmp_path, port, *args):
               *mapped, *args)
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope='session')
 def recorded(tmp_path_factory, data_dirs):
   """recorded(name, *options): the pair's legacy side at those options,
   recorded once a run by a live comparison of its correct port (which must
