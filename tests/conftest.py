@@ -170,6 +170,11 @@ def pytest_collection_modifyitems(config, items):
   if left_out:
     config.hook.pytest_deselected(items=left_out)
     items[:] = [item for item in items if item not in left_out]
+  if getattr(config.option, 'numprocesses', None):
+    # On several workers: the long tests (commands, training jobs) first,
+    # each in its file's order, so that no worker starts one while the
+    # other has nothing left but to wait for it.
+    items.sort(key=lambda item: item.get_closest_marker('e2e') is None)
 
 
 # The kit, the tests' broken ports and the user code, for subprocesses that
