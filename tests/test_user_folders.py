@@ -212,8 +212,8 @@ def test_the_converter_on_a_full_disk_keeps_the_folders_above_its_output(
     ('migration_tools.compare', ['--record_bundle=DISK/kit.npz',
                                  '--steps=3', '--replicas=1',
                                  '--report=TMP/r.json'],
-     r'--record_bundle: the bundle would take about 14\.7 MB \(at least '
-     r'8\.1 model-sized arrays of 1\.8 MB at --steps=3 on 1 replica count\) and '
+     r'--record_bundle: the bundle would take about 6\.7 MB \(at least '
+     r'3\.7 model-sized arrays of 1\.8 MB at --steps=3 on 1 replica count\) and '
      r'\S+ has 1\.0 MB free; record --steps=1, or a scaled-down configuration '
      r'of the same code \(fewer layers, a smaller hidden size\), or write it '
      r'to another disk$'),

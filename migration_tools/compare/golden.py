@@ -28,6 +28,7 @@ from kit_core import room
 from kit_core import timing
 from kit_core.errors import KitError
 from kit_core.errors import one_line
+from migration_tools.pair import array_codec
 from migration_tools.pair import recorded
 from migration_tools.pair import stored
 
@@ -41,27 +42,35 @@ FORMAT = 4
 # readable once TF 2.15 is gone.
 READS = (3, 4)
 # A bundle's size in model-sized arrays (the model_fn's variables' bytes),
-# per recorded replica count: at --steps=1, and for each further step. The
-# least a model holds, one without optimizer slots (the kit's pair, plain
-# SGD: 4.42, then 1.85 a step); each slot adds about 1.2 a step (Adam's two:
-# 4.2 a step, from 100k parameters up). Measured with python
-# benchmarks/bundle_size.py and the kit's pair (docs/EQUIVALENCE.md, "Bundle
-# sizes"). The slots are not known before any work, so the estimate is the
-# least the bundle takes, and refuses nothing that would fit.
-ARRAYS_AT_ONE_STEP = 4.4
-ARRAYS_PER_STEP = 1.85
+# format 4 (each float array coded against earlier ones): at --steps=1 on the
+# first replica count, for each further step, and for each further replica
+# count (its arrays are mostly the first count's, to rounding). The least a
+# model holds, one without optimizer slots (the kit's pair, plain SGD, 1.8 MB:
+# 2.11 arrays at --steps=1 on one replica count, 0.90 a further step, 0.12 a
+# further count); Adam's slots, the batches and the layer outputs add to it.
+# Measured with the kit's pair (docs/EQUIVALENCE.md, "Bundle sizes"). The
+# slots are not known before any work, so the estimate is the least the
+# bundle takes, and refuses nothing that would fit.
+ARRAYS_AT_ONE_STEP = 2.0
+ARRAYS_PER_STEP = 0.85
+ARRAYS_PER_REPLICA_COUNT = 0.1
+# In memory: a step's answers, about 4.4 model-sized arrays at a time (the
+# bundle is written as it is recorded), and the arrays the coder predicts
+# from (array_codec.Encoder: the first and the last few of each shape, within
+# HELD_BYTES), at least one model's worth.
+ARRAYS_IN_FLIGHT = 4.4
 
 
 def estimate(model_bytes: int, steps: int, replica_counts: int
              ) -> room.Estimate:
   """The least a bundle takes on disk, from the model's bytes; in memory,
-  the few model-sized arrays a step's answers hold at a time (the bundle is
-  written as it is recorded)."""
-  arrays = replica_counts * (ARRAYS_AT_ONE_STEP +
-                             ARRAYS_PER_STEP * (steps - 1))
-  size = int(arrays * model_bytes)
+  what a step's answers and the coder's references hold at a time."""
+  arrays = (ARRAYS_AT_ONE_STEP + ARRAYS_PER_STEP * (steps - 1) +
+            ARRAYS_PER_REPLICA_COUNT * (replica_counts - 1))
+  memory = (ARRAYS_IN_FLIGHT * model_bytes +
+            min(model_bytes, array_codec.HELD_BYTES))
   return room.Estimate(
-      'the bundle', size, int(ARRAYS_AT_ONE_STEP * model_bytes),
+      'the bundle', int(arrays * model_bytes), int(memory),
       f'at least {arrays:.1f} model-sized arrays of '
       f'{room.size_text(model_bytes)} at --steps={steps} on {replica_counts} '
       f'replica count{"s" if replica_counts > 1 else ""}')
