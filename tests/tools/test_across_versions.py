@@ -51,8 +51,6 @@ def expected():
     return {k: stored[k] for k in stored.files}
 
 
-
-
 def test_port_matches_the_bundle_recorded_on_2_15(tmp_path):
   result, checks = run_compare(tmp_path / 'replay.json', *_kit_bundle())
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
