@@ -57,6 +57,13 @@ def test_a_port_written_for_the_earlier_path_loads_with_a_warning(
     importlib.import_module('migration_tools.port')
 
 
+def test_the_earlier_name_of_the_kits_jax_port_warns_and_still_names_it():
+  with pytest.warns(DeprecationWarning, match=r"KIT_PORTS\)\['jax'\]"):
+    assert pair.KIT_JAX_PORT == 'kit_pair.mnist_jax:make_port'
+  with pytest.raises(AttributeError):
+    pair.NO_SUCH_NAME  # pylint: disable=pointless-statement
+
+
 def test_a_kit_module_that_moved_is_named_where_it_is_now(tmp_path,
                                                          monkeypatch):
   (tmp_path / 'older_port.py').write_text(
