@@ -51,15 +51,6 @@ _EXPECTED = {'image_raw': ('bytes_list', f'{IMAGE_SIZE * IMAGE_SIZE} raw uint8 '
              'label': ('int64_list', 'an integer 0-9')}
 
 
-def schema_problem(record: bytes) -> str | None:
-  """How one serialized record differs from the Example the kit reads
-  (image_raw: one bytes value, label: one int64), or None if it does not."""
-  try:
-    return _features_problem(records.decode_example(record))
-  except records.NotAnExample:
-    return 'it is not a tf.train.Example'
-
-
 def _features_problem(features: dict) -> str | None:
   for key, (kind, meaning) in _EXPECTED.items():
     expected = f'expected one {kind[:-5]} value ({meaning})'

@@ -4,6 +4,7 @@ kit imports itself back through others. BUILD's dependencies hold the same
 lines for Bazel."""
 import ast
 import os
+import re
 
 import pytest
 
@@ -97,6 +98,15 @@ def test_the_ports_keras_pieces_are_for_ports_alone():
 
 def test_the_core_imports_nothing_of_the_tools():
   assert _crossing(('kit_core',), ('migration_tools',)) == []
+
+
+def test_the_cores_map_names_each_of_its_modules():
+  # kit_core/__init__.py is where a reader finds what the core holds.
+  with open(os.path.join(ROOT, 'kit_core', '__init__.py'),
+            encoding='utf-8') as f:
+    named = set(re.findall(r'\b\w+\b', ast.get_docstring(ast.parse(f.read()))))
+  modules = {m.split('.')[1] for m in SOURCES if m.startswith('kit_core.')}
+  assert sorted(modules - named) == []
 
 
 def test_the_example_imports_nothing_of_the_tools():

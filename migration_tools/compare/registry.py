@@ -4,8 +4,9 @@ A ``Check`` says everything about one check in one place: its name, the
 replica counts it runs on (its scope), what it asks of each side, what it
 compares and its bar (for --help and docs/EQUIVALENCE.md), when it is
 planned, and ``run``, which drives both sides and returns the judge's
-``CheckResult`` (the judges, with their hints, are in checks.py, updates.py,
-speed.py and tpu_ready.py). The plan, the order, the command's --help and
+``CheckResult`` (the drivers are in units.py; the judges, with their hints,
+in checks.py, updates.py, drift.py and speed.py; tpu_ready asks the port's
+framework adapter, pair/frameworks/). The plan, the order, the command's --help and
 the docs table are all read from here, so a new check is one ``register``
 call plus its tests: the harness runs it, the report lists it.
 
