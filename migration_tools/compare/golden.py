@@ -28,7 +28,6 @@ from kit_core import room
 from kit_core import timing
 from kit_core.errors import KitError
 from kit_core.errors import one_line
-from migration_tools.pair import array_codec
 from migration_tools.pair import recorded
 from migration_tools.pair import stored
 
@@ -55,20 +54,20 @@ ARRAYS_AT_ONE_STEP = 2.0
 ARRAYS_PER_STEP = 0.85
 ARRAYS_PER_REPLICA_COUNT = 0.1
 # In memory: a step's answers, about 4.4 model-sized arrays at a time (the
-# bundle is written as it is recorded), and the arrays the coder predicts
-# from (array_codec.Encoder: the first and the last few of each shape, within
-# HELD_BYTES), at least one model's worth.
+# bundle is written as it is recorded). The arrays the coder predicts from
+# come on top (array_codec.Encoder: the first and the last few of each shape,
+# within HELD_BYTES); how much of the model they hold depends on how many of
+# its variables share a shape, so the least figure leaves them out.
 ARRAYS_IN_FLIGHT = 4.4
 
 
 def estimate(model_bytes: int, steps: int, replica_counts: int
              ) -> room.Estimate:
   """The least a bundle takes on disk, from the model's bytes; in memory,
-  what a step's answers and the coder's references hold at a time."""
+  what a step's answers hold at a time."""
   arrays = (ARRAYS_AT_ONE_STEP + ARRAYS_PER_STEP * (steps - 1) +
             ARRAYS_PER_REPLICA_COUNT * (replica_counts - 1))
-  memory = (ARRAYS_IN_FLIGHT * model_bytes +
-            min(model_bytes, array_codec.HELD_BYTES))
+  memory = ARRAYS_IN_FLIGHT * model_bytes
   return room.Estimate(
       'the bundle', int(arrays * model_bytes), int(memory),
       f'at least {arrays:.1f} model-sized arrays of '

@@ -6,9 +6,9 @@ compares and its bar (for --help and docs/EQUIVALENCE.md), when it is
 planned, and ``run``, which drives both sides and returns the judge's
 ``CheckResult`` (the drivers are in units.py; the judges, with their hints,
 in checks.py, updates.py, drift.py and speed.py; tpu_ready asks the port's
-framework adapter, pair/frameworks/). The plan, the order, the command's --help and
-the docs table are all read from here, so a new check is one ``register``
-call plus its tests: the harness runs it, the report lists it.
+framework adapter, pair/frameworks/). The plan, the order, the command's
+--help and the docs table are all read from here, so a new check is one
+``register`` call plus its tests: the harness runs it, the report lists it.
 
   register(Check('toy', 'what it compares', AFTER, run=lambda run, _: ...))
 
