@@ -164,7 +164,8 @@ class LiveSource:
     runner = legacy_lib.LegacyRunner(
         self.pair.model_fn, self.options.params, self._spec,
         self.options.global_batch, shards, self.options.warm_start_from,
-        self.pair.serving_input_fn, self.pair.serving_inputs, draws)
+        self.pair.serving_input_fn, self.pair.serving_inputs, draws,
+        self.options.seed)
     if self.tape is None:
       return runner
     return recorded.RecordingRunner(runner, self.tape, purpose, gradients)
@@ -174,7 +175,8 @@ class LiveSource:
     bundle keeps."""
     return legacy_lib.LegacyRunner(
         self.pair.model_fn, self.options.params, self._spec,
-        self.options.global_batch, 1, self.options.warm_start_from)
+        self.options.global_batch, 1, self.options.warm_start_from,
+        seed=self.options.seed)
 
 
 class ReplaySource:

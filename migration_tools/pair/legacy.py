@@ -199,6 +199,22 @@ def _predict_variables(model_fn, input_fn, params: dict) -> dict[str, int]:
             for v in tf.compat.v1.global_variables() if v is not step}
 
 
+# TensorFlow's seed for the graph of an op given its own seed where the
+# graph has none (random_seed.DEFAULT_GRAPH_SEED). TPUEstimator leaves the
+# graph unseeded unless RunConfig(tf_random_seed=...) says otherwise: then
+# an initializer without a seed of its own (tf.compat.v1.get_variable's
+# truncated normal in BERT's model_fn) starts elsewhere on every run, and a
+# verdict that depends on the start (beyond_init's saturation) moves with
+# it. Seeded with this, an op given its own seed draws what it drew in an
+# unseeded graph; one without draws the same numbers on every run.
+DEFAULT_GRAPH_SEED = 87654321
+
+
+def graph_seed(seed: int) -> int:
+  """The legacy graphs' seed for the comparison's --seed."""
+  return DEFAULT_GRAPH_SEED + seed
+
+
 class _Graph:
   """One mode of a model_fn in a graph and session of its own, initialised
   as TPUEstimator initialises it: the variables' initializers (which
@@ -208,20 +224,24 @@ class _Graph:
 
   Unless draws is True, the random masks of a TRAIN step are put at their
   expectation (random_ops.switch_off), and random_ops says what it did.
+  The graph is seeded (graph_seed(seed)): its initializers draw the same
+  start state on every run.
   """
 
   def __init__(self, model_fn, mode, params: dict, spec: tuple,
                batch_size: int, warm_start_from: str = '',
-               draws: bool = True):
+               draws: bool = True, seed: int = 0):
     self.random_ops = random_ops.Found({}, {})
     with timing.spent('legacy graph building'):
       self._build(model_fn, mode, params, spec, batch_size, warm_start_from,
-                  draws)
+                  draws, seed)
 
   def _build(self, model_fn, mode, params: dict, spec: tuple,
-             batch_size: int, warm_start_from: str, draws: bool) -> None:
+             batch_size: int, warm_start_from: str, draws: bool,
+             seed: int) -> None:
     self.graph = tf.Graph()
     with self.graph.as_default():
+      tf.compat.v1.set_random_seed(graph_seed(seed))
       self.features = _placeholders(spec[0], batch_size)
       self.labels = (None if spec[1] is None or
                      mode == tf.compat.v1.estimator.ModeKeys.PREDICT else
@@ -342,7 +362,7 @@ class LegacyRunner(side.LegacySide):
   def __init__(self, model_fn, params: dict, spec: tuple, batch_size: int,
                shards: int = 1, warm_start_from: str = '',
                serving_input_fn=None, serving_inputs_fn=None,
-               draws: bool = False):
+               draws: bool = False, seed: int = 0):
     """Builds the TRAIN, PREDICT and EVAL graphs.
 
     Args:
@@ -362,6 +382,8 @@ class LegacyRunner(side.LegacySide):
         check, which aligns them with the port's); else its random masks
         are put at their expectation, and what could not be is named
         (random_ops.switch_off, describe_run).
+      seed: the comparison's seed; every graph is seeded with
+        graph_seed(seed), so the initial state is the same on every run.
 
     Raises:
       KitError: the model_fn has no trainable variable or no train_op.
@@ -372,6 +394,7 @@ class LegacyRunner(side.LegacySide):
     self.serving_inputs_fn = serving_inputs_fn
     self.spec, self.batch_size = spec, batch_size
     self.warm_start_from, self.draws = warm_start_from, draws
+    self.seed = seed
     self._steps_taken = 0  # Its start is restored with its averages.
     # How the steps are taken, for the report.
     self.reference = 'on the whole batch'
@@ -397,8 +420,10 @@ class LegacyRunner(side.LegacySide):
       else:
         self.reference = f'as on {shards} TPU cores'
     params = model_params(self.params, batch_size)
-    self.infer = _Graph(model_fn, modes.PREDICT, params, spec, batch_size)
-    self.eval = _Graph(model_fn, modes.EVAL, params, spec, batch_size)
+    self.infer = _Graph(model_fn, modes.PREDICT, params, spec, batch_size,
+                        seed=seed)
+    self.eval = _Graph(model_fn, modes.EVAL, params, spec, batch_size,
+                       seed=seed)
     step = self.train.global_step.op.name
     self.model_names = [n for n in self.infer.all_variables if n != step and
                         n in self.train.all_variables]
@@ -417,7 +442,7 @@ class LegacyRunner(side.LegacySide):
       self.train = _Graph(self.model_fn,
                           tf.compat.v1.estimator.ModeKeys.TRAIN,
                           model_params(self.params, batch), self.spec, batch,
-                          self.warm_start_from, self.draws)
+                          self.warm_start_from, self.draws, self.seed)
     with self.train.graph.as_default():
       trainable = tf.compat.v1.trainable_variables()
       if not trainable or self.train.spec.train_op is None:
