@@ -49,15 +49,15 @@ TRAJECTORY_ATOL = 1e-5
 # rounding from a bug. Then the free run is reported (it must complete with
 # finite losses) and `stepwise` holds every step, the port given the legacy
 # state before it, to ONE_STEP_ATOL.
-# Each variable's update (after minus before) at one step from identical
-# state, and each optimizer slot, relative to the legacy one's size, after
-# differences within UPDATE_ULPS units in the last place of the values are
-# taken for the rounding of storing them (compare/updates.py). Correct ports
-# measured: 5e-8 (momentum), 1e-6 (a BERT-shaped Adam with weight decay), and
-# 1.3e-5 in Adam's second moment, which TF 1's kernel scales by 1 - beta_2
-# in float32 and Keras by 1 - beta_2 in float64 rounded to float32. A weight
-# decay of 0.01 left out is 1e-4 to 2e-2 of the step of a weight (0.02 to 0.05
-# against Adam steps of 0.2 to 3 learning rates), at any learning rate.
+# Each variable's update (after minus before) at one step from identical state,
+# and each optimizer slot, relative to the legacy one's size, after differences
+# within UPDATE_ULPS units in the last place of the values are taken for the
+# rounding of storing them (compare/checks/updates.py). Correct ports measured:
+# 5e-8 (momentum), 1e-6 (a BERT-shaped Adam with weight decay), and 1.3e-5 in
+# Adam's second moment, which TF 1's kernel scales by 1 - beta_2 in float32 and
+# Keras by 1 - beta_2 in float64 rounded to float32. A weight decay of 0.01
+# left out is 1e-4 to 2e-2 of the step of a weight (0.02 to 0.05 against Adam
+# steps of 0.2 to 3 learning rates), at any learning rate.
 UPDATE_RTOL = 5e-5
 UPDATE_ULPS = 2
 # A variable whose every optimizer slot is under NOISE_GRADIENT_SHARE of its
@@ -125,7 +125,7 @@ NOISE_MULTIPLE = 4.0
 # mean of 64 losses moves it by about 1e-7 of itself.
 ORDER_RTOL = 1e-3
 # The port at its device's precision against itself at the highest
-# (device_drift, compare/drift.py): each output's movement, over this
+# (compare/checks/device_drift.py): each output's movement, over this
 # multiple of its movement with every kernel and embedding moved by up to
 # the precision's unit roundoff. A device rounds the activations entering
 # each dot as well as the kernels, so a correct port drifts by more than
@@ -142,8 +142,9 @@ DRIFT_DRAWS = 4
 # (compare/layers.py), to say where two models part: the first layer over it.
 LAYER_RTOL = 1e-5
 # The port's training rate, as a fraction of the legacy step's, below which
-# --speed reports it for review (a finding, never a failure; compare/speed.py).
-# Rates of one run on one CPU spread by a few percent between windows.
+# --speed reports it for review (a finding, never a failure;
+# compare/checks/speed.py). Rates of one run on one CPU spread by a few
+# percent between windows.
 SPEED_MARGIN = 0.9
 # The host_call's tensors at identical state (the loss, the rate a summary
 # logs), relative to the larger of 1 and the legacy value.

@@ -60,7 +60,7 @@ from migration_tools import tolerances
 from migration_tools.compare import golden
 from migration_tools.compare import harness
 from migration_tools.compare import registry
-from migration_tools.compare import speed as speed_lib
+from migration_tools.compare.checks import speed as speed_lib
 from migration_tools.pair import flags as pair_lib
 from migration_tools.pair import frameworks
 from migration_tools.pair import legacy
@@ -73,6 +73,13 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
   """The command's flags, on the tool's own FlagValues (see cli)."""
   define = dict(flag_values=tool_flags)
   pair_lib.define_pair_flags(tool_flags, serving=True)
+  _define_run_flags(define)
+  _define_source_and_output_flags(define)
+
+
+def _define_run_flags(define: dict) -> None:
+  """What a comparison runs: its steps, batches, start, precision and
+  replica counts."""
   # The defaults are harness.Options's, written once there.
   default = harness.Options()
   flags.DEFINE_integer('steps', default.steps, 'Training steps compared.',
@@ -108,6 +115,11 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
   flags.DEFINE_list('replicas', ['1', '2', '4'],
                     'Replica counts to run the port on; the first must be 1.',
                     **define)
+
+
+def _define_source_and_output_flags(define: dict) -> None:
+  """Where the legacy side comes from, what else is checked, and where
+  the results go."""
   flags.DEFINE_string('record_bundle', None,
                       'Also write the legacy side of this comparison to a '
                       'golden bundle (.npz) here, to check the port against '

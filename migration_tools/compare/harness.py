@@ -4,12 +4,11 @@
 user's legacy input_fn, runs the legacy model_fn on them as TPUEstimator does
 on CPU and the port's own pieces (``port.Port``) under each strategy, from the
 same initial state, and returns a ``checks.CheckResult`` for every check of
-the registry (registry.py; the kit's own are in units.py), in the order of
-its plan. A check that raises is an ERROR with its cause and the others
-still run; a signal stops the comparison. A line goes to ``progress`` as
-each check ends, and while one runs at least every 30 s. ``write_report``
-writes the JSON report and the loss-curve PNG. The command is
-``command.py``.
+the registry (registry.py; the kit's own are in checks/, one file each), in
+the order of its plan. A check that raises is an ERROR with its cause and the
+others still run; a signal stops the comparison. A line goes to ``progress``
+as each check ends, and while one runs at least every 30 s. ``write_report``
+writes the JSON report and the loss-curve PNG. The command is ``command.py``.
 """
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ from migration_tools.compare import checks
 from migration_tools.compare import golden
 from migration_tools.compare import plot
 from migration_tools.compare import registry
-from migration_tools.compare import speed as speed_lib
-from migration_tools.compare import units  # pylint: disable=unused-import
+from migration_tools.compare.checks import speed as speed_lib
 from migration_tools.compare.checks import CheckResult
 from migration_tools.compare.context import Options
 from migration_tools.compare.context import Replicas
@@ -223,7 +221,7 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
     tpu_ready: also check that the port's step compiles for a TPU
       (its framework adapter's tpu_ready).
     speed: also time the port's step against the legacy one, on each
-      strategy (compare/speed); None: not timed.
+      strategy (compare/checks/speed.py); None: not timed.
     progress: where a line goes as each check ends, and while one runs at
       least every 30 s; None: silent.
     about: if given, gets 'port_ran_on': where the port ran (runs_on).

@@ -20,7 +20,6 @@ pairs of neighbouring examples): no noise is taken from it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 

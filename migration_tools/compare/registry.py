@@ -4,11 +4,13 @@ A ``Check`` says everything about one check in one place: its name, the
 replica counts it runs on (its scope), what it asks of each side, what it
 compares and its bar (for --help and docs/EQUIVALENCE.md), when it is
 planned, and ``run``, which drives both sides and returns the judge's
-``CheckResult`` (the drivers are in units.py; the judges, with their hints,
-in checks.py, updates.py, drift.py and speed.py; tpu_ready asks the port's
-framework adapter, pair/frameworks/). The plan, the order, the command's
---help and the docs table are all read from here, so a new check is one
-``register`` call plus its tests: the harness runs it, the report lists it.
+``CheckResult``. The kit's own checks are one file each in ``checks/``
+(driver, judge, hint and ``CHECK``), registered in the order of
+``checks.ORDER``; tpu_ready asks the port's framework adapter
+(pair/frameworks/). The plan, the order, the command's --help and the docs
+table are all read from here, so a new check of the kit's is one file and
+its name in ``checks.ORDER``; a team's own is one ``register`` call in its
+own file, after the kit's:
 
   register(Check('toy', 'what it compares', AFTER, run=lambda run, _: ...))
 
@@ -16,9 +18,11 @@ Checks run in the order registered, scope by scope (``plan``): the
 single-replica run first (ONCE and EACH checks), then each other replica
 count (EACH), then AFTER and AFTER_EACH checks, with dropout on.
 """
+import contextlib
 import dataclasses
 import textwrap
 from typing import Callable
+from typing import Iterator
 
 # On the single-replica run only, named bare ('inference').
 ONCE = 'once'
@@ -114,6 +118,18 @@ def register(check: Check) -> Check:
 def unregister(name: str) -> None:
   """Removes a check (tests that add a toy one)."""
   _REGISTRY[:] = [c for c in _REGISTRY if c.name != name]
+
+
+@contextlib.contextmanager
+def only(these: list[Check]) -> Iterator[None]:
+  """The registry holds these checks alone, in this order, for the scope
+  (a run order tried out: checks.load of another order)."""
+  kept = list(_REGISTRY)
+  _REGISTRY[:] = list(these)
+  try:
+    yield
+  finally:
+    _REGISTRY[:] = kept
 
 
 def checks() -> list[Check]:

@@ -5,7 +5,7 @@ An accelerator computes float32 dots at a narrower precision by default:
 TF32 on NVIDIA GPUs since Ampere (JAX's default precision; TensorFlow's
 default too), one bfloat16 pass on TPUs (JAX's default). Each operand is
 rounded to its mantissa, products are summed in float32. The device-drift
-verdict (compare/units.py, ``device_drift``) compares the port at that
+verdict (compare/checks/device_drift.py) compares the port at that
 precision with itself at the highest, and scales the precision's unit
 roundoff by what the model does with it: its outputs' movement when every
 kernel is perturbed by that much (``perturbed``).

@@ -183,12 +183,12 @@ def test_an_unread_optimizer_passes_only_if_its_slots_pair_one_to_one():
   ours = optimizers.Description('AdamWeightDecay', {})
   paired = optimizers.resolve_slot_map(['adam_m', 'adam_v'],
                                        ['adam_m', 'adam_v'], {})
-  result = checks.optimizer_by_behaviour(run, ours, paired)
+  result = checks.optimizer.by_behaviour(run, ours, paired)
   assert result.passed and 'judged at every step in the updates' in (
       result.message)
   # A port optimizer with state the legacy one lacks (Keras Adam's).
   other = optimizers.resolve_slot_map(['adam_m'], ['adam_m', 'velocity'], {})
-  failed = checks.optimizer_by_behaviour(run, ours, other)
+  failed = checks.optimizer.by_behaviour(run, ours, other)
   assert failed.failed and "the port's velocity pair with nothing" in (
       failed.message)
 
@@ -202,13 +202,13 @@ def test_a_hand_written_port_optimizer_is_read_by_what_it_does():
   paired = optimizers.resolve_slot_map(['momentum', 'rms'],
                                        ['momentum', 'rms'], {})
   run = {'optimizer': 'RMSPropOptimizer'}
-  result = checks.optimizer_by_behaviour(run, ours, paired, theirs)
+  result = checks.optimizer.by_behaviour(run, ours, paired, theirs)
   assert result.passed, result.message
   assert result.message.startswith(
       "the port's optimizer (TF1RMSProp()) is not one the kit reads by its "
       'config: its slots pair one to one')
   assert result.figures['legacy'] == 'RMSProp(rho=0.9)'
-  started = checks.optimizer_by_behaviour(
+  started = checks.optimizer.by_behaviour(
       run, ours, paired, theirs,
       ["the rms slots start at 1 in the legacy optimizer and at 0 in the "
        "port's"])

@@ -25,7 +25,7 @@ def _state(delta=0.0, moving=None):
 
 
 def test_one_step_passes_equal_steps():
-  result = checks.one_step('one_step (1 replica)', _step(), _step(),
+  result = checks.one_step.judge('one_step (1 replica)', _step(), _step(),
                            _state(), _state(), 1)
   assert result.passed and result.max_abs_diff == 0.0
   # No slot was compared: the report says none, not 0.
@@ -33,19 +33,19 @@ def test_one_step_passes_equal_steps():
 
 
 def test_one_step_at_a_rate_of_0_says_the_update_is_judged_later():
-  result = checks.one_step('one_step (1 replica)', _step(rate=0.0),
+  result = checks.one_step.judge('one_step (1 replica)', _step(rate=0.0),
                            _step(rate=0.0), _state(), _state(), 1)
   assert result.passed
   assert result.message.startswith('the learning rate was 0 at this step on '
                                    'both sides (e.g. a warmup from 0)')
-  assert checks.one_step('one_step (1 replica)', _step(), _step(), _state(),
+  assert checks.one_step.judge('one_step (1 replica)', _step(), _step(), _state(),
                          _state(), 1).message == ''
 
 
 def test_one_step_names_a_gradient_scale_of_the_replica_count():
   ours = _step()
   ours['gradients'] = {k: v * 2 for k, v in ours['gradients'].items()}
-  result = checks.one_step('one_step (2 replicas)', _step(), ours, _state(),
+  result = checks.one_step.judge('one_step (2 replicas)', _step(), ours, _state(),
                            _state(), 2)
   assert result.failed
   assert result.figures['gradient_scale_ratio'] == pytest.approx(2.0)
@@ -60,23 +60,23 @@ def test_one_step_takes_gradients_as_the_legacy_optimizer_received_them():
   theirs, ours = _step(), _step()
   theirs['received_scale'] = 2
   ours['gradients'] = {k: v * 2 for k, v in ours['gradients'].items()}
-  result = checks.one_step('one_step (2 replicas)', theirs, ours, _state(),
+  result = checks.one_step.judge('one_step (2 replicas)', theirs, ours, _state(),
                            _state(), 2)
   assert result.passed, result.message
   assert result.figures['gradient_diff'] == 0
   assert result.figures['legacy_gradients_as'] == (
       "received by its optimizer (2x the mean: the cores' sum)")
   # The mean is compared as before, and a third scale is still named.
-  assert checks.one_step('one_step (2 replicas)', theirs, _step(), _state(),
+  assert checks.one_step.judge('one_step (2 replicas)', theirs, _step(), _state(),
                          _state(), 2).passed
   ours['gradients'] = {k: v * 4 for k, v in _step()['gradients'].items()}
-  result = checks.one_step('one_step (2 replicas)', theirs, ours, _state(),
+  result = checks.one_step.judge('one_step (2 replicas)', theirs, ours, _state(),
                            _state(), 2)
   assert "the port's gradients are 2x the legacy ones" in result.message
 
 
 def test_one_step_puts_other_examples_before_the_gradients():
-  result = checks.one_step('one_step (2 replicas)', _step(),
+  result = checks.one_step.judge('one_step (2 replicas)', _step(),
                            _step(scale=3, examples=128), _state(), _state(),
                            2)
   assert result.message.startswith(
@@ -84,14 +84,14 @@ def test_one_step_puts_other_examples_before_the_gradients():
 
 
 def test_one_step_blames_the_update_when_loss_and_gradients_agree():
-  result = checks.one_step('one_step (1 replica)', _step(), _step(),
+  result = checks.one_step.judge('one_step (1 replica)', _step(), _step(),
                            _state(), _state(delta=1e-3), 1)
   assert result.failed
   assert 'the updated weights differ by 0.001' in result.message
 
 
 def test_one_step_names_state_updated_outside_the_optimizer():
-  result = checks.one_step('one_step (1 replica)', _step(), _step(),
+  result = checks.one_step.judge('one_step (1 replica)', _step(), _step(),
                            _state(moving=0.5), _state(moving=0.25), 1)
   assert result.failed
   assert 'bn/moving_mean differs by 0.25' in result.message
@@ -99,7 +99,7 @@ def test_one_step_names_state_updated_outside_the_optimizer():
 
 def test_one_step_compares_slots_when_both_sides_read_them():
   slot = ('dense/kernel', 'momentum')
-  result = checks.one_step('one_step (1 replica)', _step(), _step(),
+  result = checks.one_step.judge('one_step (1 replica)', _step(), _step(),
                            _state(), _state(), 1, {slot: np.ones(3)},
                            {slot: np.ones(3) * 2})
   assert result.failed and result.figures['worst_slot'] == (
@@ -109,34 +109,34 @@ def test_one_step_compares_slots_when_both_sides_read_them():
 
 def test_one_step_says_when_a_slot_is_missing_in_the_port():
   slot = ('dense/kernel', 'momentum')
-  result = checks.one_step('one_step (1 replica)', _step(), _step(),
+  result = checks.one_step.judge('one_step (1 replica)', _step(), _step(),
                            _state(), _state(), 1, {slot: np.ones(3)}, {})
   assert result.failed and result.figures['slots_diff'] == float('inf')
 
 
 def test_learning_rate_names_the_step_where_the_rates_part():
-  result = checks.learning_rate('learning_rate (1 replica)',
+  result = checks.learning_rate.judge('learning_rate (1 replica)',
                                 [0.1, 0.1, 0.09], [0.1, 0.1, 0.1])
   assert result.failed and result.figures['first_step_over_tolerance'] == 3
   assert 'part at step 3 (0.09 vs 0.1)' in result.message
-  assert checks.learning_rate('lr', [0.1, 0.2], [0.1, 0.2]).passed
+  assert checks.learning_rate.judge('lr', [0.1, 0.2], [0.1, 0.2]).passed
 
 
 def test_trajectory_judged_each_step_names_where_losses_part():
   theirs = [1.0, 0.9, 0.8, 0.7]
   ours = [1.0, 0.9, 0.8 + 1e-3, 0.7 + 2e-3]
-  result = checks.trajectory('trajectory (1 replica)', theirs, ours, W, W)
+  result = checks.trajectory.judge('trajectory (1 replica)', theirs, ours, W, W)
   assert result.failed and result.figures['first_step_over_tolerance'] == 3
   assert 'earlier steps agree, so something builds up' in result.message
-  same = checks.trajectory('trajectory (1 replica)', theirs, theirs, W, W)
+  same = checks.trajectory.judge('trajectory (1 replica)', theirs, theirs, W, W)
   assert same.passed and same.figures['bit_identical']
 
 
 def test_trajectory_not_judged_each_step_needs_finite_losses():
-  free = checks.trajectory('trajectory (2 replicas)', [1.0, 0.9],
+  free = checks.trajectory.judge('trajectory (2 replicas)', [1.0, 0.9],
                            [1.0, 0.5], W, W, judge_each_step=False)
   assert free.passed and free.tolerance is None
-  diverged = checks.trajectory('trajectory (2 replicas)', [1.0, 0.9],
+  diverged = checks.trajectory.judge('trajectory (2 replicas)', [1.0, 0.9],
                                [1.0, float('nan')], W, W,
                                judge_each_step=False)
   assert diverged.failed
@@ -144,7 +144,7 @@ def test_trajectory_not_judged_each_step_needs_finite_losses():
 
 
 def test_trajectory_needs_equal_global_steps():
-  result = checks.trajectory('trajectory (2 replicas)', [1.0], [1.0], W, W,
+  result = checks.trajectory.judge('trajectory (2 replicas)', [1.0], [1.0], W, W,
                              global_steps=(10, 20))
   assert result.failed
   assert 'legacy global step is 10 and the port\'s optimizer step 20' in (
@@ -153,35 +153,35 @@ def test_trajectory_needs_equal_global_steps():
 
 def test_stepwise_names_the_first_step_over_its_bar():
   per_step = np.array([0.0, 1e-7, 3e-6, 0.0])
-  result = checks.stepwise('stepwise (1 replica)', per_step)
+  result = checks.stepwise.judge('stepwise (1 replica)', per_step)
   assert result.failed and result.figures['first_step_over_tolerance'] == 3
   assert result.max_abs_diff == pytest.approx(3e-6)
-  assert checks.stepwise('stepwise', np.zeros(4)).passed
+  assert checks.stepwise.judge('stepwise', np.zeros(4)).passed
 
 
 def test_evaluation_holds_metrics_relative_to_their_size():
   theirs = {'accuracy': 0.5, 'loss': 100.0}
-  assert checks.evaluation(theirs, {'accuracy': 0.5, 'loss': 100.0001}, {},
+  assert checks.evaluation.judge(theirs, {'accuracy': 0.5, 'loss': 100.0001}, {},
                            64).passed
-  result = checks.evaluation(theirs, {'acc': 0.5, 'loss': 100.0},
+  result = checks.evaluation.judge(theirs, {'acc': 0.5, 'loss': 100.0},
                              {}, 64)
   assert result.failed and 'no metric for accuracy' in result.message
-  assert checks.evaluation(theirs, {'acc': 0.5, 'loss': 100.0},
+  assert checks.evaluation.judge(theirs, {'acc': 0.5, 'loss': 100.0},
                            {'accuracy': 'acc'}, 64).passed
 
 
 def test_inventory_lists_missing_extra_and_reshaped_variables():
   theirs = {'a': np.zeros(2), 'b': np.zeros(3), 'c': np.zeros(4)}
   ours = {'a': np.zeros(2), 'b': np.zeros(4), 'd': np.zeros(1)}
-  result = checks.inventory(theirs, ours)
+  result = checks.inventory.judge(theirs, ours)
   assert result.failed
   assert result.figures['missing_in_port'] == ['c']
   assert result.figures['extra_in_port'] == ['d']
   assert result.figures['wrong_shape'] == ['b']
   assert 'of another shape: b (legacy [3], port [4])' in result.message
-  assert checks.inventory(theirs, dict(theirs)).passed
+  assert checks.inventory.judge(theirs, dict(theirs)).passed
   # Both shapes, and a transposed kernel said to be one.
-  kernel = checks.inventory({'dense/kernel': np.zeros((3, 5))},
+  kernel = checks.inventory.judge({'dense/kernel': np.zeros((3, 5))},
                             {'dense/kernel': np.zeros((5, 3))})
   assert ('of another shape: dense/kernel (legacy [3, 5], port [5, 3], '
           'transposed)') in kernel.message, kernel.message
@@ -192,7 +192,7 @@ def test_inventory_fails_on_a_draw_left_and_says_which_masks_it_switched_off():
   left = {'noise/RandomStandardNormal': 'RandomStandardNormal, used '
           'otherwise than as a mask the kit knows (...)',
           'sample/Multinomial': 'Multinomial, ...'}
-  result = checks.inventory(state, dict(state), random_ops={
+  result = checks.inventory.judge(state, dict(state), random_ops={
       'switched_off': {}, 'left': left})
   assert result.failed
   assert result.message.startswith(
@@ -201,13 +201,13 @@ def test_inventory_fails_on_a_draw_left_and_says_which_masks_it_switched_off():
       'than as a mask the kit knows (...)) and 1 more; ')
   assert result.figures['random_ops_left'] == left
   off = {'block/random_uniform/RandomUniform': 'floor of keep + uniform'}
-  result = checks.inventory(state, dict(state), random_ops={
+  result = checks.inventory.judge(state, dict(state), random_ops={
       'switched_off': off, 'left': {}})
   assert result.passed and result.message.startswith(
       '1 random mask of the legacy step put at its expectation, as inference '
       'computes it (block/random_uniform/RandomUniform)')
   # An older bundle's run says nothing of random ops: nothing is said.
-  assert checks.inventory(state, dict(state)).message == ''
+  assert checks.inventory.judge(state, dict(state)).message == ''
 
 
 def test_a_summary_line_shows_the_figure_against_its_bar():
@@ -222,7 +222,7 @@ def test_a_summary_line_shows_the_figure_against_its_bar():
   exact = checks.judged('evaluation', 1.0, 0.0, {}, 'counts differ')
   assert exact.ratio_to_bar == float('inf')
   # A free run that parted is said to be unjudged before its figure.
-  free = checks.trajectory('trajectory (1 replica)', [1.0, 0.5], [1.0, 1.232],
+  free = checks.trajectory.judge('trajectory (1 replica)', [1.0, 0.5], [1.0, 1.232],
                            {'w': np.zeros(2)}, {'w': np.zeros(2)},
                            judge_each_step=False)
   assert free.summary() == (
@@ -231,7 +231,7 @@ def test_a_summary_line_shows_the_figure_against_its_bar():
       'judged (rounding grows step by step in a free run; stepwise holds '
       'each step)')
   # The user's names are escaped: one line, nothing for the terminal.
-  named = checks.inventory({'ev\nil\x1b[2J': np.zeros(2)}, {})
+  named = checks.inventory.judge({'ev\nil\x1b[2J': np.zeros(2)}, {})
   assert named.summary().startswith('FAIL inventory: ') and (
       'ev\\nil\\x1b[2J' in named.summary()), named.summary()
   assert named.summary().isprintable()
@@ -246,11 +246,11 @@ def test_a_summary_line_shows_the_figure_against_its_bar():
 
 
 def test_an_unread_legacy_rate_is_not_run_with_its_reason_never_failed():
-  result = checks.learning_rate('learning_rate (1 replica)', [np.nan, np.nan],
+  result = checks.learning_rate.judge('learning_rate (1 replica)', [np.nan, np.nan],
                                 [1e-3, 1e-3], 'MyOptimizer keeps no rate')
   assert result.status == checks.NOT_RUN and not result.failed
   assert 'MyOptimizer keeps no rate' in result.message
-  assert checks.learning_rate('learning_rate (1 replica)', [0.0, 1e-3],
+  assert checks.learning_rate.judge('learning_rate (1 replica)', [0.0, 1e-3],
                               [0.0, 2e-3]).failed
 
 
@@ -277,40 +277,40 @@ def test_every_check_fails_a_value_that_is_not_finite(bad, side):
 
   probabilities = {'probabilities': np.full((4, 3), 0.25, np.float32)}
   results = {
-      'inference': checks.inference(*sides(probabilities, _with(
+      'inference': checks.inference.judge(*sides(probabilities, _with(
           probabilities, 'probabilities', bad)), {}),
-      'served_predictions': checks.served_predictions(*sides(
+      'served_predictions': checks.served_predictions.judge(*sides(
           probabilities, _with(probabilities, 'probabilities', bad)), {}),
-      'inputs': checks.inputs(*sides(
+      'inputs': checks.inputs.judge(*sides(
           (probabilities['probabilities'], None),
           (_with(probabilities, 'probabilities', bad)['probabilities'],
            None))),
-      'one_step (loss)': checks.one_step(
+      'one_step (loss)': checks.one_step.judge(
           'one_step', *sides(_step(), _step(loss=bad)), _state(), _state(),
           1),
-      'one_step (gradient)': checks.one_step(
+      'one_step (gradient)': checks.one_step.judge(
           'one_step', *sides(_step(), {**_step(), 'gradients': _with(
               _step()['gradients'], 'dense/kernel', bad)}), _state(),
           _state(), 1),
-      'one_step (weights)': checks.one_step(
+      'one_step (weights)': checks.one_step.judge(
           'one_step', _step(), _step(), *sides(
               _state(), _with(_state(), 'dense/bias', bad)), 1),
-      'one_step (slots)': checks.one_step(
+      'one_step (slots)': checks.one_step.judge(
           'one_step', _step(), _step(), _state(), _state(), 1, *sides(
               {('dense/bias', 'm'): np.zeros(3, np.float32)},
               {('dense/bias', 'm'): np.array([bad, 0, 0], np.float32)})),
-      'learning_rate': checks.learning_rate(
+      'learning_rate': checks.learning_rate.judge(
           'learning_rate', [0.1, 0.1], [0.1, bad]) if side == 'port' else
                        None,
-      'trajectory': checks.trajectory(
+      'trajectory': checks.trajectory.judge(
           'trajectory', *sides([1.0, 0.9], [1.0, bad]), W, W),
-      'trajectory (free)': checks.trajectory(
+      'trajectory (free)': checks.trajectory.judge(
           'trajectory', *sides([1.0, 0.9], [1.0, bad]), W, W,
           judge_each_step=False),
-      'trajectory (weights)': checks.trajectory(
+      'trajectory (weights)': checks.trajectory.judge(
           'trajectory', [1.0], [1.0], *sides(W, _with(W, 'dense/bias', bad))),
-      'stepwise': checks.stepwise('stepwise', np.array([0.0, bad])),
-      'evaluation': checks.evaluation(
+      'stepwise': checks.stepwise.judge('stepwise', np.array([0.0, bad])),
+      'evaluation': checks.evaluation.judge(
           *sides({'accuracy': 0.5}, {'accuracy': bad}), {}, 64),
   }
   for name, result in results.items():
@@ -335,9 +335,9 @@ def test_every_check_fails_a_value_that_is_not_finite(bad, side):
 
 def test_the_same_infinity_on_both_sides_agrees_and_a_nan_never_does():
   both = {'logits': np.array([-np.inf, 0.5], np.float32)}
-  assert checks.inference(both, dict(both), {}).passed
+  assert checks.inference.judge(both, dict(both), {}).passed
   nan = {'logits': np.array([np.nan, 0.5], np.float32)}
-  assert checks.inference(nan, dict(nan), {}).failed
+  assert checks.inference.judge(nan, dict(nan), {}).failed
 
 
 def test_host_call_compares_what_the_summaries_log_or_says_why_not():
@@ -345,18 +345,18 @@ def test_host_call_compares_what_the_summaries_log_or_says_why_not():
   legacy = [{'loss': np.array([0.5]), 'learning_rate': np.array([0.0])},
             {'loss': np.array([0.4]), 'learning_rate': np.array([0.1])}]
   same = [(t, {k: v[0] for k, v in t.items()}) for t in legacy]
-  assert checks.host_call(names, same).passed
+  assert checks.host_call.judge(names, same).passed
   # The rate of the step after: the step and the value are named.
   shifted = [(legacy[0], {'loss': 0.5, 'learning_rate': 0.1}),
              (legacy[1], {'loss': 0.4, 'learning_rate': 0.2})]
-  result = checks.host_call(names, shifted)
+  result = checks.host_call.judge(names, shifted)
   assert result.failed and result.message.startswith(
       'learning_rate differs at step 1 (0 vs 0.1)')
-  missing = checks.host_call(names, [(legacy[0], {'loss': 0.5})])
+  missing = checks.host_call.judge(names, [(legacy[0], {'loss': 0.5})])
   assert missing.failed and 'the port logs no learning_rate' in (
       missing.message)
   # No Port.host_call: one line, not a failure.
-  skipped = checks.host_call(names, [(legacy[0], None)])
+  skipped = checks.host_call.judge(names, [(legacy[0], None)])
   assert skipped.status == checks.SKIPPED and not skipped.failed
   assert skipped.message == (
       'the legacy host_call receives loss, learning_rate at each step, and '
@@ -365,7 +365,7 @@ def test_host_call_compares_what_the_summaries_log_or_says_why_not():
   # On two cores the host got each core's loss: a port logging one value is
   # compared with core 0's, as a host_call that reads loss[0] logs.
   cores = [({'loss': np.array([0.5, 0.7])}, {'loss': 0.5})]
-  assert checks.host_call(['loss'], cores).passed
+  assert checks.host_call.judge(['loss'], cores).passed
 
 
 @pytest.mark.parametrize('per_step, ties', [
@@ -385,7 +385,7 @@ def test_host_call_compares_what_the_summaries_log_or_says_why_not():
 def test_near_ties_are_alone_small_and_few(per_step, ties):
   assert checks.near_ties(per_step, tolerances.ONE_STEP_ATOL,
                           tolerances.FLIP_ATOL) == ties
-  result = checks.stepwise('stepwise', np.array(per_step, float))
+  result = checks.stepwise.judge('stepwise', np.array(per_step, float))
   assert result.passed == bool(ties)
   if ties:
     assert result.figures['near_ties'] == ties
@@ -401,14 +401,14 @@ def test_beyond_init_judges_each_output_relative_to_its_scale():
   ours = {'logits': np.array([[300.00003, -20.0]], np.float32),
           'probabilities': np.array([[1.0, 0.0]], np.float32),
           'classes': np.array([0], np.int32)}
-  result = checks.beyond_init(theirs, ours, {}, 2.0, 28.0)
+  result = checks.beyond_init.judge(theirs, ours, {}, 2.0, 28.0)
   assert result.passed, result.message
   assert result.figures['relative_diff_by_output']['logits'] == (
       pytest.approx(3.05e-5 / 300, rel=0.01))
   assert (result.figures['gain'], result.figures['factor']) == (2.0, 28.0)
   # Probabilities under 1 are held to the bar itself.
   ours['probabilities'] = np.array([[0.9998, 0.0002]], np.float32)
-  result = checks.beyond_init(theirs, ours, {}, 2.0, 28.0,
+  result = checks.beyond_init.judge(theirs, ours, {}, 2.0, 28.0,
                               parting='they part at layer_1/intermediate')
   assert result.failed
   assert result.message.startswith(
@@ -428,10 +428,10 @@ def test_beyond_init_halves_its_gain_while_the_outputs_overflow():
     return {'logits': np.array([value], np.float32), 'ids': np.array([1])}
 
   with np.errstate(over='ignore'):
-    gain, answer = checks.computable_gain(outputs_at, 16.0)
+    gain, answer = checks.beyond_init.computable_gain(outputs_at, 16.0)
     assert (gain, asked) == (4.0, [16.0, 8.0, 4.0])
     assert np.isfinite(answer['logits']).all()
-    assert checks.computable_gain(lambda f: {'x': np.array([np.inf])},
+    assert checks.beyond_init.computable_gain(lambda f: {'x': np.array([np.inf])},
                                     16.0)[0] is None
 
 
@@ -440,12 +440,12 @@ def test_one_step_takes_two_units_in_the_last_place_of_a_value_for_rounding():
   # the absolute bar alone; two are the rounding of storing it.
   slot = np.full(3, 30.0, np.float32)
   two_units = slot + 2 * np.spacing(slot)
-  result = checks.one_step('one_step (1 replica)', _step(), _step(), _state(),
+  result = checks.one_step.judge('one_step (1 replica)', _step(), _step(), _state(),
                            _state(), 1, {('w', 'rms'): slot},
                            {('w', 'rms'): two_units})
   assert result.passed and result.figures['slots_diff'] == 0
   five_units = slot + 5 * np.spacing(slot)
-  result = checks.one_step('one_step (1 replica)', _step(), _step(), _state(),
+  result = checks.one_step.judge('one_step (1 replica)', _step(), _step(), _state(),
                            _state(), 1, {('w', 'rms'): slot},
                            {('w', 'rms'): five_units})
   assert result.failed
@@ -456,7 +456,7 @@ def test_one_step_takes_two_units_in_the_last_place_of_a_value_for_rounding():
                          {'a': np.float32([1e-3 + 2e-6])}, 2)[0] > 1e-6
 
 
-# device_drift (compare/drift.py) and the measured noise (compare/noise.py) -
+# device_drift (compare/checks/device_drift.py) and the measured noise (compare/noise.py) -
 
 def _softmax(logits):
   shifted = np.exp(logits - logits.max(-1, keepdims=True))
@@ -467,7 +467,7 @@ def _drift_case(drift: float, seed: int = 0):
   """Outputs at the highest precision, moved by kernels perturbed at the
   unit roundoff (a logit movement of 1e-3), and drifted by drift times that
   movement."""
-  from migration_tools.compare import drift as drift_lib  # pylint: disable=import-outside-toplevel
+  from migration_tools.compare.checks import device_drift as drift_lib  # pylint: disable=import-outside-toplevel
   generator = np.random.default_rng(seed)
   logits = generator.normal(size=(64, 10)) * 3
   move = generator.normal(size=logits.shape) * 1e-3
@@ -525,7 +525,7 @@ def test_device_drift_takes_a_class_flip_only_at_a_near_tie():
 
 
 def test_the_kl_divergence_of_rounded_rows_is_never_negative():
-  from migration_tools.compare import drift as drift_lib  # pylint: disable=import-outside-toplevel
+  from migration_tools.compare.checks import device_drift as drift_lib  # pylint: disable=import-outside-toplevel
   rows = _softmax(np.random.default_rng(1).normal(size=(32, 10)))
   assert drift_lib._kl(rows, rows) == 0.0  # pylint: disable=protected-access
   # Rows that sum to 1 only up to float32's rounding, each way.
@@ -582,19 +582,19 @@ def test_one_step_counts_a_difference_only_beyond_the_ports_own_noise():
   # run in another order: over the fixed bar alone ...
   ours = _step()
   ours['gradients'] = {k: v + 2e-5 for k, v in ours['gradients'].items()}
-  alone = checks.one_step('one_step (1 replica)', _step(), ours, _state(),
+  alone = checks.one_step.judge('one_step (1 replica)', _step(), ours, _state(),
                           _state(), 1)
   assert not alone.passed
   assert alone.figures['noise']['measured_by'] is None
   # ... within NOISE_MULTIPLE times the noise its own reordered step shows.
-  measured = checks.one_step('one_step (1 replica)', _step(), ours, _state(),
+  measured = checks.one_step.judge('one_step (1 replica)', _step(), ours, _state(),
                              _state(), 1, noise=_noise(1e-5))
   assert measured.passed, measured.message
   assert measured.figures['noise']['largest']['gradients'] == pytest.approx(
       1e-5, rel=1e-2)
   # A bug 10x the noise still fails.
   ours['gradients'] = {k: v + 4e-4 for k, v in ours['gradients'].items()}
-  assert not checks.one_step('one_step (1 replica)', _step(), ours, _state(),
+  assert not checks.one_step.judge('one_step (1 replica)', _step(), ours, _state(),
                              _state(), 1, noise=_noise(1e-5)).passed
 
 
@@ -610,11 +610,11 @@ def test_served_predictions_says_which_side_exports_its_averages():
   the Estimator exported raw weights)."""
   theirs = {'probabilities': np.full((4, 3), 0.25, np.float32)}
   ours = {'probabilities': np.full((4, 3), 0.3, np.float32)}
-  legacy_averages = checks.served_predictions(
+  legacy_averages = checks.served_predictions.judge(
       theirs, ours, {}, exports='the moving averages')
-  port_averages = checks.served_predictions(theirs, ours, {},
+  port_averages = checks.served_predictions.judge(theirs, ours, {},
                                             port_averages=True)
-  neither = checks.served_predictions(theirs, ours, {})
+  neither = checks.served_predictions.judge(theirs, ours, {})
   assert legacy_averages.failed and port_averages.failed and neither.failed
   assert 'export the port\'s averages too' in legacy_averages.message
   assert ('the model_fn exports its raw weights' in port_averages.message and

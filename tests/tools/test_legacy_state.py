@@ -77,7 +77,7 @@ def test_each_variable_of_the_train_graph_has_its_role():
 def _inventory(found, not_compared=None):
   state = {n: np.zeros(e['shape']) for n, e in found.items()
            if e['role'] in (legacy_state.WEIGHTS, legacy_state.MODEL_STATE)}
-  return checks.inventory(state, dict(state), train_variables=found,
+  return checks.inventory.judge(state, dict(state), train_variables=found,
                           not_compared=not_compared)
 
 

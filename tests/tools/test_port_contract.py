@@ -252,25 +252,25 @@ def test_importing_the_harness_leaves_the_environment_alone():
 def test_outputs_and_metrics_are_compared_by_name_or_through_a_map():
   theirs = {'scores': np.array([0.25, 0.75]), 'classes': np.array([1, 0])}
   ours = {'probabilities': np.array([0.25, 0.75]), 'classes': np.array([1, 0])}
-  unmapped = checks.inference(theirs, ours, {})
+  unmapped = checks.inference.judge(theirs, ours, {})
   assert unmapped.status == checks.FAILED
   assert unmapped.message.startswith('the port has no output for scores')
-  mapped = checks.inference(theirs, ours, {'scores': 'probabilities'})
+  mapped = checks.inference.judge(theirs, ours, {'scores': 'probabilities'})
   assert mapped.passed and mapped.figures['max_diff_by_output'] == {
       'scores': 0.0, 'classes': 0.0}
-  shifted = checks.inference(theirs, {**ours, 'classes': np.array([1, 1])},
+  shifted = checks.inference.judge(theirs, {**ours, 'classes': np.array([1, 1])},
                              {'scores': 'probabilities'})
   assert shifted.status == checks.FAILED
   assert shifted.message.startswith('classes differs by up to 1')
-  evaluation = checks.evaluation({'auc': 0.9, 'loss': 0.5},
+  evaluation = checks.evaluation.judge({'auc': 0.9, 'loss': 0.5},
                                  {'area': 0.9, 'loss': 0.5}, {'auc': 'area'}, 64)
   assert evaluation.passed
-  missing = checks.evaluation({'auc': 0.9, 'loss': 0.5}, {'loss': 0.5}, {}, 64)
+  missing = checks.evaluation.judge({'auc': 0.9, 'loss': 0.5}, {'loss': 0.5}, {}, 64)
   assert missing.message.startswith('the port reports no metric for auc')
 
 
 def test_a_port_without_input_pipeline_skips_the_inputs_check():
-  result = checks.inputs((np.zeros((2, 3)), np.zeros(2)), None)
+  result = checks.inputs.judge((np.zeros((2, 3)), np.zeros(2)), None)
   assert result.status == checks.SKIPPED and not result.failed
   assert result.summary().startswith('SKIP inputs: the port gives no '
                                      'input_pipeline')

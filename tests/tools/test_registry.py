@@ -78,14 +78,20 @@ def test_each_check_says_what_it_asks_of_the_sides():
 
 # The harness's control flow: what decides which check runs, stops or is
 # judged how. Messages are for the user only.
-_CONTROL_FLOW = ('harness.py', 'units.py', 'registry.py', 'context.py')
+# Each check's driver (its file's drive) is control flow too; its judge
+# writes the message.
+_CONTROL_FLOW = ('harness.py', 'passes.py', 'registry.py', 'context.py')
 
 
-def _reads_of_text(path: str) -> list[str]:
-  """Where path reads a message: .message, a string tested with `in`, or
-  .startswith / .endswith."""
+def _reads_of_text(path: str, function: str = '') -> list[str]:
+  """Where path (only its function of that name, if given) reads a
+  message: .message, a string tested with `in`, or .startswith /
+  .endswith."""
   with open(path, encoding='utf-8') as f:
     tree = ast.parse(f.read(), path)
+  if function:
+    tree = ast.Module([n for n in tree.body if isinstance(
+        n, ast.FunctionDef) and n.name == function], [])
   found = []
   for node in ast.walk(tree):
     if isinstance(node, ast.Attribute) and node.attr == 'message':
@@ -104,8 +110,14 @@ def _reads_of_text(path: str) -> list[str]:
 
 def test_no_message_text_steers_the_harness():
   folder = os.path.join(REPO, 'migration_tools', 'compare')
+  drivers = [os.path.join(folder, 'checks', f'{name}.py')
+             for name in checks.ORDER]
   assert sum((_reads_of_text(os.path.join(folder, name))
               for name in _CONTROL_FLOW), []) == []
+  assert sum((_reads_of_text(path, 'drive') for path in drivers), []) == []
+  # Each check's file has its driver, for the scan above to read.
+  assert all('def drive(' in open(path, encoding='utf-8').read()
+             for path in drivers)
 
 
 def test_the_reader_sees_message_text_in_control_flow(tmp_path):
@@ -228,7 +240,7 @@ def test_a_signal_inside_a_shared_pass_stops_the_comparison():
   # checks after it cannot run; a signal it must let through.
   from types import SimpleNamespace  # pylint: disable=import-outside-toplevel
   from migration_tools.compare import context  # pylint: disable=import-outside-toplevel
-  from migration_tools.compare import units  # pylint: disable=import-outside-toplevel
+  from migration_tools.compare import passes  # pylint: disable=import-outside-toplevel
   steps = []
 
   def step(features, labels):
@@ -243,7 +255,7 @@ def test_a_signal_inside_a_shared_pass_stops_the_comparison():
   side = SimpleNamespace(step=step, reordered_step=lambda f, l: None)
   replicas = context.Replicas('1 replica', None, side, side)
   with pytest.raises(errors.Interrupted):
-    units._trajectory(run, replicas)  # pylint: disable=protected-access
+    passes.trajectory(run, replicas)
   broken = lambda f, l: 1 / 0
   replicas = context.Replicas('1 replica', None, side, SimpleNamespace(
       step=broken, reordered_step=lambda f, l: None))
@@ -252,9 +264,9 @@ def test_a_signal_inside_a_shared_pass_stops_the_comparison():
   # The check that takes the first step gets its error; those after it, why
   # they cannot run.
   with pytest.raises(ZeroDivisionError):
-    units._trajectory(run, replicas)  # pylint: disable=protected-access
+    passes.trajectory(run, replicas)
   with pytest.raises(context.Upstream, match='the first step raised'):
-    units._trajectory(run, replicas)  # pylint: disable=protected-access
+    passes.trajectory(run, replicas)
 
 
 def test_each_bars_figures_are_the_values_its_judge_holds():
@@ -269,3 +281,50 @@ def test_each_bars_figures_are_the_values_its_judge_holds():
     assert set(figures) <= values, (check.name, check.bar)
   assert registry.bar_text(tolerances.ONE_STEP_ATOL) in {
       c.name: c.bar for c in registry.checks()}["one_step"]
+
+
+_TOY_IN_ORDER = '''"""toy_in_order: a check of the kit's, as one file in compare/checks/."""
+from migration_tools.compare.registry import Check
+from migration_tools.compare.registry import ONCE
+from migration_tools.compare.verdict import CheckResult
+from migration_tools.compare.verdict import PASSED
+
+
+def drive(run, replicas):
+  del run, replicas
+  return CheckResult('toy_in_order', PASSED)
+
+
+CHECK = Check('toy_in_order', 'nothing: its place in the run order', ONCE,
+              drive, needs=('port.predict',), bar='none')
+'''
+
+
+def test_a_check_of_the_kits_is_one_file_and_one_line_of_the_order(
+    tmp_path, monkeypatch):
+  # The file, where the package finds it (here: a folder added to its
+  # path, as the tests write nothing into the kit's own tree), and its name
+  # after inference in checks.ORDER: it runs there, and --help and the docs
+  # table list it there.
+  (tmp_path / 'toy_in_order.py').write_text(_TOY_IN_ORDER)
+  monkeypatch.setattr(checks, '__path__', [*checks.__path__, str(tmp_path)])
+  monkeypatch.setitem(sys.modules,
+                      'migration_tools.compare.checks.toy_in_order', None)
+  monkeypatch.delitem(sys.modules,
+                      'migration_tools.compare.checks.toy_in_order')
+  at = checks.ORDER.index('inference') + 1
+  order = (*checks.ORDER[:at], 'toy_in_order', *checks.ORDER[at:])
+  plan = registry.Plan(('1 replica', '2 replicas'))
+  monkeypatch.setattr(checks, 'toy_in_order', None, raising=False)
+  with registry.only(checks.load(order)):
+    names = registry.names(plan)
+    assert names[names.index('inference') + 1] == 'toy_in_order'
+    assert names.count('toy_in_order') == 1  # ONCE: the first run only.
+    assert 'toy_in_order [1 replica]: nothing: its place' in (
+        registry.help_text())
+    assert '| `toy_in_order` | nothing: its place' in (
+        registry.markdown_table())
+  # Without the line, the kit's own order and nothing else.
+  assert 'toy_in_order' not in registry.names(plan)
+  assert [c.name for c in checks.load()] == [
+      c.name for c in registry.checks()][:len(checks.ORDER)]

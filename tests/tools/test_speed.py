@@ -1,7 +1,7 @@
 """speed: how a timing becomes a finding, on figures given by hand (the
 timing itself runs in test_compare.py's end-to-end tests)."""
 from migration_tools.compare import checks
-from migration_tools.compare import speed
+from migration_tools.compare.checks import speed
 
 
 def _rate(examples_per_s, spread=0.02):
@@ -21,7 +21,7 @@ def test_kernels_are_listed_by_how_much_their_time_differs():
 
 
 def test_a_port_within_the_margin_passes_with_its_figures():
-  result = speed.check('speed (1 replica)', _rate(1000), _rate(950), TABLE)
+  result = speed.judge('speed (1 replica)', _rate(1000), _rate(950), TABLE)
   assert result.status == checks.PASSED
   assert result.figures['ratio'] == 0.95
   assert result.message.startswith(
@@ -31,7 +31,7 @@ def test_a_port_within_the_margin_passes_with_its_figures():
 
 
 def test_a_slower_port_is_for_review_and_fails_nothing():
-  result = speed.check('speed (1 replica)', _rate(1000), _rate(500), TABLE)
+  result = speed.judge('speed (1 replica)', _rate(1000), _rate(500), TABLE)
   assert result.status == checks.REVIEW and not result.failed
   assert 'below 90% of the legacy rate: look at the kernels above' in (
       result.message)
@@ -41,7 +41,7 @@ def test_a_slower_port_is_for_review_and_fails_nothing():
 
 
 def test_from_a_bundle_only_the_port_is_timed():
-  result = speed.check('speed (2 replicas)', None, _rate(700), None)
+  result = speed.judge('speed (2 replicas)', None, _rate(700), None)
   assert result.status == checks.SKIPPED
   assert result.message.startswith('the port trains at 700 examples/s')
   assert 'timed live only' in result.message

@@ -10,7 +10,8 @@ import tensorflow as tf
 
 from kit_core import keras_compat
 from migration_tools.compare import checks
-from migration_tools.compare import updates
+from migration_tools.compare import step_record
+from migration_tools.compare.checks import updates
 from migration_tools.pair import legacy
 from migration_tools.pair import legacy_optimizer
 from migration_tools.pair import optimizers
@@ -146,9 +147,9 @@ def _updates(row_make_legacy, make_keras, sparse=False):
     legacy_slots, port_slots = theirs.slots(), ours.slots()
     assert set(legacy_slots) == set(port_slots), (
         sorted(legacy_slots), sorted(port_slots))
-    steps.append(updates.step(number, before, theirs.state(), ours.state(),
+    steps.append(step_record.step(number, before, theirs.state(), ours.state(),
                               legacy_slots, port_slots, RATE))
-  return updates.check('updates', steps), theirs, ours
+  return updates.judge('updates', steps), theirs, ours
 
 
 _REPRODUCED = [r for r in tf1_optimizers.ROWS if r.make_keras is not None]

@@ -290,7 +290,7 @@ def test_emulation_rounds_the_dots_forward_and_backward_and_not_the_bias():
 def test_the_forward_noise_leaves_a_torch_port_as_it_found_it():
   # evaluation measures its noise from the port's own state, which PyTorch
   # hands out as views of its parameters: what is set back must be copies.
-  from migration_tools.compare import units  # pylint: disable=import-outside-toplevel
+  from migration_tools.compare import passes  # pylint: disable=import-outside-toplevel
   runner, features, _ = _kit_runner()
   runner.use_map({n: n for n in runner.shapes()})
   before = {k: v.copy() for k, v in runner.state().items()}
@@ -299,7 +299,7 @@ def test_the_forward_noise_leaves_a_torch_port_as_it_found_it():
     weights = tuple(before)
     options = type('Options', (), {'seed': 0})
 
-  found = units._forward_noise(  # pylint: disable=protected-access
+  found = passes.forward_noise(
       Run, runner, runner.state(), runner.predict(features),
       lambda: runner.predict(features))
   assert found.by_output['probabilities'] > 0

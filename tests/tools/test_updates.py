@@ -4,7 +4,8 @@ import numpy as np
 
 from migration_tools import tolerances
 from migration_tools.compare import checks
-from migration_tools.compare import updates
+from migration_tools.compare import step_record
+from migration_tools.compare.checks import updates
 
 RATE = 1e-3
 
@@ -22,7 +23,7 @@ def _steps_of(before, legacy_step, port_step, number=1, slots=None,
   after = {k: (v + legacy_step[k]).astype(np.float32)
            for k, v in before.items()}
   ours = {k: (v + port_step[k]).astype(np.float32) for k, v in before.items()}
-  return updates.step(number, before, after, ours, slots or {},
+  return step_record.step(number, before, after, ours, slots or {},
                       port_slots or {}, rate)
 
 
@@ -37,7 +38,7 @@ def test_equal_steps_pass_and_rounding_is_no_difference():
   step = _adam_like(before)
   # The port's step off by one unit in the last place of the new weight.
   port = {k: v + np.spacing(np.abs(before[k] + v)) for k, v in step.items()}
-  result = updates.check('updates', [_steps_of(before, step, port)])
+  result = updates.judge('updates', [_steps_of(before, step, port)])
   assert result.passed and result.max_abs_diff == 0, result.message
 
 
@@ -46,7 +47,7 @@ def test_a_missing_weight_decay_is_named_with_its_rate():
   step = _adam_like(before)
   decayed = {k: v - RATE * 0.01 * before[k] if k.endswith('kernel') else v
              for k, v in step.items()}
-  result = updates.check('updates', [_steps_of(before, decayed, step)])
+  result = updates.judge('updates', [_steps_of(before, decayed, step)])
   assert result.failed
   assert "weight-decay term (rate 0.01) that the port's lacks" in (
       result.message)
@@ -59,7 +60,7 @@ def test_decay_on_layer_norm_is_named_as_the_skipped_variables():
   port = dict(step)
   port['layer/LayerNorm/gamma'] = (step['layer/LayerNorm/gamma'] -
                                    RATE * 0.01 * before['layer/LayerNorm/gamma'])
-  result = updates.check('updates', [_steps_of(before, step, port)])
+  result = updates.judge('updates', [_steps_of(before, step, port)])
   assert 'which variables the weight decay skips' in result.message
   assert 'layer/LayerNorm/gamma' in result.message
 
@@ -68,7 +69,7 @@ def test_every_update_scaled_alike_points_at_the_optimizer_formula():
   before = _weights()
   step = _adam_like(before)
   port = {k: v * 0.316 for k, v in step.items()}
-  result = updates.check('updates', [_steps_of(before, step, port)])
+  result = updates.judge('updates', [_steps_of(before, step, port)])
   assert 'about 0.316x the legacy ones' in result.message
   assert "Adam's bias correction" in result.message
 
@@ -80,7 +81,7 @@ def test_slots_scaled_alike_while_updates_agree_point_at_the_gradients():
   slots = {(k, 'adam_m'): rng.normal(size=v.shape).astype(np.float32)
            for k, v in before.items()}
   port_slots = {k: v * 1.4 for k, v in slots.items()}
-  result = updates.check('updates', [_steps_of(
+  result = updates.judge('updates', [_steps_of(
       before, step, step, slots=slots, port_slots=port_slots)])
   assert 'adam_m about 1.4x the legacy ones' in result.message
   assert 'clipping by global norm missing' in result.message
@@ -89,7 +90,7 @@ def test_slots_scaled_alike_while_updates_agree_point_at_the_gradients():
 def test_a_port_that_moves_where_the_legacy_step_did_not_is_a_warmup():
   before = _weights()
   zero = {k: np.zeros_like(v) for k, v in before.items()}
-  result = updates.check('updates', [_steps_of(before, zero,
+  result = updates.judge('updates', [_steps_of(before, zero,
                                                _adam_like(before), rate=0.0)])
   assert result.failed and 'compare the learning-rate schedule' in (
       result.message)
@@ -98,7 +99,7 @@ def test_a_port_that_moves_where_the_legacy_step_did_not_is_a_warmup():
 def test_no_step_that_moves_anything_cannot_be_judged():
   before = _weights()
   zero = {k: np.zeros_like(v) for k, v in before.items()}
-  result = updates.check('updates', [_steps_of(before, zero, zero, rate=0.0)])
+  result = updates.judge('updates', [_steps_of(before, zero, zero, rate=0.0)])
   assert result.status == checks.NOT_RUN and not result.failed
   assert '--steps' in result.message
 
@@ -111,14 +112,14 @@ def test_a_variable_whose_gradient_is_noise_is_held_to_the_floor():
   step['key/bias'] = np.full(4, 1e-12, np.float32)
   port = dict(step)
   port['key/bias'] = np.full(4, -1e-12, np.float32)  # 200% of its own step.
-  result = updates.check('updates', [_steps_of(before, step, port)])
+  result = updates.judge('updates', [_steps_of(before, step, port)])
   assert result.passed, result.message
   # Judged against a tenth of the typical step (RATE per element): noise of
   # a millionth of it passes (a Keras 3 port's was 8e-7), a ten-thousandth
   # is a difference.
   for apart, passes in ((1e-6, True), (1e-4, False)):
     port['key/bias'] = np.full(4, 1e-12 + apart * RATE, np.float32)
-    result = updates.check('updates', [_steps_of(before, step, port)])
+    result = updates.judge('updates', [_steps_of(before, step, port)])
     assert result.passed == passes, (apart, result.message)
   assert tolerances.UPDATE_FLOOR == 1e-1  # The docs' 10%.
 
@@ -130,7 +131,7 @@ def test_slots_are_judged_even_when_no_variable_moved():
   slots = {(k, 'adam_m'): np.full(v.shape, 0.1, np.float32)
            for k, v in before.items()}
   port_slots = {k: v * 2 for k, v in slots.items()}
-  result = updates.check('updates', [_steps_of(
+  result = updates.judge('updates', [_steps_of(
       before, zero, zero, slots=slots, port_slots=port_slots, rate=0.0)])
   assert result.failed and 'adam_m about 2x' in result.message
 
@@ -141,7 +142,7 @@ def test_a_nan_update_or_slot_fails_and_is_named():
   step = _adam_like(before)
   port = dict(step)
   port['head/kernel'] = np.full_like(step['head/kernel'], np.nan)
-  result = updates.check('updates', [_steps_of(before, step, port)])
+  result = updates.judge('updates', [_steps_of(before, step, port)])
   assert result.failed, result.summary()
   assert 'at step 1 head/kernel holds NaN on the port\'s side (12 of 12 ' \
       'values)' in result.message
@@ -150,7 +151,7 @@ def test_a_nan_update_or_slot_fails_and_is_named():
   assert parts['layer/kernel'].relative == 0.0
   slots = {('layer/kernel', 'm'): np.ones((8, 4), np.float32)}
   bad = {('layer/kernel', 'm'): np.full((8, 4), np.inf, np.float32)}
-  result = updates.check('updates', [_steps_of(
+  result = updates.judge('updates', [_steps_of(
       before, step, step, slots=slots, port_slots=bad)])
   assert result.failed and 'layer/kernel/m holds Inf' in result.message
 
@@ -159,14 +160,14 @@ def test_after_a_warmup_from_0_it_says_from_which_step_it_judged():
   before = _weights()
   zero = {k: np.zeros_like(v) for k, v in before.items()}
   step = _adam_like(before)
-  result = updates.check('updates', [
+  result = updates.judge('updates', [
       _steps_of(before, zero, zero, number=1, rate=0.0),
       _steps_of(before, step, step, number=2)])
   assert result.passed and result.figures['first_judged_step'] == 2
   assert result.message.startswith('the variables are judged from step 2, '
                                    'the first whose learning rate is above 0')
   # From step 1, nothing to say.
-  assert updates.check('updates', [_steps_of(before, step, step)]).message == ''
+  assert updates.judge('updates', [_steps_of(before, step, step)]).message == ''
 
 
 def test_one_step_alone_over_the_bar_is_a_near_tie_and_every_step_a_bug():
@@ -175,15 +176,15 @@ def test_one_step_alone_over_the_bar_is_a_near_tie_and_every_step_a_bug():
   flipped = {**step, 'head/kernel': step['head/kernel'] * 1.001}
   steps = [_steps_of(before, step, flipped if n == 7 else step, number=n)
            for n in range(1, 11)]
-  result = updates.check('updates', steps)
+  result = updates.judge('updates', steps)
   assert result.passed and result.figures['near_ties'] == [7]
   assert 'step 7 (0.001) alone differs in the updates' in result.message
   every = [_steps_of(before, step, flipped, number=n) for n in range(1, 11)]
-  assert updates.check('updates', every).failed
+  assert updates.judge('updates', every).failed
   # Far over the bar, alone: a failure (a schedule's boundary, say).
   far = {**step, 'head/kernel': step['head/kernel'] * 1.05}
   steps[6] = _steps_of(before, step, far, number=7)
-  assert updates.check('updates', steps).failed
+  assert updates.judge('updates', steps).failed
 
 
 def _lamb(before, adapted, decay=0.01, outside=False, seed=3):
@@ -208,26 +209,26 @@ def test_a_trust_ratio_on_one_side_only_is_read_from_the_update_norms():
   lamb = _lamb(before, kernels)
   # AdamW in LAMB's place: the same directions, no ratio.
   adamw = _lamb(before, set())
-  result = updates.check('updates', [_steps_of(before, lamb, adamw)])
+  result = updates.judge('updates', [_steps_of(before, lamb, adamw)])
   assert result.failed
   assert ('the legacy optimizer moves 2 variables (head/kernel, layer/kernel)'
           ' by exactly the learning rate times their norm') in result.message
   assert "no trust ratio (e.g. AdamW in LAMB's place" in result.message
   # The ratio on LayerNorm too, which the legacy one excludes.
   everywhere = _lamb(before, kernels | {'layer/LayerNorm/gamma'})
-  result = updates.check('updates', [_steps_of(before, lamb, everywhere)])
+  result = updates.judge('updates', [_steps_of(before, lamb, everywhere)])
   assert result.failed
   assert ("the port's optimizer moves 1 variables (layer/LayerNorm/gamma) by "
           'exactly the learning rate times their norm') in result.message
   assert 'excluded from layer adaptation' in result.message
   # The weight decay outside the ratio: within a few % of it.
   outside = _lamb(before, kernels, outside=True)
-  result = updates.check('updates', [_steps_of(before, lamb, outside)])
+  result = updates.judge('updates', [_steps_of(before, lamb, outside)])
   assert result.failed
   assert 'a term added to the update outside the trust ratio' in (
       result.message)
   # The same LAMB on both sides is no difference.
-  assert updates.check('updates', [_steps_of(before, lamb, dict(lamb))]).passed
+  assert updates.judge('updates', [_steps_of(before, lamb, dict(lamb))]).passed
 
 
 def test_a_variable_whose_gradient_is_rounding_noise_is_held_to_rates():
@@ -238,17 +239,17 @@ def test_a_variable_whose_gradient_is_rounding_noise_is_held_to_rates():
   slots = {(k, kind): rng.normal(size=v.shape).astype(np.float32) * (
       1e-7 if k == 'head/kernel' else 1.0)
            for k, v in before.items() for kind in ('adam_m', 'adam_v')}
-  assert updates.noise_gradients(slots) == {'head/kernel'}
+  assert step_record.noise_gradients(slots) == {'head/kernel'}
   step = _adam_like(before)
   port = dict(step, **{'head/kernel': -step['head/kernel']})  # Flipped.
-  result = updates.check('updates', [_steps_of(before, step, port, slots=slots,
+  result = updates.judge('updates', [_steps_of(before, step, port, slots=slots,
                                                port_slots=dict(slots))])
   assert result.passed, result.message
   assert result.figures['noise_gradient'] == ['head/kernel']
   assert 'the gradients of 1 variables are rounding noise' in result.message
   # Beyond 10 rates per element it fails all the same (a rate off by 100).
   port['head/kernel'] = step['head/kernel'] * 100
-  assert updates.check('updates', [_steps_of(
+  assert updates.judge('updates', [_steps_of(
       before, step, port, slots=slots, port_slots=dict(slots))]).failed
 
 
@@ -268,7 +269,7 @@ def test_an_update_within_the_ports_own_measured_noise_passes():
       {'loss': 1.0, 'state': reordered}, {'loss': 1.0}, after)
 
   def judged(noise):
-    return updates.check('updates', [updates.step(
+    return updates.judge('updates', [step_record.step(
         1, before, {k: (v + step[k]).astype(np.float32)
                     for k, v in before.items()}, after, {}, {}, RATE,
         measured=noise)])

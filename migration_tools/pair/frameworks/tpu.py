@@ -38,7 +38,7 @@ class Problem:
 
 
 # Readiness.status: the check's PASSED, FAILED or SKIPPED
-# (compare/checks.py).
+# (compare/verdict.py).
 READY, NOT_READY, NOT_CHECKED = 'passed', 'failed', 'skipped'
 
 

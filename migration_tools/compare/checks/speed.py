@@ -1,5 +1,5 @@
-"""speed: the port's training step timed against its model_fn's, and where
-the time goes on each side.
+"""speed: with --speed, the port's training step timed against its
+model_fn's, and where the time goes on each side.
 
 The legacy step is taken as TPUEstimator took it off a TPU: one
 ``session.run(train_op)`` per step on the whole global batch, one device. The
@@ -12,22 +12,34 @@ and the spread the timed windows' (max - min) / median. Then one more window
 of each runs under TensorFlow's profiler (``kit_core.profile``), and the
 kernels whose time per step differs most between the two sides are listed.
 
-A port slower than ``tolerances.SPEED_MARGIN`` times the legacy rate is a finding to look at
-(``REVIEW``), with that table, not a failed equivalence check: what it
-computes is judged by the other checks. Rates are comparable only within one
-run on one machine, so a bundle (recorded elsewhere, or earlier) is never
-timed against: from a bundle the port's rate alone is reported.
+A port slower than ``tolerances.SPEED_MARGIN`` times the legacy rate is a
+finding to look at (``REVIEW``), with that table, not a failed equivalence
+check: what it computes is judged by the other checks. Rates are comparable
+only within one run on one machine, so a bundle (recorded elsewhere, or
+earlier) is never timed against: from a bundle the port's rate alone is
+reported.
 """
+from __future__ import annotations
+
 import collections
 import dataclasses
+import itertools
 import statistics
-import tempfile
 import time
 from typing import Callable
 
 from kit_core import profile as profile_lib
 from migration_tools import tolerances
-from migration_tools.compare import checks
+from migration_tools.compare.context import Replicas
+from migration_tools.compare.context import Run
+from migration_tools.compare.registry import AFTER_EACH
+from migration_tools.compare.registry import Check
+from migration_tools.compare.verdict import CheckResult
+from migration_tools.compare.verdict import PASSED
+from migration_tools.compare.verdict import REVIEW
+from migration_tools.compare.verdict import SKIPPED
+import tempfile
+
 
 # Kernels shown, by how much their time per step differs.
 SHOWN = 5
@@ -86,9 +98,9 @@ def _table_text(rows: list[dict]) -> str:
                    f'{r["port_ms_per_step"]:.2f}' for r in rows)
 
 
-def check(name: str, legacy: dict | None, port: dict,
+def judge(name: str, legacy: dict | None, port: dict,
           table: list[dict] | None, margin: float = tolerances.SPEED_MARGIN
-          ) -> checks.CheckResult:
+          ) -> CheckResult:
   """The speed result: PASSED within the margin, REVIEW below it, SKIPPED
   without a legacy timing (from a bundle).
 
@@ -100,10 +112,11 @@ def check(name: str, legacy: dict | None, port: dict,
       reported.
   """
   figures = {'port': port, 'margin': margin}
-  rate = f'{port["examples_per_s"]:.0f} examples/s (spread {port["spread"]:.0%})'
+  rate = (f'{port["examples_per_s"]:.0f} examples/s (spread '
+          f'{port["spread"]:.0%})')
   if legacy is None:
-    return checks.CheckResult(
-        name, checks.SKIPPED,
+    return CheckResult(
+        name, SKIPPED,
         f'the port trains at {rate}; the legacy step is timed live only '
         '(rates compare within one run on one machine, not against a '
         'bundle\'s)', figures=figures)
@@ -114,10 +127,56 @@ def check(name: str, legacy: dict | None, port: dict,
              f'{legacy["spread"]:.0%}); kernels that differ most, ms per step '
              f'legacy -> port: {_table_text(table or [])}')
   if ratio >= margin:
-    return checks.CheckResult(name, checks.PASSED, summary, figures=figures)
-  return checks.CheckResult(
-      name, checks.REVIEW,
+    return CheckResult(name, PASSED, summary, figures=figures)
+  return CheckResult(
+      name, REVIEW,
       f'{summary}; below {margin:.0%} of the legacy rate: look at the '
       'kernels above (a GradientTape where the model_fn took tf.gradients, '
       'a cast or layout change, a step not in a tf.function), not a '
       'difference in what it computes', figures=figures)
+
+
+def _legacy_rate(run: Run, options: Options):
+  """The legacy step timed and profiled once (live only): (rate, kernels),
+  (None, None) from a bundle."""
+  legacy = run.source.timing_runner()
+  if legacy is None:
+    return None, None
+  if run.start is not None:
+    legacy.set_state(run.start)
+  batches = itertools.cycle(run.batches)
+
+  def legacy_window():
+    for _ in range(options.window_steps):
+      legacy.train_only(*next(batches))
+  run.progress.now('speed: timing the legacy step')
+  examples = options.window_steps * run.options.global_batch
+  return (timed(legacy_window, examples, options.windows),
+          kernels(legacy_window, options.window_steps))
+
+
+def drive(run: Run, replicas: Replicas) -> CheckResult:
+  options = run.speed
+  legacy_rate, legacy_kernels = run.memo.once(
+      'legacy timing', lambda: _legacy_rate(run, options),
+      'timing the legacy step raised (see the first speed check)')
+  steps = options.window_steps
+  runner = run.port_runner(replicas.placement)
+  window = lambda: runner.train_window(steps)
+  run.progress.now(f'speed ({replicas.label}): timing the port\'s step')
+  port = timed(window, steps * run.options.global_batch,
+               options.windows)
+  table = None if legacy_kernels is None else kernel_table(
+      legacy_kernels, kernels(window, steps))
+  return judge(f'speed ({replicas.label})', legacy_rate, port,
+               table)
+
+
+CHECK = Check(
+    'speed', 'the port\'s examples/s against the legacy step\'s, the spread '
+    'of the timed windows, and the kernels whose time per step differs most '
+    '(below); with `--speed`', AFTER_EACH, drive,
+    needs=('legacy.train_only', 'port.train_window'),
+    bar=f'below {tolerances.SPEED_MARGIN:.0%} of the legacy rate: `REVIEW`, '
+        'which fails nothing',
+    planned=lambda plan: plan.speed)

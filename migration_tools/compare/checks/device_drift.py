@@ -1,19 +1,19 @@
-"""The device-drift verdict: the port as deployed on its device against the
-same port at the highest precision, judged by what the device's rounding
-can explain.
+"""device_drift: the port as deployed on its device (its precision, or the
+one --emulate_precision emulates) against the same port at the highest
+precision, judged by what the device's rounding can explain.
 
-The checks of the port's math run it at the highest precision, against
-the legacy model_fn. This one asks a second question: does the port keep
-its outputs where its device's rounding puts them? The bar is measured on
-the model itself: every kernel and embedding is moved by up to the
-rounding's unit roundoff (precision.perturbed) at the highest precision,
-and each output's movement (its root mean square over
-tolerances.DRIFT_DRAWS draws of that movement), times
-tolerances.DRIFT_MULTIPLE, is how far the device may move it. A device rounds activations as well as kernels, a
-few times over in a deep model, and the multiple allows for it; a port
-that amplifies the rounding (a softmax of unshifted values, a
-cancellation) moves beyond it. Distributions are judged by their argmax,
-where the highest-precision run has no near-tie, and their KL divergence.
+The checks of the port's math run it at the highest precision, against the
+legacy model_fn. This one asks a second question: does the port keep its
+outputs where its device's rounding puts them? The bar is measured on the
+model itself: every kernel and embedding is moved by up to the rounding's
+unit roundoff (precision.perturbed) at the highest precision, and each
+output's movement (its root mean square over tolerances.DRIFT_DRAWS draws of
+that movement), times tolerances.DRIFT_MULTIPLE, is how far the device may
+move it. A device rounds activations as well as kernels, a few times over in
+a deep model, and the multiple allows for it; a port that amplifies the
+rounding (a softmax of unshifted values, a cancellation) moves beyond it.
+Distributions are judged by their argmax, where the highest-precision run
+has no near-tie, and their KL divergence.
 """
 from __future__ import annotations
 
@@ -21,10 +21,16 @@ import numpy as np
 
 from migration_tools import outputs
 from migration_tools import tolerances
-from migration_tools.compare.checks import CheckResult
-from migration_tools.compare.checks import PASSED
-from migration_tools.compare.checks import FAILED
+from migration_tools.compare.context import Replicas
+from migration_tools.compare.context import Run
+from migration_tools.compare.registry import Check
+from migration_tools.compare.registry import ONCE
+from migration_tools.compare.verdict import CheckResult
+from migration_tools.compare.verdict import ERROR
+from migration_tools.compare.verdict import FAILED
+from migration_tools.compare.verdict import PASSED
 from migration_tools.pair import precision
+
 
 NAME = 'device_drift'
 
@@ -126,7 +132,8 @@ def _ratio(figure: float, bar: float) -> float:
 def _verdict(judged: list, flipped: list, figures: dict,
              rounding: precision.Rounding) -> CheckResult:
   if not judged:
-    return CheckResult(NAME, PASSED, 'no float output to judge', figures=figures)
+    return CheckResult(NAME, PASSED, 'no float output to judge',
+                       figures=figures)
   ratio, figure, bar, what = max(judged, key=lambda j: j[0])
   figures['worst'] = what
   failed = ratio > 1 or flipped
@@ -151,3 +158,64 @@ def _verdict(judged: list, flipped: list, figures: dict,
                 'stable')
   return CheckResult(NAME, FAILED if failed else PASSED, message,
                      float(figure), float(bar), figures)
+
+
+def _deployed_rounding(run: Run) -> precision.Rounding | None:
+  """What the port's dots round to as deployed: the rounding emulated, or
+  its device's (read with where it runs); None: float32."""
+  return run.emulate or precision.of_answers(run.ran_on.get('precision', {}))
+
+
+def drive(run: Run, replicas: Replicas) -> CheckResult:
+  """The port's outputs as deployed (its device's precision, or the one
+  emulated) against its own at the highest precision, every other check's,
+  over what its kernels moved by that precision's rounding move them."""
+  rounding = _deployed_rounding(run)
+  runner = replicas.port
+  features = run.data.batches[0][0]
+  ours = runner.predict(features)
+  with runner.at_deployed_precision() as dots:
+    before = getattr(dots, 'rounded', 0)
+    drifted = runner.predict(features)
+    rounded = getattr(dots, 'rounded', 0) - before
+  if run.emulate and not rounded:
+    return CheckResult(NAME, ERROR,
+                       _UNREACHED.format(run.emulate.name))
+  kernels = [n for n in run.weights if np.ndim(run.start[n]) >= 2]
+  moved = []
+  try:
+    for draw in range(tolerances.DRIFT_DRAWS):
+      runner.set_state(precision.perturbed(run.start, kernels, rounding,
+                                           run.options.seed + draw))
+      moved.append(runner.predict(features))
+  finally:
+    runner.set_state(run.start)
+  result = judge(ours, drifted, moved, rounding)
+  if run.emulate:
+    result.figures['dots_rounded'] = rounded
+  return result
+
+
+# An emulated rounding that reached no dot: the port's predict ran a
+# program compiled before it, so its outputs say nothing of the rounding.
+_UNREACHED = (
+    '--emulate_precision={} rounded no dot of the port\'s predict: it runs '
+    'a program compiled before the comparison set the rounding (e.g. a '
+    'tf.function or a torch.compile\'d module made once), which the '
+    'emulation cannot reach; let predict call the model as it is, or leave '
+    'the flag out')
+
+
+CHECK = Check(
+    NAME, 'the port\'s PREDICT outputs as deployed on its device '
+    '(TF32 on a GPU, bfloat16 passes on a TPU, or `--emulate_precision`) '
+    'against its own at the highest precision, which every other check '
+    'runs it at; distributions also by argmax (away from near-ties) and KL '
+    'divergence; left out where the port computes float32', ONCE,
+    drive, needs=('port.predict', 'port.set_state',
+                  'port.at_deployed_precision'),
+    # Where the port computes float32 (the CPU), nothing drifts.
+    applies=lambda run, _: _deployed_rounding(run) is not None,
+    bar=f'{tolerances.DRIFT_MULTIPLE:g}x each output\'s movement with every '
+        'kernel moved by the precision\'s unit roundoff (2^-11 TF32, 2^-8 '
+        f'bfloat16; root mean square over {tolerances.DRIFT_DRAWS} draws)')

@@ -1,0 +1,69 @@
+"""dropout: every step with dropout on, at identical state, the random
+numbers aligned.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from kit_core.lazy import tensorflow as tf
+from migration_tools import tolerances
+from migration_tools.compare import passes
+from migration_tools.compare.checks import stepwise as stepwise_check
+from migration_tools.compare.context import Replicas
+from migration_tools.compare.context import Run
+from migration_tools.compare.registry import AFTER
+from migration_tools.compare.registry import bar_text
+from migration_tools.compare.registry import Check
+from migration_tools.compare.verdict import CheckResult
+from migration_tools.compare.verdict import SKIPPED
+
+
+def judge(name: str, per_step: np.ndarray, losses: list[float]
+          ) -> CheckResult:
+  """Every step with dropout on, at identical state, the random numbers
+  aligned: stepwise's figures, and a hint that names dropout."""
+  result = stepwise_check.judge(name, per_step)
+  figures = {**result.figures, 'legacy_losses': losses}
+  if result.passed:
+    return dataclasses.replace(result, figures=figures)
+  return dataclasses.replace(
+      result, figures=figures, message=(
+          f'with dropout on (random numbers aligned) step '
+          f'{figures["first_step_over_tolerance"]} differs by '
+          f'{result.max_abs_diff:.3g} at identical state; if stepwise and '
+          'one_step pass, dropout is the difference: compare the dropout '
+          'rate and where the dropout layer sits. (Masks align only when '
+          'both draw them with stateful random ops, as tf.compat.v1.layers '
+          'and Keras 2.15 layers do by default.)'))
+
+
+def drive(run: Run, replicas: Replicas | None) -> CheckResult:
+  """Every step with dropout on, at identical state, random numbers aligned.
+
+  Both graphs are built inside one DeterministicRandomTestTool scope
+  ('constant' mode), which gives every stateful random op the same seeds: the
+  legacy graph's dropout op and the port's, in its tf.function, then draw the
+  same mask at the same step (one draw per step on each side; giving the
+  port the legacy state between steps moves no random state).
+  """
+  del replicas  # On one replica.
+  name = 'dropout (1 replica)'
+  unaligned = run.framework.dropout_unaligned()
+  if unaligned:
+    return CheckResult(name, SKIPPED, unaligned)
+  tool = tf.compat.v1.keras.utils.DeterministicRandomTestTool()
+  with tool.scope():
+    legacy = run.legacy(name, draws=True, gradients=False)
+    runner = run.port_runner(tf.distribute.OneDeviceStrategy('/cpu:0'))
+    resynced = passes.resynced_steps(run, legacy, runner, name, dropout=True)
+  return judge(name, resynced.per_step, resynced.losses)
+
+
+CHECK = Check(
+    'dropout (1 replica)', 'every step with dropout **on**, at identical '
+    'state, the random numbers aligned', AFTER, drive,
+    needs=('legacy.step', 'legacy.state', 'port.set_state',
+           'port.step_as_trained'),
+    bar=bar_text(tolerances.ONE_STEP_ATOL))

@@ -1,0 +1,70 @@
+"""inference: the PREDICT outputs at identical state, and each layer's
+(compare/layers): where inside the model the two sides part, if they do.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from migration_tools import tolerances
+from migration_tools.compare import layers as layers_lib
+from migration_tools.compare import noise as noise_lib
+from migration_tools.compare import passes
+from migration_tools.compare.context import Replicas
+from migration_tools.compare.context import Run
+from migration_tools.compare.registry import bar_text
+from migration_tools.compare.registry import Check
+from migration_tools.compare.registry import ONCE
+from migration_tools.compare.verdict import CheckResult
+from migration_tools.compare.verdict import compare_outputs
+
+
+def judge(theirs: dict, ours: dict, output_map: dict[str, str],
+          layers: dict | None = None, parting: str = '',
+          noise: noise_lib.Forward | None = None) -> CheckResult:
+  """The same PREDICT outputs at identical state and inputs, by name.
+
+  Args:
+    layers: each layer's figures (compare/layers), reported.
+    parting: where inside the model the two part (layers.parting_text),
+      '' where they do not: said even when the outputs pass.
+    noise: the port's outputs' own rounding noise (noise.forward).
+  """
+  result = compare_outputs(
+      'inference', theirs, ours, output_map, tolerances.INFERENCE_ATOL,
+      'before any training step, at identical weights and inputs: the model '
+      'or its preprocessing differs (e.g. an input scaling done in the '
+      'model_fn, an activation, a layer\'s order or hyper-parameter such as '
+      'a batch-norm epsilon, an embedding\'s scaling, a kernel read in '
+      'another layout)', {'layers': layers or {}}, noise)
+  if not parting:
+    return result
+  return dataclasses.replace(result, message=result.message + (
+      '; ' if result.message else 'the outputs agree within the bar, but '
+      'inside the model ') + parting)
+
+
+def drive(run: Run, replicas: Replicas) -> CheckResult:
+  """The outputs at identical state, and each layer's (compare/layers):
+  where inside the model the two sides part, if they do."""
+  legacy, runner = replicas.legacy, replicas.port
+  features = run.data.batches[0][0]
+  theirs, ours = legacy.predict(features), runner.predict(features)
+  run.forward_noise = passes.forward_noise(run, runner, run.start, ours,
+                                           lambda: runner.predict(features))
+  figures = layers_lib.compare(legacy.layer_outputs(features),
+                               runner.layer_outputs(features),
+                               layers_lib.pairs(run.pairs))
+  run.parting = layers_lib.parting_text(figures)
+  return judge(theirs, ours, run.port.output_map, figures,
+               run.parting, run.forward_noise)
+
+
+CHECK = Check(
+    'inference', 'every PREDICT output by name, at identical state; and each '
+    'layer\'s output on one example (legacy name scope against the Keras '
+    'layer the variable map pairs with it), reported, to say where the two '
+    'part', ONCE, drive,
+    needs=('legacy.predict', 'legacy.layer_outputs', 'port.predict',
+           'port.layer_outputs'),
+    bar=f'{bar_text(tolerances.INFERENCE_ATOL)}; integers exact; layers '
+        f'relative {bar_text(tolerances.LAYER_RTOL)}')
