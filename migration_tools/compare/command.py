@@ -224,7 +224,7 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
       pair_lib.legacy_callable(tool_flags, 'legacy_serving_inputs')
       if serving and tool_flags.legacy_serving_inputs else None)
   port = pair_lib.load_port(tool_flags)
-  emulate = _emulated(tool_flags, port)
+  dots = _dots(tool_flags, port)
   cli.set_legacy_flags(tool_flags.legacy_flags)
   about = {}
   if not tool_flags.record_bundle:
@@ -233,7 +233,7 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
                            tpu_ready=tool_flags.tpu_ready,
                            speed=_speed(tool_flags),
                            progress=_progress(tool_flags), about=about,
-                           emulate=emulate), {
+                           dots=dots), {
                                **dataclasses.asdict(options), **about,
                                'port': pair_lib.port_spec(tool_flags)}
   # Before any work: room for the bundle, by the model's shapes.
@@ -248,7 +248,7 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
   with golden.recording(tool_flags.record_bundle) as tape:
     results, bundle = harness.record_bundle(
         pair, port, workdir, counts, options, tape, tool_flags.tpu_ready,
-        _speed(tool_flags), _progress(tool_flags), about, emulate)
+        _speed(tool_flags), _progress(tool_flags), about, dots)
     tape.finish(bundle)
   print(printable(f'Bundle: {tool_flags.record_bundle}'))
   return results, {**dataclasses.asdict(options), **about,
@@ -284,32 +284,29 @@ def _replayed(tool_flags: flags.FlagValues, workdir: str, path: str
                   f'{f" at kit commit {commit[:12]}" if commit else ""}; '
                   f'replicas {",".join(map(str, counts))}'))
   port = pair_lib.load_port(tool_flags)
-  emulate = _emulated(tool_flags, port)
+  dots = _dots(tool_flags, port)
   framework = _framework(port)
   print(printable(f'Port: {pair_lib.port_spec(tool_flags)}, on {framework}'))
   about = {}
   results = harness.check_bundle(bundle, port, workdir, tool_flags.tpu_ready,
                                  _speed(tool_flags), _progress(tool_flags),
-                                 counts, about, emulate)
+                                 counts, about, dots)
   return results, {**bundle.options, 'bundle': path,
                    'recorded_with': bundle.versions,
                    'port': pair_lib.port_spec(tool_flags),
                    'port_framework': framework, **about}
 
 
-def _emulated(tool_flags: flags.FlagValues, port
-              ) -> precision.Rounding | None:
-  """The rounding --emulate_precision names, once the port's framework
-  is known to emulate it.
+def _dots(tool_flags: flags.FlagValues, port) -> precision.Dots:
+  """How the port's dots compute: its framework's, with the rounding
+  --emulate_precision names (the one reader of the flag).
 
   Raises:
-    KitError: the port's framework cannot (its line says so).
+    KitError: the port's framework cannot emulate it (its line says so).
   """
-  if tool_flags.emulate_precision is None:
-    return None
-  rounding = precision.EMULATED[tool_flags.emulate_precision]
-  frameworks.framework_of(port).dots(rounding)
-  return rounding
+  rounding = (None if tool_flags.emulate_precision is None else
+              precision.EMULATED[tool_flags.emulate_precision])
+  return frameworks.framework_of(port).dots(rounding)
 
 
 def _recorded_counts(tool_flags: flags.FlagValues,

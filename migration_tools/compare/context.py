@@ -118,8 +118,10 @@ class Run:
   speed: Any = None
   # The replica counts the port runs on, in order.
   placement_counts: list = dataclasses.field(default_factory=list)
-  # The rounding --emulate_precision declared for the port's dots, or None.
-  emulate: precision.Rounding | None = None
+  # How the port's dots compute (its framework's precision.Dots), with the
+  # rounding --emulate_precision declared, if any: made once (harness), for
+  # every port run, and the one reader of the flag.
+  dots: precision.Dots | None = None
   # Where the port's first run runs (the report's port_ran_on, runs_on).
   ran_on: dict = dataclasses.field(default_factory=dict)
   memo: _Memo = dataclasses.field(default_factory=_Memo)
@@ -149,8 +151,7 @@ class Run:
 
   def _port_runner(self, placement) -> side.PortSide:
     runner = self.framework.build_runner(self.port, placement, self.params(),
-                                         self.batches,
-                                         self.framework.dots(self.emulate))
+                                         self.batches, self.dots)
     if self.pairs:
       runner.use_map(self.pairs)
       runner.set_state(self.start)

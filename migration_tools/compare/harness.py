@@ -204,7 +204,7 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
             speed: speed_lib.Options | None = None,
             progress: progress_lib.Progress | None = None,
             about: dict | None = None,
-            emulate: precision.Rounding | None = None
+            dots: precision.Dots | None = None
             ) -> list[CheckResult]:
   """Runs every check, the legacy side live, and returns every planned one,
   in order.
@@ -225,8 +225,9 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
     progress: where a line goes as each check ends, and while one runs at
       least every 30 s; None: silent.
     about: if given, gets 'port_ran_on': where the port ran (runs_on).
-    emulate: a rounding (precision.EMULATED) the port's dots compute in as
-      deployed, for the device_drift check (--emulate_precision).
+    dots: how the port's dots compute (its framework's precision.Dots,
+      with the rounding --emulate_precision declared, for the device_drift
+      check); None: the framework's own.
 
   Returns:
     A CheckResult per check of planned_checks(); a check that raised is an
@@ -237,7 +238,7 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
   """
   return run_checks(LiveSource(pair, options, tape), port, workdir,
                     strategies, options, tpu_ready, speed, progress, about,
-                    emulate)
+                    dots)
 
 
 def check_bundle(bundle: golden.Bundle,
@@ -247,7 +248,7 @@ def check_bundle(bundle: golden.Bundle,
                  progress: progress_lib.Progress | None = None,
                  replica_counts: list[int] | None = None,
                  about: dict | None = None,
-                 emulate: precision.Rounding | None = None
+                 dots: precision.Dots | None = None
                  ) -> list[CheckResult]:
   """compare(), the legacy side answered from a golden bundle: the same
   checks on the replica counts it recorded (or those of them given), with
@@ -261,7 +262,7 @@ def check_bundle(bundle: golden.Bundle,
   # A bundle recorded before an option was added ran without it.
   options = Options(**{'beyond_init': 0.0, **bundle.options})
   return run_checks(ReplaySource(bundle), port, workdir, strategies,
-                    options, tpu_ready, speed, progress, about, emulate)
+                    options, tpu_ready, speed, progress, about, dots)
 
 
 def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
@@ -271,7 +272,7 @@ def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
                   speed: speed_lib.Options | None = None,
                   progress: progress_lib.Progress | None = None,
                   about: dict | None = None,
-                  emulate: precision.Rounding | None = None
+                  dots: precision.Dots | None = None
                   ) -> tuple[list[CheckResult], golden.Bundle]:
   """compare() on these replica counts, the legacy side's answers kept on
   tape (a golden.Recording writes them as they come); returns the results
@@ -279,7 +280,7 @@ def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
   with it). about: as compare()'s."""
   source = LiveSource(pair, options, tape)
   results = run_checks(source, port, workdir, cpu_strategies(replica_counts),
-                       options, tpu_ready, speed, progress, about, emulate)
+                       options, tpu_ready, speed, progress, about, dots)
   bundle = golden.Bundle(
       dataclasses.asdict(options), list(replica_counts),
       pair.serving_input_fn is not None and port.export is not None,
@@ -295,7 +296,7 @@ def run_checks(source: side.LegacySource,
                speed: speed_lib.Options | None = None,
                progress: progress_lib.Progress | None = None,
                about: dict | None = None,
-               emulate: precision.Rounding | None = None
+               dots: precision.Dots | None = None
                ) -> list[CheckResult]:
   """compare() on a legacy source, live or replayed: the registered checks
   of the plan, in order (registry.plan). strategies: {label: placement},
@@ -311,7 +312,7 @@ def run_checks(source: side.LegacySource,
             options, workdir, rec.progress, speed=speed,
             placement_counts=[Replicas(label, p).count
                               for label, p in strategies.items()],
-            emulate=emulate)
+            dots=dots or frameworks.framework_of(port).dots())
   with rec.progress.heartbeat():
     with _deterministic(run, options.seed):
       for index, (label, strategy) in enumerate(strategies.items()):
@@ -387,8 +388,8 @@ def _say_where(rec: Recorder, run: Run, replicas: Replicas,
     ran_on = {'error': one_line(e)}
     rec.progress.line(f'Ran on: not known ({one_line(e)})')
   else:
-    if run.emulate:
-      ran_on['emulated'] = run.emulate.name
+    if run.dots.emulated:
+      ran_on['emulated'] = run.dots.emulated.name
     rec.progress.line(runs_on.line(ran_on))
   run.ran_on = ran_on
   if about is not None:

@@ -163,7 +163,8 @@ def _verdict(judged: list, flipped: list, figures: dict,
 def _deployed_rounding(run: Run) -> precision.Rounding | None:
   """What the port's dots round to as deployed: the rounding emulated, or
   its device's (read with where it runs); None: float32."""
-  return run.emulate or precision.of_answers(run.ran_on.get('precision', {}))
+  return run.dots.emulated or precision.of_answers(
+      run.ran_on.get('precision', {}))
 
 
 def drive(run: Run, replicas: Replicas) -> CheckResult:
@@ -178,9 +179,8 @@ def drive(run: Run, replicas: Replicas) -> CheckResult:
     before = getattr(dots, 'rounded', 0)
     drifted = runner.predict(features)
     rounded = getattr(dots, 'rounded', 0) - before
-  if run.emulate and not rounded:
-    return CheckResult(NAME, ERROR,
-                       _UNREACHED.format(run.emulate.name))
+  if run.dots.emulated and not rounded:
+    return CheckResult(NAME, ERROR, _UNREACHED.format(run.dots.emulated.name))
   kernels = [n for n in run.weights if np.ndim(run.start[n]) >= 2]
   moved = []
   try:
@@ -191,7 +191,7 @@ def drive(run: Run, replicas: Replicas) -> CheckResult:
   finally:
     runner.set_state(run.start)
   result = judge(ours, drifted, moved, rounding)
-  if run.emulate:
+  if run.dots.emulated:
     result.figures['dots_rounded'] = rounded
   return result
 
