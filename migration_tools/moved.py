@@ -5,6 +5,10 @@ importing for a release, through a module left at the old path that warns
 (``alias``) and hands over the new one. A path that moved and has no alias
 (a module no release documented) is named in the ImportError's line
 (``where``), with the path to import instead.
+
+A documented path may also stay the one to import while its code lives
+elsewhere (``public``): the port contracts, imported by every team's port,
+live in their frameworks' folders (pair/frameworks/<name>/port.py).
 """
 from __future__ import annotations
 
@@ -17,6 +21,41 @@ import warnings
 # {old path: new path} of the documented modules that moved, each aliased by
 # a module at the old path until the release after the one that moved it.
 ALIASED = {'migration_tools.port': 'migration_tools.pair.port'}
+
+
+# {documented path: where its code lives}: the path stays the one to import,
+# with no warning, and names the same module object as its home.
+PUBLIC = {
+    'migration_tools.pair.port':
+        'migration_tools.pair.frameworks.keras_tf.port',
+    'migration_tools.pair.array_port':
+        'migration_tools.pair.frameworks.arrays.port',
+}
+
+# {old path: new path} of undocumented modules that moved under another last
+# name (where() finds the others by their last name).
+RENAMED = {
+    'migration_tools.pair.port_runner':
+        'migration_tools.pair.frameworks.keras_tf.runner',
+    'migration_tools.pair.array_runner':
+        'migration_tools.pair.frameworks.arrays.runner',
+    'migration_tools.pair.frameworks.keras_tf_precision':
+        'migration_tools.pair.frameworks.keras_tf.precision',
+    'migration_tools.pair.frameworks.keras_tf_tpu':
+        'migration_tools.pair.frameworks.keras_tf.tpu',
+    'migration_tools.pair.frameworks.arrays_precision':
+        'migration_tools.pair.frameworks.arrays.precision',
+    'migration_tools.pair.frameworks.arrays_tpu':
+        'migration_tools.pair.frameworks.arrays.tpu',
+    'migration_tools.pair.frameworks.pytorch_precision':
+        'migration_tools.pair.frameworks.pytorch.precision',
+}
+
+
+def public(name: str) -> None:
+  """Makes the module at name (whose code calls this) the one its code lives
+  in (PUBLIC): both paths import the same module."""
+  sys.modules[name] = importlib.import_module(PUBLIC[name])
 
 
 def alias(old: str) -> None:
@@ -54,6 +93,8 @@ def where(error: ImportError) -> str:
     if not found:
       return ''
     wanted = found[1]
+  if wanted in RENAMED:
+    return f': {wanted} is now {RENAMED[wanted]}'
   last = wanted.rpartition('.')[2]
   # A package that cannot be imported here is passed by: this only words
   # an error.

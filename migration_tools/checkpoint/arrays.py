@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 import os
+from typing import Any
 
 from absl import logging
 
@@ -28,14 +29,13 @@ from migration_tools.checkpoint import files
 from migration_tools.checkpoint import predictions
 from migration_tools.checkpoint import verify as verify_lib
 from migration_tools.pair import array_port
-from migration_tools.pair import array_runner
 from migration_tools.pair import frameworks
 from migration_tools.pair import legacy
 from migration_tools.pair import optimizers
 
 
 def _carry_slots(checkpoint: estimator.LegacyCheckpoint,
-                 runner: array_runner.ArrayRunner,
+                 runner: Any,
                  given: dict[str, str]) -> int:
   """Sets the port's slots from the checkpoint's; returns how many.
 
@@ -80,8 +80,10 @@ def convert(estimator_dir: str, output: str, port: array_port.ArrayPort,
   """
   output = files.check_output(output, '--estimator_dir', estimator_dir)
   checkpoint = estimator.read_checkpoint(estimator_dir)
-  runner = array_runner.ArrayRunner(port, 1, legacy.model_params(params or {}, 1), [],
-                                    where='--port')
+  # The port's framework's runner (an ArrayRunner): on one replica, no
+  # batches.
+  runner = frameworks.framework_of(port).runner(
+      port, 1, legacy.model_params(params or {}, 1), [])
   pairs = files.pairs(checkpoint.model.shapes, runner.model.variables(),
                       port.variable_map, order)
   runner.use_map(pairs)

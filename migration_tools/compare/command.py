@@ -110,8 +110,9 @@ def _define_run_flags(define: dict) -> None:
                     'bfloat16 (one pass, a TPU). Every check of its math '
                     'runs it at the highest precision, as without the flag; '
                     'device_drift judges its outputs at this one against '
-                    'those. For ports on JAX, PyTorch and Keras on '
-                    'TensorFlow.', **define)
+                    'those. For ports on '
+                    f'{frameworks.titles(frameworks.emulating())}.',
+                    **define)
   flags.DEFINE_list('replicas', ['1', '2', '4'],
                     'Replica counts to run the port on; the first must be 1.',
                     **define)
@@ -229,7 +230,8 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
   about = {}
   if not tool_flags.record_bundle:
     return harness.compare(pair, port, workdir,
-                           harness.cpu_strategies(counts), options,
+                           harness.placements(port, counts,
+                                              _progress(tool_flags)), options,
                            tpu_ready=tool_flags.tpu_ready,
                            speed=_speed(tool_flags),
                            progress=_progress(tool_flags), about=about,

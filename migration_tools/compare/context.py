@@ -15,11 +15,8 @@ from typing import Any, Callable
 from kit_core import progress as progress_lib
 from kit_core import timing
 from kit_core.errors import KitError
-from kit_core.lazy import tensorflow as tf
 from migration_tools.pair import legacy as legacy_lib
-from migration_tools.pair import array_port
 from migration_tools.pair import frameworks
-from migration_tools.pair import port as port_lib
 from migration_tools.pair import precision
 from migration_tools.pair import side
 
@@ -93,7 +90,8 @@ class Run:
   """One comparison: the legacy source, the port, the data and what the
   early checks resolved (pairs, start, slot_map, parting)."""
   source: side.LegacySource
-  port: port_lib.Port | array_port.ArrayPort
+  # The port: a port a registered framework accepts (pair/frameworks/).
+  port: Any
   data: side.Data
   batches: list
   options: Options
@@ -141,11 +139,10 @@ class Run:
     """The framework the port is written in (its registered adapter)."""
     return frameworks.framework_of(self.port)
 
-  def port_runner(self, placement: tf.distribute.Strategy | int
-                  ) -> side.PortSide:
+  def port_runner(self, placement: Any) -> side.PortSide:
     """A fresh port run, from the start state, its state and slots paired
-    as the early checks resolved. placement: a Keras port's strategy, or an
-    ArrayPort's replica count."""
+    as the early checks resolved. placement: one of its framework's
+    placements (Framework.placements)."""
     with timing.spent('port building'):
       return self._port_runner(placement)
 
@@ -178,7 +175,7 @@ class Replicas:
   those read describe() and the passes' results in memo.
   """
   label: str
-  placement: tf.distribute.Strategy | int
+  placement: Any
   legacy: Any = None
   port: Any = None
   memo: _Memo = dataclasses.field(default_factory=_Memo)
@@ -200,6 +197,6 @@ class Replicas:
 
   @property
   def count(self) -> int:
-    if isinstance(self.placement, int):
-      return self.placement
-    return self.placement.num_replicas_in_sync
+    # The label is the count's (frameworks.label): the placement is the
+    # framework's own, and only its adapter reads it.
+    return int(self.label.split()[0])

@@ -1,9 +1,10 @@
 """The equivalence harness: a legacy model_fn against its port, check by check.
 
-``compare(pair, port, workdir, strategies, options)`` reads batches from the
+``compare(pair, port, workdir, placements, options)`` reads batches from the
 user's legacy input_fn, runs the legacy model_fn on them as TPUEstimator does
-on CPU and the port's own pieces (``port.Port``) under each strategy, from the
-same initial state, and returns a ``checks.CheckResult`` for every check of
+on CPU and the port's own pieces (a port any registered framework accepts:
+pair/frameworks/) on each replica count, where its framework places it, from
+the same initial state, and returns a ``checks.CheckResult`` for every check of
 the registry (registry.py; the kit's own are in checks/, one file each), in
 the order of its plan. A check that raises is an ERROR with its cause and the
 others still run; a signal stops the comparison. A line goes to ``progress``
@@ -16,6 +17,7 @@ import contextlib
 import dataclasses
 import os
 import time
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -37,15 +39,12 @@ from migration_tools.compare.checks import CheckResult
 from migration_tools.compare.context import Options
 from migration_tools.compare.context import Replicas
 from migration_tools.compare.context import Run
-from migration_tools.pair import array_port
 from migration_tools.pair import legacy as legacy_lib
-from migration_tools.pair import port as port_lib
 from migration_tools.pair import precision
 from migration_tools.pair import frameworks
 from migration_tools.pair import recorded
 from migration_tools.pair import runs_on
 from migration_tools.pair import side
-from migration_tools.pair.frameworks import keras_tf
 
 __all__ = ['Options', 'LegacyPair', 'compare', 'check_bundle',
            'record_bundle', 'cpu_strategies', 'placements', 'write_report']
@@ -196,8 +195,8 @@ class ReplaySource:
     return None  # A bundle's legacy side is not run.
 
 
-def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
-            strategies: dict[str, tf.distribute.Strategy],
+def compare(pair: LegacyPair, port: Any, workdir: str,
+            strategies: dict[str, Any],
             options: Options = Options(),
             tape: recorded.Keeper | None = None,
             tpu_ready: bool = True,
@@ -211,10 +210,12 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
 
   Args:
     pair: the legacy model_fn, input_fn and serving function.
-    port: the port's pieces (port.check_port has accepted it).
+    port: the port's pieces (its framework's check has accepted it).
     workdir: where the SavedModels are written.
-    strategies: {label: strategy}, the first one '1 replica'; each gets a
-      trajectory against the single-replica legacy model.
+    strategies: {label: placement}, the first one '1 replica', as
+      placements() gives them (a Keras port's strategy, an ArrayPort's
+      replica count); each gets a trajectory against the single-replica
+      legacy model.
     options: the training compared.
     tape: if given, every answer of the legacy side is written to it (for
       record_bundle).
@@ -242,7 +243,7 @@ def compare(pair: LegacyPair, port: port_lib.Port, workdir: str,
 
 
 def check_bundle(bundle: golden.Bundle,
-                 port: port_lib.Port | array_port.ArrayPort, workdir: str,
+                 port: Any, workdir: str,
                  tpu_ready: bool = True,
                  speed: speed_lib.Options | None = None,
                  progress: progress_lib.Progress | None = None,
@@ -265,7 +266,7 @@ def check_bundle(bundle: golden.Bundle,
                     options, tpu_ready, speed, progress, about, dots)
 
 
-def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
+def record_bundle(pair: LegacyPair, port: Any, workdir: str,
                   replica_counts: list[int], options: Options,
                   tape: recorded.Keeper,
                   tpu_ready: bool = True,
@@ -279,8 +280,9 @@ def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
   and the bundle, whose tape is tape (Recording.finish completes the file
   with it). about: as compare()'s."""
   source = LiveSource(pair, options, tape)
-  results = run_checks(source, port, workdir, cpu_strategies(replica_counts),
-                       options, tpu_ready, speed, progress, about, dots)
+  results = run_checks(source, port, workdir,
+                       placements(port, replica_counts, progress), options,
+                       tpu_ready, speed, progress, about, dots)
   bundle = golden.Bundle(
       dataclasses.asdict(options), list(replica_counts),
       pair.serving_input_fn is not None and port.export is not None,
@@ -290,7 +292,7 @@ def record_bundle(pair: LegacyPair, port: port_lib.Port, workdir: str,
 
 
 def run_checks(source: side.LegacySource,
-               port: port_lib.Port | array_port.ArrayPort,
+               port: Any,
                workdir: str, strategies: dict[str, Any],
                options: Options, tpu_ready: bool = True,
                speed: speed_lib.Options | None = None,
@@ -402,7 +404,7 @@ def port_ran_on(run: Run, replicas: Replicas) -> dict:
                               run.placement_counts, run.batches)
 
 
-def placements(port: port_lib.Port | array_port.ArrayPort,
+def placements(port: Any,
                replica_counts: list[int],
                progress: progress_lib.Progress | None = None,
                skipped: dict | None = None) -> dict[str, Any]:
@@ -420,8 +422,15 @@ def placements(port: port_lib.Port | array_port.ArrayPort,
       {} if skipped is None else skipped)
 
 
-# The strategies of a Keras port (its framework's placements).
-cpu_strategies = keras_tf.cpu_strategies
+def cpu_strategies(replica_counts: list[int]) -> dict[str, Any]:
+  """Deprecated: placements(port, replica_counts), which asks the port's
+  framework; this one gives a Keras port's strategies."""
+  warnings.warn('harness.cpu_strategies is deprecated: use '
+                'harness.placements(port, replica_counts), which places the '
+                'replicas as the port\'s framework does', DeprecationWarning,
+                stacklevel=2)
+  on_tf = next(f for f in frameworks.registered() if f.on_tensorflow)
+  return on_tf.placements(replica_counts, progress_lib.Progress(None), {})
 
 
 # The report's schema (compare/report.schema.json): its name and version.

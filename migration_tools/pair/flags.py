@@ -76,10 +76,10 @@ def define_pair_flags(tool_flags: flags.FlagValues, serving: bool) -> None:
                         'tensor, tf.Example protos of the features).',
                         **define)
   flags.DEFINE_string('port', KIT_PAIR['port'],
-                      'A function returning the migration_tools.pair.port.Port '
-                      '(a Keras port on TensorFlow), the array_port.ArrayPort '
-                      '(JAX) or the frameworks.pytorch.TorchPort (PyTorch), as '
-                      'package.module:name. Unset: the kit\'s own port on the '
+                      'A function returning a port of a registered framework, '
+                      'as package.module:name: ' + '; '.join(
+                          f'{f.title}: a {f.contract}'
+                          for f in frameworks.registered()) + '. Unset: the kit\'s own port on the '
                       'first framework installed of ' + ', '.join(
                           f'{f} ({p})' for f, p in KIT_PORTS) + '.',
                       **define)

@@ -4,8 +4,8 @@ kit can, named where it cannot.
 The deterministic checks (one_step, updates, stepwise, trajectory) take one
 step at identical state on both sides, so neither side may draw. The kit
 switches Dropout and ``tf.nn.dropout`` off while the graphs are built
-(``port_runner.dropout_disabled``); a model_fn draws in other ways too. Drop
-connect, as EfficientNet, MnasNet and ResNet-RS write it, is
+(``frameworks/keras_tf/runner.dropout_disabled``); a model_fn draws in other
+ways too. Drop connect, as EfficientNet, MnasNet and ResNet-RS write it, is
 ``x / keep * floor(keep + tf.random_uniform(...))``; stochastic depth and
 home-made dropout compare a uniform with a rate.
 

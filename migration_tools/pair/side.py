@@ -9,7 +9,8 @@ setting its slots and step, its own input pipeline, its step timed).
   legacy.LegacyRunner      LegacySide: the model_fn, as TPUEstimator ran it
   recorded.RecordingRunner LegacySide: a LegacySide, each answer taped
   recorded.ReplayedRunner  LegacySide: the answers of a tape
-  port_runner.PortRunner   PortSide: the port's pieces under a strategy
+  frameworks/keras_tf/runner.PortRunner, frameworks/arrays/runner.ArrayRunner
+                           PortSide: the port's pieces, run by its framework
 
 They are abstract base classes: a runner that leaves a question unanswered
 cannot be made (TypeError names it), and ``QUESTIONS`` (what a tape records

@@ -5,7 +5,7 @@ import pytest
 
 from kit_core.errors import KitError
 from migration_tools.pair import array_port
-from migration_tools.pair import array_runner
+from migration_tools.pair.frameworks.arrays import runner as array_runner
 from toy_array_model import Linear
 
 BATCHES = [(np.ones((4, 3), np.float32), np.zeros(4, np.int32)),

@@ -59,8 +59,8 @@ def test_each_framework_emulates_a_precision_and_a_new_one_refuses_it():
   with pytest.raises(KitError) as e:
     Newer().dots(precision.TF32)
   assert str(e.value) == (
-      '--emulate_precision rounds the dots of a JAX, PyTorch or '
-      "Keras-on-TensorFlow port; a newer port runs at its device's own "
+      '--emulate_precision rounds the dots of a port on Keras on '
+      'TensorFlow, JAX or PyTorch; a newer port runs at its device\'s own '
       'precision: leave the flag out')
 
 
@@ -157,22 +157,71 @@ def test_no_tool_asks_a_ports_type_outside_the_adapters():
   assert not found, found
 
 
+# What only a framework's adapter may name, in the tools: its contracts (the
+# public paths of pair/frameworks/<name>/port.py) and TensorFlow's placement
+# and Keras's random-number tools.
+_FRAMEWORK_ONLY = ('migration_tools.pair.port', 'migration_tools.pair.array_port')
+_FRAMEWORK_APIS = ('tf.distribute.', 'tf.keras.', 'tf.compat.v1.keras.')
+
+
+def _framework_mentions(path: str, names: list[str], strict: bool) -> list:
+  with open(path, encoding='utf-8') as f:
+    tree = ast.parse(f.read())
+  where = os.path.relpath(path, REPO)
+  found = {}  # {line: what}: the first thing found on each line.
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Constant) and node.value in names:
+      found.setdefault(node.lineno, f'{where}:{node.lineno}: {node.value!r}')
+    if isinstance(node, ast.ImportFrom):
+      module = node.module or ''
+      imported = [f'{module}.{alias.name}' for alias in node.names]
+      if any(m.startswith('migration_tools.pair.frameworks.') for m in
+             [module + '.', *imported]
+             if m != 'migration_tools.pair.frameworks.'):
+        found.setdefault(node.lineno, f'{where}:{node.lineno}: from {module}')
+      if strict and any(m in _FRAMEWORK_ONLY for m in imported):
+        found.setdefault(node.lineno,
+                         f'{where}:{node.lineno}: a contract, from {module}')
+    if strict and isinstance(node, ast.Attribute):
+      text = ast.unparse(node)
+      if text.startswith(_FRAMEWORK_APIS):
+        found.setdefault(node.lineno, f'{where}:{node.lineno}: {text}')
+  return [found[line] for line in sorted(found)]
+
+
 def test_the_commands_name_no_framework():
-  # A new framework is its adapter's file and one register call: compare/
-  # and checkpoint/ ask the adapter, and key nothing by a framework's name.
+  # A new framework is its folder and one register call: compare/ (the live
+  # comparison and every check) and checkpoint/ ask the adapter, and key
+  # nothing by a framework's name; compare/ names no framework's contract
+  # or placement either (the converter reads Keras 2 checkpoints and
+  # converts to each contract: it may name them).
   names = [f.name for f in frameworks.registered()]
   found = []
-  for folder in ('compare', 'checkpoint'):
+  for folder, strict in (('compare', True), ('checkpoint', False)):
     for path in sorted(glob.glob(os.path.join(REPO, 'migration_tools', folder,
-                                              '*.py'))):
-      with open(path, encoding='utf-8') as f:
-        tree = ast.parse(f.read())
-      for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and node.value in names:
-          found.append(f'{os.path.relpath(path, REPO)}:{node.lineno}: '
-                       f'{node.value!r}')
-        if isinstance(node, ast.ImportFrom) and 'frameworks.' in (
-            node.module or ''):
-          found.append(f'{os.path.relpath(path, REPO)}:{node.lineno}: '
-                       f'from {node.module}')
+                                              '**', '*.py'), recursive=True)):
+      found += _framework_mentions(path, names, strict)
   assert not found, found
+
+
+def test_the_framework_check_finds_what_it_looks_for(tmp_path):
+  # The check above can fail: a check that makes a Keras strategy and
+  # imports a framework's module is found, line by line.
+  path = tmp_path / 'check.py'
+  path.write_text('from migration_tools.pair.frameworks import keras_tf\n'
+                  'from migration_tools.pair import port\n'
+                  'x = tf.distribute.OneDeviceStrategy("/cpu:0")\n'
+                  'name = "pytorch"\n')
+  found = _framework_mentions(str(path), ['pytorch'], strict=True)
+  assert [line.split(': ', 1)[0].rsplit(':', 1)[1] for line in found] == [
+      '1', '2', '3', '4'], found
+
+
+def test_the_guides_table_has_a_column_per_registered_framework():
+  # The frameworks are listed from the registry in --help and in lines; the
+  # guide's table of what an adapter answers is held to it here.
+  with open(os.path.join(REPO, 'docs', 'EQUIVALENCE.md'),
+            encoding='utf-8') as f:
+    header = next(line for line in f if line.startswith('| question |'))
+  columns = [c.strip() for c in header.strip().strip('|').split('|')]
+  assert columns[2:] == [f.title for f in frameworks.registered()]

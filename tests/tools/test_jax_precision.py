@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from conftest import TESTS
-from migration_tools.pair import array_runner
+from migration_tools.pair.frameworks.arrays import runner as array_runner
 from migration_tools.pair import precision
-from migration_tools.pair.frameworks import arrays_precision
+from migration_tools.pair.frameworks.arrays import precision as arrays_precision
 
 sys.path.insert(0, os.path.join(TESTS, 'user_code'))
 import mnist_optax_port  # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -3,8 +3,10 @@ import dataclasses
 import importlib
 import os
 import sys
+import warnings
 
 import numpy as np
+
 import pytest
 import tensorflow as tf
 
@@ -76,6 +78,30 @@ def test_a_kit_module_that_moved_is_named_where_it_is_now(tmp_path,
       f"from 'migration_tools' ({os.path.dirname(cli.__file__)}"
       "/__init__.py): migration_tools.variable_map is now "
       'migration_tools.pair.variable_map); import it from there')
+
+
+def test_a_module_renamed_into_its_frameworks_folder_is_named_there(
+    tmp_path, monkeypatch):
+  # The Keras runner moved into pair/frameworks/keras_tf/ under another
+  # name: the line names its new path.
+  (tmp_path / 'runner_port.py').write_text(
+      'from migration_tools.pair import port_runner\n')
+  monkeypatch.syspath_prepend(str(tmp_path))
+  with pytest.raises(KitError) as e:
+    frameworks.load_port('runner_port:make_port')
+  assert 'migration_tools.pair.port_runner is now ' \
+      'migration_tools.pair.frameworks.keras_tf.runner' in str(e.value)
+
+
+def test_the_contracts_public_paths_are_their_frameworks_modules():
+  # A port imports its contract from pair/; its code lives in its
+  # framework's folder, and both paths are one module, without a warning.
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')
+    from migration_tools.pair import array_port  # pylint: disable=import-outside-toplevel
+    from migration_tools.pair.frameworks.arrays import port as arrays_port  # pylint: disable=import-outside-toplevel
+    from migration_tools.pair.frameworks.keras_tf import port as keras_port  # pylint: disable=import-outside-toplevel
+  assert port_lib is keras_port and array_port is arrays_port
 
 
 def test_variables_that_share_a_path_are_refused_naming_them():

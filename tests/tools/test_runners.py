@@ -9,7 +9,7 @@ import pytest
 
 from conftest import cpu_strategy
 from migration_tools.pair import legacy
-from migration_tools.pair import port_runner
+from migration_tools.pair.frameworks.keras_tf import runner as port_runner
 from migration_tools.pair import recorded
 from migration_tools.pair import side
 

@@ -1,4 +1,5 @@
-"""Where a port runs (migration_tools/pair/runs_on.py): the devices of each
+"""Where a port runs (migration_tools/pair/runs_on.py, and a JAX port's
+migration_tools/pair/frameworks/arrays/ran_on.py): the devices of each
 replica count, and the precision read from HLO text, on every profile (no
 framework needed: devices are stand-ins, HLO is text); and, where JAX is
 installed, the precision read from a real program's HLO."""
@@ -8,6 +9,7 @@ import importlib.util
 import pytest
 
 from migration_tools.pair import runs_on
+from migration_tools.pair.frameworks.arrays import ran_on
 
 needs_jax = pytest.mark.skipif(importlib.util.find_spec('jax') is None,
                                reason='reads a JAX program (jax profile)')
@@ -25,20 +27,20 @@ def _devices(platform, count):
 
 
 def test_replicas_go_to_the_accelerator_while_it_has_enough():
-  placed = runs_on.choose_devices(1, _devices('gpu', 1), _devices('cpu', 4))
+  placed = ran_on.choose_devices(1, _devices('gpu', 1), _devices('cpu', 4))
   assert placed.devices == (Device('gpu', 0),) and placed.note == ''
 
 
 def test_more_replicas_than_accelerators_run_on_host_cpus_in_one_line():
-  placed = runs_on.choose_devices(2, _devices('gpu', 1), _devices('cpu', 4))
+  placed = ran_on.choose_devices(2, _devices('gpu', 1), _devices('cpu', 4))
   assert placed.devices == tuple(_devices('cpu', 2))
   assert placed.note == ("2 replicas: JAX's gpu has 1 device: run on 2 host "
                          'CPU devices')
 
 
 def test_a_count_no_device_holds_is_skipped_saying_how_to_run_it():
-  with pytest.raises(runs_on.NoDevices) as e:
-    runs_on.choose_devices(4, _devices('gpu', 1), [])
+  with pytest.raises(ran_on.NoDevices) as e:
+    ran_on.choose_devices(4, _devices('gpu', 1), [])
   assert str(e.value).startswith("4 replicas: skipped: JAX's gpu has 1 "
                                  'device and the host 0 CPU devices; run '
                                  'with XLA_FLAGS=--xla_force_host_platform_'
@@ -73,7 +75,7 @@ _LOWERED = """
 def test_the_precision_follows_the_platform_and_what_the_program_asks(
     asked, platform, expected):
   hlo = _LOWERED.replace('{PRECISION}', asked)
-  assert runs_on.hlo_precision(hlo, platform) == {'matmul': expected,
+  assert ran_on.hlo_precision(hlo, platform) == {'matmul': expected,
                                                   'convolution': expected}
 
 
@@ -86,7 +88,7 @@ def test_narrow_operands_and_algorithms_are_read_as_such():
   %e = f32[3,3]{1,0} parameter(3)
   ROOT %f = f32[2,3]{1,0} dot(%c, %e), lhs_contracting_dims={1}, rhs_contracting_dims={0}, algorithm=dot_tf32_tf32_f32
 """
-  assert runs_on.hlo_precision(hlo, 'gpu') == {
+  assert ran_on.hlo_precision(hlo, 'gpu') == {
       'matmul': 'bfloat16 (1 op), dot_tf32_tf32_f32 algorithm (1 op)'}
 
 
@@ -116,10 +118,10 @@ def test_a_jax_programs_precision_is_read_from_its_hlo():
 
   args = (jnp.ones((2, 8, 8, 1)), jnp.ones((3, 3, 1, 4)))
   programs = {'step': (jax.jit(step), args)}
-  assert runs_on.program_precision(programs, 'gpu') == {
+  assert ran_on.program_precision(programs, 'gpu') == {
       'matmul': 'tf32', 'convolution': 'tf32'}
   with jax.default_matmul_precision('highest'):
     programs = {'step': (jax.jit(step), args)}
-    assert runs_on.program_precision(programs, 'tpu') == {
+    assert ran_on.program_precision(programs, 'tpu') == {
         'matmul': 'float32 (6 bfloat16 passes)',
         'convolution': 'float32 (6 bfloat16 passes)'}

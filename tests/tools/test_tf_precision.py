@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from migration_tools.pair import precision
-from migration_tools.pair.frameworks import keras_tf_precision
+from migration_tools.pair.frameworks.keras_tf import precision as keras_tf_precision
 
 ROUNDINGS = [precision.TF32, precision.BF16]
 

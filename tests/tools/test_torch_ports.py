@@ -210,7 +210,7 @@ def test_a_value_read_back_to_python_is_not_tpu_ready():
 def _kit_runner():
   """The kit's PyTorch port on one replica, fed one batch; the batch."""
   from kit_pair import mnist_torch  # pylint: disable=import-outside-toplevel
-  from migration_tools.pair import array_runner  # pylint: disable=import-outside-toplevel
+  from migration_tools.pair.frameworks.arrays import runner as array_runner  # pylint: disable=import-outside-toplevel
   generator = np.random.default_rng(0)
   features = generator.uniform(-0.5, 0.5, (8, 28, 28, 1)).astype(np.float32)
   labels = generator.integers(0, 10, 8).astype(np.int64)
@@ -237,7 +237,7 @@ def test_a_reordered_step_keeps_what_it_left_and_restores_the_model():
 @pytest.mark.parametrize('rounding', ['tf32', 'bf16'])
 def test_torchs_rounding_is_the_reference_rounding(rounding):
   from migration_tools.pair import precision  # pylint: disable=import-outside-toplevel
-  from migration_tools.pair.frameworks import pytorch_precision  # pylint: disable=import-outside-toplevel
+  from migration_tools.pair.frameworks.pytorch import precision as pytorch_precision  # pylint: disable=import-outside-toplevel
   rounding = precision.EMULATED[rounding]
   generator = np.random.default_rng(0)
   values = np.concatenate([
@@ -254,7 +254,7 @@ def test_torchs_rounding_is_the_reference_rounding(rounding):
 
 def test_emulation_rounds_the_dots_forward_and_backward_and_not_the_bias():
   from migration_tools.pair import precision  # pylint: disable=import-outside-toplevel
-  from migration_tools.pair.frameworks import pytorch_precision  # pylint: disable=import-outside-toplevel
+  from migration_tools.pair.frameworks.pytorch import precision as pytorch_precision  # pylint: disable=import-outside-toplevel
   torch.manual_seed(0)
   linear, conv = torch.nn.Linear(32, 5), torch.nn.Conv2d(3, 4, 3)
   x, images = torch.randn(6, 32), torch.randn(2, 3, 7, 7)

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from conftest import TESTS
 from migration_tools.compare import checks
-from migration_tools.pair.frameworks import keras_tf_tpu as tpu_ready
+from migration_tools.pair.frameworks.keras_tf import tpu as tpu_ready
 from migration_tools.pair.frameworks import tpu
 
 sys.path.insert(0, os.path.join(TESTS, 'user_code'))

@@ -7,7 +7,6 @@ import dataclasses
 
 import numpy as np
 
-from kit_core.lazy import tensorflow as tf
 from migration_tools import tolerances
 from migration_tools.compare import passes
 from migration_tools.compare.checks import stepwise as stepwise_check
@@ -42,21 +41,21 @@ def judge(name: str, per_step: np.ndarray, losses: list[float]
 def drive(run: Run, replicas: Replicas | None) -> CheckResult:
   """Every step with dropout on, at identical state, random numbers aligned.
 
-  Both graphs are built inside one DeterministicRandomTestTool scope
-  ('constant' mode), which gives every stateful random op the same seeds: the
-  legacy graph's dropout op and the port's, in its tf.function, then draw the
-  same mask at the same step (one draw per step on each side; giving the
-  port the legacy state between steps moves no random state).
+  Both sides are built inside the port's framework's aligned_draws() scope
+  (on Keras 2, a DeterministicRandomTestTool in 'constant' mode): the
+  legacy graph's dropout op and the port's then draw the same mask at the
+  same step (one draw per step on each side; giving the port the legacy
+  state between steps moves no random state).
   """
   del replicas  # On one replica.
   name = 'dropout (1 replica)'
   unaligned = run.framework.dropout_unaligned()
   if unaligned:
     return CheckResult(name, SKIPPED, unaligned)
-  tool = tf.compat.v1.keras.utils.DeterministicRandomTestTool()
-  with tool.scope():
+  one = run.framework.placements([1], run.progress, {})
+  with run.framework.aligned_draws():
     legacy = run.legacy(name, draws=True, gradients=False)
-    runner = run.port_runner(tf.distribute.OneDeviceStrategy('/cpu:0'))
+    runner = run.port_runner(next(iter(one.values())))
     resynced = passes.resynced_steps(run, legacy, runner, name, dropout=True)
   return judge(name, resynced.per_step, resynced.losses)
 

@@ -8,8 +8,10 @@ from migration_tools.pair.frameworks.base import Framework
 from migration_tools.pair.frameworks.base import framework_of
 from migration_tools.pair.frameworks.base import label
 from migration_tools.pair.frameworks.base import load_port
+from migration_tools.pair.frameworks.base import emulating
 from migration_tools.pair.frameworks.base import register
 from migration_tools.pair.frameworks.base import registered
+from migration_tools.pair.frameworks.base import titles
 
-__all__ = ['Framework', 'framework_of', 'label', 'load_port', 'register',
-           'registered']
+__all__ = ['Framework', 'emulating', 'framework_of', 'label', 'load_port',
+           'register', 'registered', 'titles']

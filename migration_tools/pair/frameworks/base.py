@@ -6,8 +6,9 @@ whether its dropout can be aligned with TF 1's, where it ran and at what
 precision. Each framework answers them in one ``Framework`` subclass,
 registered once (``register``); ``framework_of(port)`` finds the adapter
 that accepts a port, as compare/registry.py finds the checks. The kit's own
-are ``keras_tf.py`` (a ``port.Port`` under tf.distribute) and ``arrays.py``
-(an ``array_port.ArrayPort``: JAX, Keras 3 on JAX, ...).
+are in their folders: ``keras_tf/`` (a ``port.Port`` under tf.distribute),
+``arrays/`` (an ``array_port.ArrayPort``: JAX, Keras 3 on JAX, ...) and
+``pytorch/`` (a ``TorchPort``, on the arrays adapter).
 """
 from __future__ import annotations
 
@@ -38,6 +39,9 @@ class Framework(abc.ABC):
   on_tensorflow: bool = False
   # What a port of it is, for the line that refuses another object.
   contract: str = ''
+  # Its name in a user's words, for the lines and help that list the
+  # frameworks (read from the registry, never retyped): 'PyTorch'.
+  title: str = ''
 
   @abc.abstractmethod
   def accepts(self, port: Any) -> bool:
@@ -92,8 +96,8 @@ class Framework(abc.ABC):
       KitError: emulate is given, and this framework cannot emulate one.
     """
     if emulate is not None:
-      raise KitError(f'--emulate_precision rounds the dots of a JAX, '
-                     f'PyTorch or Keras-on-TensorFlow port; a {self.name} '
+      raise KitError(f'--emulate_precision rounds the dots of a port on '
+                     f'{titles(emulating())}; a {self.title or self.name} '
                      'port runs at its device\'s own precision: leave the '
                      'flag out')
     return precision.Dots()
@@ -107,6 +111,15 @@ class Framework(abc.ABC):
   def dropout_unaligned(self) -> str:
     """Why this framework's dropout masks cannot be drawn as TF 1 drew
     them, or '' where they can (the dropout check then runs)."""
+
+  def aligned_draws(self) -> contextlib.AbstractContextManager:
+    """A scope in which the legacy graph and the port's run, both built
+    inside it, draw the same random numbers at the same step (their random
+    ops seeded alike): the dropout check's, asked only where
+    dropout_unaligned() is ''."""
+    raise NotImplementedError(
+        f'{self.name} gives no aligned draws: dropout_unaligned() is \'\' '
+        'only where aligned_draws() gives a scope')
 
   @abc.abstractmethod
   def tpu_ready(self, port: Any, params: dict, batches: list,
@@ -154,6 +167,19 @@ def register(framework: Framework) -> Framework:
 
 def registered() -> list[Framework]:
   return list(_REGISTRY)
+
+
+def emulating() -> list[Framework]:
+  """The registered frameworks that emulate a device's rounding (their
+  dots() takes one)."""
+  return [f for f in _REGISTRY if type(f).dots is not Framework.dots]
+
+
+def titles(which: list[Framework]) -> str:
+  """'A, B or C': the frameworks' titles, in the order registered."""
+  names = [f.title or f.name for f in which]
+  return ' or '.join([', '.join(names[:-1]), names[-1]] if len(names) > 2
+                     else names)
 
 
 def framework_of(port: Any, where: str = '') -> Framework:

@@ -4,8 +4,8 @@ description, and the ``Readiness`` an adapter answers with
 (``Framework.tpu_ready``), which the harness's tpu_ready check reports.
 
 Each framework reads its own programs for them, with its own rule table:
-``keras_tf_tpu.py`` (XLA over tf.distribute), ``arrays_tpu.py`` (jax.jit and
-jax.export), ``pytorch.py`` (torch.export).
+``keras_tf/tpu.py`` (XLA over tf.distribute), ``arrays/tpu.py`` (jax.jit and
+jax.export), ``pytorch/`` (torch.export).
 """
 from __future__ import annotations
 

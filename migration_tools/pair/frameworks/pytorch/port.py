@@ -1,65 +1,19 @@
-"""PyTorch: a port written with ``torch.nn`` and ``torch.optim``, checked
-against the legacy model_fn from a golden bundle, with no TensorFlow and no
-JAX in its process.
-
-A PyTorch port is a ``TorchPort``: an ``array_port.ArrayPort`` whose make
-returns a ``TorchModel``, which holds the port's ``module`` and
-``optimizer`` (and its ``scheduler``, if any). Subclass ``TorchModel`` and
-write three things, as the training code has them:
-
-  loss(features, labels)  the mean loss of one replica's share (a tensor);
-  predict(features)       the model_fn's PREDICT outputs, by name;
-  evaluate(batches)       the eval metrics: 'loss' and each metric by name.
-
-The rest of the ArrayModel contract is this file's:
-
-- **Names and layouts.** Each weight is handed over under TF's name and in
-  TF's layout (``LAYOUTS``): a ``Conv2d`` named ``conv1`` gives
-  ``conv1/kernel`` as [kh, kw, in, out] (PyTorch keeps [out, in, kh, kw]),
-  a ``Linear`` gives ``dense/kernel`` as [in, out], a ``BatchNorm`` its
-  gamma, beta and moving statistics, an ``Embedding`` its embeddings.
-- **Replicas, as DDP splits a batch.** The global batch is cut into
-  ``replicas`` consecutive shares, as TPUEstimator cut it over its cores and
-  as ``DistributedSampler`` with a per-rank batch does; each share's loss is
-  differentiated alone and the gradients are averaged (``all_reduce``), as
-  DDP's gloo or NCCL all-reduce averages them. One process does the same
-  arithmetic: no process group is needed to check it.
-- **Seeding and dropout.** make is called under ``torch.manual_seed``; the
-  harness asks for dropout off, as the legacy steps were recorded: PyTorch
-  draws its masks from its own generator.
-- **TPU readiness** is ``torch.export`` of the loss and of predict on the
-  shapes they run on (what PyTorch/XLA and ``torch.compile(fullgraph=True)``
-  need: one graph, static shapes, no value read back to Python).
-- **The converter** writes the port's ``state_dict``, its optimizer's and its
-  scheduler's, and the step, in one ``torch.save`` file (``CHECKPOINT``),
-  which ``torch.load`` and ``load_state_dict`` restore.
-
-``kit_pair/mnist_torch.py`` is the kit's own; docs/MIGRATION.md, "To
-PyTorch", is the guide; docs/EQUIVALENCE.md, "Add a framework", walks
-through this file as the example of an adapter.
-"""
+"""The PyTorch port's contract: a ``TorchPort`` (an ``ArrayPort`` whose make
+returns a ``TorchModel``), the names and layouts its weights are handed over
+in (``LAYOUTS``), the batch cut into shares as DDP cuts it, and the
+checkpoint file the converter writes (``CHECKPOINT``). The package's
+docstring (pytorch/__init__.py) tells the whole contract; a port imports it
+as ``from migration_tools.pair.frameworks import pytorch``."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 import warnings
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
-from kit_core import progress as progress_lib
-from kit_core.errors import Interrupted
-from kit_core.errors import KitError
-from kit_core.errors import one_line
-from migration_tools.pair import array_port
 from migration_tools.pair import optimizers
-from migration_tools.pair import precision
-from migration_tools.pair import runs_on
-from migration_tools.pair.frameworks import arrays
-from migration_tools.pair.frameworks import base
-from migration_tools.pair.frameworks import pytorch_precision
-from migration_tools.pair.frameworks import tpu
+from migration_tools.pair.frameworks.arrays import port as array_port
 
 GUIDE = 'docs/MIGRATION.md, "To PyTorch"'
 # What the converter writes: torch.save({'model': ..., 'optimizer': ...,
@@ -314,154 +268,3 @@ class TorchPort(array_port.ArrayPort):
   converter's state_dict file.
   """
   framework: str = 'PyTorch'
-
-
-class PyTorch(arrays.Arrays):
-  """A TorchPort: the arrays adapter's contract check, description,
-  runner and converter; PyTorch's devices, seeding, precision, TPU
-  readiness and checkpoint file."""
-
-  name = 'pytorch'
-  contract = 'migration_tools.pair.frameworks.pytorch.TorchPort'
-
-  def accepts(self, port: Any) -> bool:
-    return isinstance(port, TorchPort)
-
-  def placements(self, counts: list[int], progress: progress_lib.Progress,
-                 skipped: dict[str, str]) -> dict[str, Any]:
-    del skipped  # One process holds any count.
-    if max(counts) > 1:
-      progress.line(f'{", ".join(base.label(c) for c in counts if c > 1)}: '
-                    'the global batch split into consecutive shares and the '
-                    'gradients averaged, as DDP does, in one process')
-    return {base.label(count): count for count in counts}
-
-  @contextlib.contextmanager
-  def seeded(self, seed: int) -> Iterator[None]:
-    import torch  # pylint: disable=g-import-not-at-top
-    torch.manual_seed(seed)
-    yield
-
-  def dropout_unaligned(self) -> str:
-    return ('PyTorch draws its dropout masks from its own generator, which '
-            'cannot be aligned with TF 1\'s random ops; the steps are '
-            'compared without dropout')
-
-  def dots(self, emulate: precision.Rounding | None = None) -> precision.Dots:
-    return pytorch_precision.TorchDots(emulate)
-
-  programs_are = 'TorchPort.programs: the modules of its loss and predict'
-  compiling = 'exporting the loss and predict with torch.export'
-
-  def readiness(self, programs: dict) -> tpu.Readiness:
-    """torch.export's reading of {part: (module, arguments)} (CAUSES)."""
-    return tpu.read_programs(programs, export_problems, CAUSES,
-                             'export with torch.export as one graph of '
-                             'static shapes')
-
-  def save_state(self, port: Any, model: Any, directory: str) -> str:
-    if port.save_weights is not None:
-      return port.save_weights(model, directory)
-    import torch  # pylint: disable=g-import-not-at-top
-    path = os.path.join(directory,
-                        CHECKPOINT.format(step=model.step_count()))
-    torch.save(model.state_dict(), path)
-    return path
-
-  def load_state(self, port: Any, model: Any, path: str) -> None:
-    if port.load_weights is not None:
-      port.load_weights(model, path)
-      return
-    import torch  # pylint: disable=g-import-not-at-top
-    try:
-      state = torch.load(path, map_location='cpu', weights_only=True)
-      model.load_state_dict(state)
-    except Interrupted:
-      raise
-    except Exception as e:  # pylint: disable=broad-except
-      raise KitError(f'{path} is not a checkpoint the converter wrote for '
-                     f'this port ({one_line(e)}); convert again') from e
-
-  def ran_on(self, port: Any, runner: Any, placement: Any,
-             counts: list[int], batches: list) -> dict[str, Any]:
-    del port, placement, batches  # Read from the model and torch.
-    return describe_torch(runner.model, counts)
-
-
-def describe_torch(model: TorchModel, counts: list[int]) -> dict[str, Any]:
-  """The report's 'port_ran_on' for a PyTorch port: its module's device,
-  and the precision torch's settings give float32 there (TF32 for matmuls
-  at float32_matmul_precision 'high', bf16 at 'medium'; cuDNN's TF32 for
-  convolutions, on by default), or the module's own dtype."""
-  import torch  # pylint: disable=g-import-not-at-top
-  device = next(model.module.parameters()).device
-  dtype = str(next(model.module.parameters()).dtype).replace('torch.', '')
-  matmul = convolution = dtype
-  if device.type == 'cuda' and dtype == 'float32':
-    matmul = {'highest': 'float32', 'high': 'tf32',
-              'medium': 'bfloat16'}[torch.get_float32_matmul_precision()]
-    convolution = 'tf32' if torch.backends.cudnn.allow_tf32 else 'float32'
-  kind = (torch.cuda.get_device_name(device) if device.type == 'cuda'
-          else device.type)
-  devices = torch.cuda.device_count() if device.type == 'cuda' else 1
-  return {
-      'framework': 'pytorch', 'platform': device.type, 'device_kind': kind,
-      'devices': devices,
-      'replicas': {base.label(c): f'{device.type} ({kind}) x1, the batch in '
-                                  f'{c} share{"s" if c > 1 else ""}'
-                   for c in counts},
-      'versions': runs_on.versions('torch', 'numpy'),
-      'precision': {'matmul': matmul, 'convolution': convolution},
-      'precision_from': (
-          f'the module\'s dtype ({dtype}) on the {device.type.upper()}'
-          if device.type != 'cuda' else
-          'torch\'s float32_matmul_precision '
-          f'({torch.get_float32_matmul_precision()}), cuDNN\'s allow_tf32 '
-          f'({torch.backends.cudnn.allow_tf32}) and the module\'s dtype '
-          f'({dtype})'),
-  }
-
-CAUSES = {
-    'data_dependent': tpu.Cause(
-        'reads a value back to Python or makes a shape from the data',
-        'a TPU compiles one graph of static shapes: keep values as tensors '
-        '(no .item(), .tolist() or Python branches on them), and mask '
-        'instead of dropping (torch.where(mask, x, 0))'),
-    'graph_break': tpu.Cause(
-        'breaks the graph',
-        'PyTorch/XLA and torch.compile(fullgraph=True) need one graph: '
-        'move the Python it runs (print, numpy, a callback) out of the '
-        'forward'),
-    'export': tpu.Cause(
-        'is refused by torch.export',
-        'make the forward traceable with static shapes '
-        '(torch.export.export(module, args) shows the same error)'),
-}
-
-
-def _cause(error: Exception) -> str:
-  """The key of CAUSES an export error falls under, by its type's name."""
-  name = type(error).__name__
-  text = str(error)
-  if 'DataDependent' in name or 'data-dependent' in text or (
-      'data dependent' in text):
-    return 'data_dependent'
-  if name in ('Unsupported', 'UserError') or 'graph break' in text.lower():
-    return 'graph_break'
-  return 'export'
-
-
-def export_problems(part: str, module, args: tuple) -> list[tpu.Problem]:
-  """What torch.export refuses in one program, as one Problem (see CAUSES)."""
-  import torch  # pylint: disable=g-import-not-at-top
-  try:
-    torch.export.export(module, tuple(args), strict=True)
-  except Interrupted:
-    raise
-  except Exception as e:  # pylint: disable=broad-except
-    return [tpu.Problem(part, _cause(e), type(e).__name__, part,
-                        one_line(e)[:300])]
-  return []
-
-
-base.register(PyTorch())

@@ -9,11 +9,11 @@ from typing import Any, Iterator
 from kit_core import keras_compat
 from kit_core import progress as progress_lib
 from kit_core.lazy import tensorflow as tf
-from migration_tools.pair import port as port_lib
-from migration_tools.pair import precision
-from migration_tools.pair import runs_on
+from migration_tools.pair.frameworks.keras_tf import port as port_lib
+from migration_tools.pair import precision as precision_lib
+from migration_tools.pair.frameworks.keras_tf import ran_on
 from migration_tools.pair.frameworks import base
-from migration_tools.pair.frameworks import keras_tf_precision
+from migration_tools.pair.frameworks.keras_tf import precision as keras_tf_precision
 
 
 class KerasOnTensorFlow(base.Framework):
@@ -22,6 +22,7 @@ class KerasOnTensorFlow(base.Framework):
   name = 'keras_tf'
   on_tensorflow = True
   contract = 'migration_tools.pair.port.Port'
+  title = 'Keras on TensorFlow'
 
   def accepts(self, port: Any) -> bool:
     return isinstance(port, port_lib.Port)
@@ -41,16 +42,16 @@ class KerasOnTensorFlow(base.Framework):
   def runner(self, port: Any, placement: Any, params: dict, batches: list,
              dots=None):
     # Imported here: its tf.function steps need TensorFlow at import.
-    from migration_tools.pair import port_runner  # pylint: disable=g-import-not-at-top
+    from migration_tools.pair.frameworks.keras_tf import runner as port_runner  # pylint: disable=g-import-not-at-top
     return port_runner.PortRunner(port, placement, params, batches, dots)
 
-  def dots(self, emulate: precision.Rounding | None = None) -> precision.Dots:
+  def dots(self, emulate: precision_lib.Rounding | None = None) -> precision_lib.Dots:
     # Its strategies run on CPU devices, in float32, unless emulating.
     return keras_tf_precision.TensorFlowDots(emulate)
 
   @contextlib.contextmanager
   def seeded(self, seed: int) -> Iterator[None]:
-    from migration_tools.pair import port_runner  # pylint: disable=g-import-not-at-top
+    from migration_tools.pair.frameworks.keras_tf import runner as port_runner  # pylint: disable=g-import-not-at-top
     tf.keras.utils.set_random_seed(seed)
     with port_runner.dropout_disabled():
       yield
@@ -62,16 +63,22 @@ class KerasOnTensorFlow(base.Framework):
               'compared on Keras 2 (TF 2.15) only')
     return ''
 
+  def aligned_draws(self) -> contextlib.AbstractContextManager:
+    # Every stateful random op built inside draws from constant seeds: the
+    # legacy graph's dropout op and the port's, in its tf.function, then
+    # draw the same mask at the same step.
+    return tf.compat.v1.keras.utils.DeterministicRandomTestTool().scope()
+
   def tpu_ready(self, port: Any, params: dict, batches: list,
                 progress: progress_lib.Progress):
-    from migration_tools.pair.frameworks import keras_tf_tpu  # pylint: disable=g-import-not-at-top
+    from migration_tools.pair.frameworks.keras_tf import tpu as keras_tf_tpu  # pylint: disable=g-import-not-at-top
     progress.now('tpu_ready: compiling the step and predict with XLA')
     return keras_tf_tpu.check(port, params, batches)
 
   def ran_on(self, port: Any, runner: Any, placement: Any,
              counts: list[int], batches: list) -> dict[str, Any]:
     del port, counts, batches  # Read from the strategy and the model.
-    return runs_on.describe_tensorflow(
+    return ran_on.describe_tensorflow(
         placement.extended.worker_devices,
         keras_compat.compute_dtype(runner.model))
 

@@ -19,7 +19,7 @@ from kit_core import process
 from kit_core import timing
 from migration_tools import outputs as outputs_lib
 from migration_tools.pair import optimizers
-from migration_tools.pair import port as port_lib
+from migration_tools.pair.frameworks.keras_tf import port as port_lib
 from migration_tools.pair import precision
 from migration_tools.pair import serving
 from migration_tools.pair import side

@@ -35,7 +35,7 @@ from kit_core.errors import Interrupted
 from kit_core.errors import one_line
 from kit_core.lazy import tensorflow as tf
 from migration_tools import outputs as outputs_lib
-from migration_tools.pair import port as port_lib
+from migration_tools.pair.frameworks.keras_tf import port as port_lib
 from migration_tools.pair.frameworks import tpu
 from migration_tools.pair.frameworks.tpu import Cause
 from migration_tools.pair.frameworks.tpu import Problem
@@ -342,7 +342,7 @@ def check(port: port_lib.Port, params: dict, batches: list
         port.input_pipeline(strategy, dict(params)).element_spec)
   # The step takes the legacy batches, in the Trainer protocol's form.
   # Imported here: its tf.function steps need TensorFlow at import.
-  from migration_tools.pair import port_runner  # pylint: disable=g-import-not-at-top
+  from migration_tools.pair.frameworks.keras_tf import runner as port_runner  # pylint: disable=g-import-not-at-top
   dataset = port_runner.distribute_batches(strategy, batches[:1],
                                            global_batch)
   problems += _loss_problems(trainer, dataset, strategy)

@@ -3,18 +3,18 @@ a replica count, seeded by its own code, its dropout off (``make(...,
 dropout=False)``) and never aligned with TF 1's. The ports on arrays today
 are JAX's (Keras 3 on JAX, plain JAX with optax): their replica counts are
 placed over JAX's devices, host CPU devices where the accelerator has fewer
-(runs_on), and the precision is read from their programs' HLO."""
+(ran_on.py), and the precision is read from their programs' HLO."""
 from __future__ import annotations
 
 from typing import Any
 
 from kit_core import progress as progress_lib
 from kit_core.errors import KitError
-from migration_tools.pair import array_port
-from migration_tools.pair import precision
-from migration_tools.pair import runs_on
+from migration_tools.pair.frameworks.arrays import port as array_port
+from migration_tools.pair import precision as precision_lib
+from migration_tools.pair.frameworks.arrays import ran_on
 from migration_tools.pair.frameworks import base
-from migration_tools.pair.frameworks import tpu
+from migration_tools.pair.frameworks import tpu as tpu_lib
 
 
 class Arrays(base.Framework):
@@ -22,6 +22,7 @@ class Arrays(base.Framework):
 
   name = 'arrays'
   contract = 'migration_tools.pair.array_port.ArrayPort (a port on JAX)'
+  title = 'JAX'
 
   def accepts(self, port: Any) -> bool:
     return isinstance(port, array_port.ArrayPort)
@@ -35,8 +36,8 @@ class Arrays(base.Framework):
   def placements(self, counts: list[int], progress: progress_lib.Progress,
                  skipped: dict[str, str]) -> dict[str, Any]:
     placed = {}
-    for count, placement in runs_on.jax_placements(counts).items():
-      if isinstance(placement, runs_on.NoDevices):
+    for count, placement in ran_on.jax_placements(counts).items():
+      if isinstance(placement, ran_on.NoDevices):
         progress.line(str(placement))
         skipped[base.label(count)] = str(placement)
         continue
@@ -49,13 +50,13 @@ class Arrays(base.Framework):
     return placed
 
   def runner(self, port: Any, placement: Any, params: dict, batches: list,
-             dots: precision.Dots | None = None):
-    from migration_tools.pair import array_runner  # pylint: disable=g-import-not-at-top
+             dots: precision_lib.Dots | None = None):
+    from migration_tools.pair.frameworks.arrays import runner as array_runner  # pylint: disable=g-import-not-at-top
     return array_runner.ArrayRunner(port, placement, params, batches,
                                     dots=dots)
 
-  def dots(self, emulate: precision.Rounding | None = None) -> precision.Dots:
-    from migration_tools.pair.frameworks import arrays_precision  # pylint: disable=g-import-not-at-top
+  def dots(self, emulate: precision_lib.Rounding | None = None) -> precision_lib.Dots:
+    from migration_tools.pair.frameworks.arrays import precision as arrays_precision  # pylint: disable=g-import-not-at-top
     return arrays_precision.JaxDots(emulate)
 
   def seeded(self, seed: int):
@@ -74,20 +75,20 @@ class Arrays(base.Framework):
                'for a TPU')
 
   def tpu_ready(self, port: Any, params: dict, batches: list,
-                progress: progress_lib.Progress) -> tpu.Readiness:
+                progress: progress_lib.Progress) -> tpu_lib.Readiness:
     if port.programs is None:
-      return tpu.Readiness(
-          tpu.NOT_CHECKED, f'the port gives no programs ({self.programs_are}) '
+      return tpu_lib.Readiness(
+          tpu_lib.NOT_CHECKED, f'the port gives no programs ({self.programs_are}) '
           'to compile for a TPU')
     progress.now(f'tpu_ready: {self.compiling}')
     model = port.make(dict(params), 1, False)
     features, labels = batches[0]
     return self.readiness(port.programs(model, features, labels))
 
-  def readiness(self, programs: dict) -> tpu.Readiness:
+  def readiness(self, programs: dict) -> tpu_lib.Readiness:
     """What a TPU would refuse in the port's programs, {part: (function,
-    arguments)}: jax.jit and jax.export's reading (arrays_tpu.py)."""
-    from migration_tools.pair.frameworks import arrays_tpu  # pylint: disable=g-import-not-at-top
+    arguments)}: jax.jit and jax.export's reading (tpu.py)."""
+    from migration_tools.pair.frameworks.arrays import tpu as arrays_tpu  # pylint: disable=g-import-not-at-top
     return arrays_tpu.check(programs)
 
   def save_state(self, port: Any, model: Any, directory: str) -> str:
@@ -105,7 +106,7 @@ class Arrays(base.Framework):
     if port.programs is not None:
       features, labels = batches[0]
       programs = port.programs(runner.model, features, labels)
-    return runs_on.describe_jax(runs_on.jax_placements(counts), programs)
+    return ran_on.describe_jax(ran_on.jax_placements(counts), programs)
 
 
 base.register(Arrays())

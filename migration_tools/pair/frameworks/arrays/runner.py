@@ -1,7 +1,7 @@
 """The port's side of a comparison for an ``array_port.ArrayPort``: its
 ArrayModel fed the legacy batches, its arrays named by the legacy names.
 
-What ``port_runner.PortRunner`` is for a Keras port under a strategy, for a
+What ``keras_tf/runner.PortRunner`` is for a Keras port under a strategy, for a
 port on any framework: the same questions (side.PortSide), answered from the
 arrays the model hands over.
 """
@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from kit_core import timing
-from migration_tools.pair import array_port
+from migration_tools.pair.frameworks.arrays import port as array_port
 from migration_tools.pair import optimizers
 from migration_tools.pair import precision
 from migration_tools.pair import side

@@ -1,5 +1,5 @@
 """TPU readiness of a port on JAX: will its step and its predict compile for
-a TPU? Checked on the CPU, as keras_tf_tpu.py checks a Keras port's (the
+a TPU? Checked on the CPU, as keras_tf/tpu.py checks a Keras port's (the
 arrays adapter's tpu_ready).
 
 The port hands over its compiled functions with arguments of the shapes it
@@ -14,7 +14,7 @@ trains on (``ArrayPort.programs``). Each is
    shapes known only at run time.
 
 The rule table (``CAUSES``, ``HOST_CALLBACKS``) is apart from the reading
-(``program_problems``), as in keras_tf_tpu.py.
+(``program_problems``), as in keras_tf/tpu.py.
 """
 from __future__ import annotations
 

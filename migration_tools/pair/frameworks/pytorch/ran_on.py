@@ -1,0 +1,42 @@
+"""Where a PyTorch port ran: the report's 'port_ran_on' (runs_on.line writes
+it as one line), read from its module's device and torch's settings."""
+from __future__ import annotations
+
+from typing import Any
+
+from migration_tools.pair import runs_on
+from migration_tools.pair.frameworks import base
+from migration_tools.pair.frameworks.pytorch.port import TorchModel
+
+def describe_torch(model: TorchModel, counts: list[int]) -> dict[str, Any]:
+  """The report's 'port_ran_on' for a PyTorch port: its module's device,
+  and the precision torch's settings give float32 there (TF32 for matmuls
+  at float32_matmul_precision 'high', bf16 at 'medium'; cuDNN's TF32 for
+  convolutions, on by default), or the module's own dtype."""
+  import torch  # pylint: disable=g-import-not-at-top
+  device = next(model.module.parameters()).device
+  dtype = str(next(model.module.parameters()).dtype).replace('torch.', '')
+  matmul = convolution = dtype
+  if device.type == 'cuda' and dtype == 'float32':
+    matmul = {'highest': 'float32', 'high': 'tf32',
+              'medium': 'bfloat16'}[torch.get_float32_matmul_precision()]
+    convolution = 'tf32' if torch.backends.cudnn.allow_tf32 else 'float32'
+  kind = (torch.cuda.get_device_name(device) if device.type == 'cuda'
+          else device.type)
+  devices = torch.cuda.device_count() if device.type == 'cuda' else 1
+  return {
+      'framework': 'pytorch', 'platform': device.type, 'device_kind': kind,
+      'devices': devices,
+      'replicas': {base.label(c): f'{device.type} ({kind}) x1, the batch in '
+                                  f'{c} share{"s" if c > 1 else ""}'
+                   for c in counts},
+      'versions': runs_on.versions('torch', 'numpy'),
+      'precision': {'matmul': matmul, 'convolution': convolution},
+      'precision_from': (
+          f'the module\'s dtype ({dtype}) on the {device.type.upper()}'
+          if device.type != 'cuda' else
+          'torch\'s float32_matmul_precision '
+          f'({torch.get_float32_matmul_precision()}), cuDNN\'s allow_tf32 '
+          f'({torch.backends.cudnn.allow_tf32}) and the module\'s dtype '
+          f'({dtype})'),
+  }
