@@ -73,12 +73,14 @@ class Recorder:
   its cause, and the next one runs (a signal is no check's error: it stops
   the comparison). As each ends, a line with its time goes to progress.
   ``results()`` lists every planned check, those never reached as NOT_RUN
-  with the reason."""
+  with the reason, each with its bar (bars: {name: bars.Bar}) as run."""
 
   def __init__(self, planned: list[str],
-               progress: progress_lib.Progress | None = None):
+               progress: progress_lib.Progress | None = None,
+               bars: dict | None = None):
     self.planned = planned
     self.progress = progress or progress_lib.Progress(None)
+    self._bars = bars or {}
     self._results: dict[str, CheckResult] = {}
     self.stopped = ''
 
@@ -129,7 +131,10 @@ class Recorder:
       if name not in self._results:
         self._results[name] = CheckResult(name, checks.NOT_RUN, reason)
         self.progress.line(self._results[name].summary())
-    return [self._results[name] for name in self.planned]
+    return [dataclasses.replace(self._results[name],
+                                bar=self._bars[name].to_json())
+            if name in self._bars else self._results[name]
+            for name in self.planned]
 
 
 def planned_checks(labels: list[str], serving: bool,
@@ -308,7 +313,8 @@ def run_checks(source: side.LegacySource,
   plan = registry.Plan(tuple(strategies), serving, tpu_ready,
                        speed is not None)
   steps = registry.plan(plan)
-  rec = Recorder([name for _, _, name in steps], progress)
+  rec = Recorder([name for _, _, name in steps], progress,
+                 {name: check.bar for check, _, name in steps})
   data = source.data()
   run = Run(source, port, data, legacy_lib.cycled(data, options.steps),
             options, workdir, rec.progress, speed=speed,

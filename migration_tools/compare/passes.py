@@ -20,6 +20,7 @@ from kit_core import timing
 from kit_core.errors import Interrupted
 from kit_core.errors import one_line
 from migration_tools import tolerances
+from migration_tools.compare import bars
 from migration_tools.compare import noise as noise_lib
 from migration_tools.compare import step_record
 from migration_tools.compare.context import Replicas
@@ -61,8 +62,7 @@ def forward_noise(run: Run, runner, state: dict, ours: dict,
 
 # How the bars of one_step, updates and stepwise grow with the port's own
 # rounding noise (compare/noise.py), in the docs' words.
-NOISE_BAR = (f'{tolerances.NOISE_MULTIPLE:g}x the port\'s own noise on '
-             'each tensor (its step again, the examples reordered)')
+NOISE_BAR = bars.NOISE_WORDS
 
 
 def first_step(run: Run, replicas: Replicas) -> tuple[dict, dict]:

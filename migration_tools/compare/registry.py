@@ -24,6 +24,9 @@ import textwrap
 from typing import Callable
 from typing import Iterator
 
+from migration_tools.compare.bars import Bar
+from migration_tools.compare.bars import bar_text  # noqa: F401 (the checks' spelling)
+
 # On the single-replica run only, named bare ('inference').
 ONCE = 'once'
 # On every replica count, named by it ('one_step (2 replicas)').
@@ -38,12 +41,6 @@ SCOPES = (ONCE, EACH, AFTER, AFTER_EACH)
 _SCOPE_TEXT = {ONCE: '1 replica', EACH: 'each replica count',
                AFTER: 'once, dropout on', AFTER_EACH: 'each replica count, '
                'after the others'}
-
-
-def bar_text(value: float) -> str:
-  """A bar's value as the docs write it: 1e-6, 2.5e-7, 5e-5."""
-  mantissa, exponent = f'{value:e}'.split('e')
-  return f'{float(mantissa):g}e{int(exponent)}'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,9 +66,10 @@ class Check:
     (None for AFTER). It raises to be an ERROR with the cause.
   needs: the questions it asks, as 'legacy.step' / 'port.step' (the side
     interface's methods), for the docs and the interface's tests.
-  bar: its bar in words, as the docs table and --help show it, written from
-    the very values in tolerances.py that its judge holds the port to
-    (bar_text(tolerances.ONE_STEP_ATOL) is '1e-6'): one declaration.
+  bar: its bars.Bar, built from the values in tolerances.py that its judge
+    holds the port to, and handed to the judge; the docs table, --help and
+    the report print its text() (one declaration). A string, as a team's
+    check may give, is its words.
   planned: whether a plan runs it (e.g. only with --speed).
   bare_on_first: an EACH check named bare on the single-replica run
     ('inputs', 'inputs (2 replicas)').
@@ -86,7 +84,7 @@ class Check:
   scope: str
   run: Callable
   needs: tuple[str, ...] = ()
-  bar: str = ''
+  bar: Bar | str = Bar()
   planned: Callable[[Plan], bool] = lambda plan: True
   bare_on_first: bool = False
   gate: str = ''
@@ -96,6 +94,8 @@ class Check:
     if self.scope not in SCOPES:
       raise ValueError(f'check {self.name}: scope {self.scope!r} is none of '
                        f'{SCOPES}')
+    if isinstance(self.bar, str):  # Frozen: set as the dataclass sets it.
+      object.__setattr__(self, 'bar', Bar(words=self.bar))
 
   def label(self, replicas: str | None, first: bool) -> str:
     """Its name in the report for this run ('1 replica')."""
@@ -167,7 +167,7 @@ def help_text() -> str:
   """The checks for --help: a paragraph each."""
   return '\n'.join(textwrap.fill(
       f'{c.name} [{_SCOPE_TEXT[c.scope]}]: {c.compares}; bar: '
-      f'{c.bar or "none"}'.replace('`', '').replace('**', ''), 79,
+      f'{c.bar.text() or "none"}'.replace('`', '').replace('**', ''), 79,
       initial_indent='  ', subsequent_indent='      ') for c in _REGISTRY)
 
 
@@ -177,5 +177,5 @@ def markdown_table() -> str:
   for c in _REGISTRY:
     scope = {ONCE: '', AFTER: '', EACH: ' (each replica count)',
              AFTER_EACH: ' (each replica count)'}[c.scope]
-    rows.append(f'| `{c.name}`{scope} | {c.compares} | {c.bar} |')
+    rows.append(f'| `{c.name}`{scope} | {c.compares} | {c.bar.text()} |')
   return '\n'.join(rows)

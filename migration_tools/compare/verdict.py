@@ -50,6 +50,9 @@ class CheckResult:
   max_abs_diff: float | None = None
   tolerance: float | None = None
   figures: dict[str, Any] = dataclasses.field(default_factory=dict)
+  # The check's bar (bars.Bar.to_json), as the harness ran it; None for a
+  # result made outside a comparison.
+  bar: dict | None = None
 
   @property
   def passed(self) -> bool:
@@ -77,6 +80,7 @@ class CheckResult:
     return {'name': self.name, 'passed': self.passed, 'status': self.status,
             'max_abs_diff': self.max_abs_diff, 'tolerance': self.tolerance,
             'ratio_to_bar': self.ratio_to_bar, **self.figures,
+            **({} if self.bar is None else {'bar': self.bar}),
             'message': self.message}
 
   def summary(self) -> str:

@@ -9,11 +9,13 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from conftest import REPO, TOOLS_PYTHONPATH
 from kit_core import errors
 from kit_core import progress as progress_lib
+from migration_tools.compare import bars
 from migration_tools.compare import checks
 from migration_tools.compare import harness
 from migration_tools.compare import registry
@@ -275,12 +277,61 @@ def test_each_bars_figures_are_the_values_its_judge_holds():
   from migration_tools import tolerances  # pylint: disable=g-import-not-at-top
   values = {registry.bar_text(v) for k, v in vars(tolerances).items()
             if k.isupper() and isinstance(v, float) and v < 1}
-  values.add(f'{tolerances.SPEED_MARGIN:.0%}')
+  values |= {f'{tolerances.SPEED_MARGIN:.0%}', f'{tolerances.NOISE_MULTIPLE:g}',
+             f'{tolerances.DRIFT_MULTIPLE:g}', str(tolerances.DRIFT_DRAWS),
+             str(tolerances.ONE_STEP_ULPS), str(tolerances.UPDATE_ULPS)}
   for check in registry.checks():
-    figures = re.findall(r'\d+(?:\.\d+)?(?:e-?\d+|%)', check.bar)
-    assert set(figures) <= values, (check.name, check.bar)
-  assert registry.bar_text(tolerances.ONE_STEP_ATOL) in {
-      c.name: c.bar for c in registry.checks()}["one_step"]
+    assert isinstance(check.bar, bars.Bar), check.name
+    text = check.bar.text()
+    figures = re.findall(r'(?<![\w^-])\d+(?:\.\d+)?(?:e-?\d+|%)?(?=[x ;,)]|$)',
+                         text)
+    assert set(figures) <= values, (check.name, text)
+  one_step = {c.name: c.bar for c in registry.checks()}['one_step']
+  assert (one_step.atol, one_step.ulps) == (tolerances.ONE_STEP_ATOL,
+                                            tolerances.ONE_STEP_ULPS)
+
+
+def _words(text: str) -> str:
+  return ' '.join(text.replace('`', '').replace('**', '').split())
+
+
+def test_help_the_docs_table_and_the_report_print_the_bar_the_check_holds():
+  # One declaration: --help, the docs table and each report row are made
+  # from the check's Bar, so they cannot say another bar.
+  help_text, table = _words(registry.help_text()), registry.markdown_table()
+  for check in registry.checks():
+    assert _words(check.bar.text()) in help_text, check.name
+    assert f'| {check.bar.text()} |' in table, check.name
+  check = {c.name: c for c in registry.checks()}['one_step']
+  rec = harness.Recorder(['one_step (1 replica)', 'never'], None,
+                         {'one_step (1 replica)': check.bar})
+  rec.run('one_step (1 replica)', lambda: CheckResult('x', checks.PASSED))
+  first, never = [r.to_json() for r in rec.results()]
+  assert first['bar'] == check.bar.to_json()
+  assert first['bar']['text'] == check.bar.text() and 'bar' not in never
+
+
+def test_a_judge_holds_the_port_to_the_bar_it_is_given():
+  # The judges read their bar from the Bar they receive (their check's by
+  # default): the same figures pass at the declared bar and fail at a
+  # tighter one.
+  from migration_tools.compare.checks import dropout  # pylint: disable=g-import-not-at-top
+  from migration_tools.compare.checks import inputs  # pylint: disable=g-import-not-at-top
+  from migration_tools.compare.checks import learning_rate  # pylint: disable=g-import-not-at-top
+  from migration_tools.compare.checks import stepwise  # pylint: disable=g-import-not-at-top
+  tight = bars.Bar(atol=1e-11, rtol=1e-12, scale='the legacy rate')
+  batch = ({'x': np.zeros(4, np.float32)}, np.zeros(4, np.int32))
+  nudged = ({'x': np.full(4, 5e-7, np.float32)}, np.zeros(4, np.int32))
+  assert inputs.judge(batch, nudged).passed
+  assert not inputs.judge(batch, nudged, bar=tight).passed
+  per_step = np.array([0.0, 5e-7])
+  assert stepwise.judge('s', per_step).passed
+  assert not stepwise.judge('s', per_step, bar=tight).passed
+  assert dropout.judge('d', per_step, [1.0, 1.0]).tolerance == (
+      dropout.BAR.atol)
+  rates = [1e-3, 1e-3 * (1 + 1e-7)]
+  assert learning_rate.judge('r', rates[:1], rates[1:]).passed
+  assert not learning_rate.judge('r', rates[:1], rates[1:], bar=tight).passed
 
 
 _TOY_IN_ORDER = '''"""toy_in_order: a check of the kit's, as one file in compare/checks/."""

@@ -8,18 +8,22 @@ import numpy as np
 
 from migration_tools import outputs
 from migration_tools import tolerances
+from migration_tools.compare.bars import Bar
 from migration_tools.compare import layers as layers_lib
 from migration_tools.compare import noise as noise_lib
 from migration_tools.compare import passes
 from migration_tools.compare.context import Replicas
 from migration_tools.compare.context import Run
-from migration_tools.compare.registry import bar_text
 from migration_tools.compare.registry import Check
 from migration_tools.compare.registry import ONCE
 from migration_tools.compare.verdict import CheckResult
 from migration_tools.compare.verdict import judged
 from migration_tools.compare.verdict import NOT_RUN
 from migration_tools.compare.verdict import SKIPPED
+
+# The bar: each output relative to its scale (or the port's own noise
+# where measured: noise.bar).
+BAR = Bar(rtol=tolerances.BEYOND_INIT_RTOL)
 
 
 def computable_gain(outputs_at, asked: float) -> tuple[float | None, dict]:
@@ -41,8 +45,8 @@ def computable_gain(outputs_at, asked: float) -> tuple[float | None, dict]:
 
 def judge(theirs: dict, ours: dict, output_map: dict[str, str],
           gain: float, factor: float, layers: dict | None = None,
-          parting: str = '', noise: noise_lib.Forward | None = None
-          ) -> CheckResult:
+          parting: str = '', noise: noise_lib.Forward | None = None,
+          bar: Bar = BAR) -> CheckResult:
   """The PREDICT outputs at the start state with its kernels and embeddings
   scaled up to gain (factor: the median scale), each output's difference
   relative to the larger of 1 and its largest legacy value, within the
@@ -57,8 +61,8 @@ def judge(theirs: dict, ours: dict, output_map: dict[str, str],
             for k, (a, _) in pairs.items()}
   relative = {k: outputs.output_diff(a, b) / scales[k]
               for k, (a, b) in pairs.items()}
-  bars = {k: noise.bar(output_map.get(k, k), tolerances.BEYOND_INIT_RTOL,
-                       scales[k]) if noise else tolerances.BEYOND_INIT_RTOL
+  bars = {k: noise.bar(output_map.get(k, k), bar.rtol,
+                       scales[k]) if noise else bar.rtol
           for k in pairs}
   worst = max(relative, key=lambda k: relative[k] / bars[k])
   figures = {'gain': gain, 'factor': factor,
@@ -160,4 +164,4 @@ CHECK = Check(
     drive,
     needs=('legacy.predict', 'legacy.layer_outputs', 'legacy.set_state',
            'port.predict', 'port.layer_outputs', 'port.set_state'),
-    bar=f'relative {bar_text(tolerances.BEYOND_INIT_RTOL)}')
+    bar=BAR)

@@ -21,6 +21,7 @@ import numpy as np
 
 from migration_tools import outputs
 from migration_tools import tolerances
+from migration_tools.compare.bars import Bar
 from migration_tools.compare.context import Replicas
 from migration_tools.compare.context import Run
 from migration_tools.compare.registry import Check
@@ -30,6 +31,13 @@ from migration_tools.compare.verdict import ERROR
 from migration_tools.compare.verdict import FAILED
 from migration_tools.compare.verdict import PASSED
 from migration_tools.pair import precision
+
+# The bar: each output's drift, a multiple of its movement with every
+# kernel moved by the precision's unit roundoff.
+BAR = Bar(multiple=tolerances.DRIFT_MULTIPLE, scale=(
+    'each output\'s movement with every kernel moved by the precision\'s '
+    'unit roundoff (2^-11 TF32, 2^-8 bfloat16; root mean square over '
+    f'{tolerances.DRIFT_DRAWS} draws)'))
 
 
 NAME = 'device_drift'
@@ -69,13 +77,13 @@ def _flips(ours, drifted) -> np.ndarray:
 
 
 def judge(ours: dict, drifted: dict, moved: dict | list[dict],
-          rounding: precision.Rounding) -> CheckResult:
+          rounding: precision.Rounding, bar: Bar = BAR) -> CheckResult:
   """Each output at the deployed precision (drifted) against the highest
   (ours), over DRIFT_MULTIPLE times its movement with the kernels moved by
   the rounding's unit roundoff (moved: the outputs of one such draw, or of
   each of several, whose movements are averaged: mean squares, mean KL)."""
   moved = moved if isinstance(moved, list) else [moved]
-  multiple = tolerances.DRIFT_MULTIPLE
+  multiple = bar.multiple
   figures = {'rounding': rounding.name, 'unit_roundoff': rounding.unit,
              'multiple': multiple, 'draws': len(moved), 'outputs': {}}
   judged = []  # (ratio, figure, bar, what)
@@ -145,7 +153,7 @@ def _verdict(judged: list, flipped: list, figures: dict,
   elif failed:
     message = (f'at {rounding.name}, {what} moves {figure:.3g} from the port '
                f'at the highest precision, {ratio:.3g}x the bar ({bar:.3g}: '
-               f'{tolerances.DRIFT_MULTIPLE:g}x its movement with every '
+               f'{figures["multiple"]:g}x its movement with every '
                f'kernel moved by {rounding.unit:.3g}, over '
                f'{figures["draws"]} draws): ')
   if failed:
@@ -216,6 +224,4 @@ CHECK = Check(
                   'port.at_deployed_precision'),
     # Where the port computes float32 (the CPU), nothing drifts.
     applies=lambda run, _: _deployed_rounding(run) is not None,
-    bar=f'{tolerances.DRIFT_MULTIPLE:g}x each output\'s movement with every '
-        'kernel moved by the precision\'s unit roundoff (2^-11 TF32, 2^-8 '
-        f'bfloat16; root mean square over {tolerances.DRIFT_DRAWS} draws)')
+    bar=BAR)

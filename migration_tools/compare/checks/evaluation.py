@@ -7,11 +7,11 @@ import numpy as np
 
 from migration_tools import outputs
 from migration_tools import tolerances
+from migration_tools.compare.bars import Bar
 from migration_tools.compare import noise as noise_lib
 from migration_tools.compare import passes
 from migration_tools.compare.context import Replicas
 from migration_tools.compare.context import Run
-from migration_tools.compare.registry import bar_text
 from migration_tools.compare.registry import Check
 from migration_tools.compare.registry import ONCE
 from migration_tools.compare.verdict import CheckResult
@@ -19,12 +19,17 @@ from migration_tools.compare.verdict import FAILED
 from migration_tools.compare.verdict import judged
 from migration_tools.pair import legacy_state
 
+# The bar: each metric relative to the larger of 1 and its value (or the
+# port's own noise where measured: noise.bar).
+BAR = Bar(rtol=tolerances.EVAL_METRIC_RTOL)
+
 
 def judge(theirs: dict, ours: dict, metric_map: dict[str, str],
           examples: int,
           evaluates_with: str = legacy_state.EVALUATES_WEIGHTS,
           on_weights: dict | None = None,
-          noise: noise_lib.Forward | None = None) -> CheckResult:
+          noise: noise_lib.Forward | None = None,
+          bar: Bar = BAR) -> CheckResult:
   """Every legacy eval metric (and the loss) against the port's metric of
   the same (mapped) name, at identical state over the same batches.
 
@@ -56,8 +61,8 @@ def judge(theirs: dict, ours: dict, metric_map: dict[str, str],
             for k, (a, _) in pairs.items()}
   relative = {k: outputs.output_diff(np.float64(a), np.float64(b)) /
               scales[k] for k, (a, b) in pairs.items()}
-  bars = {k: noise.bar(metric_map.get(k, k), tolerances.EVAL_METRIC_RTOL,
-                       scales[k]) if noise else tolerances.EVAL_METRIC_RTOL
+  bars = {k: noise.bar(metric_map.get(k, k), bar.rtol,
+                       scales[k]) if noise else bar.rtol
           for k in pairs}
   worst = max(relative, key=lambda k: relative[k] / bars[k])
   figures.update({'worst_metric': worst, 'bar_by_metric': bars,
@@ -114,4 +119,4 @@ CHECK = Check(
     needs=('legacy.state', 'legacy.evaluate', 'legacy.evaluate_weights',
            'legacy.describe_run', 'port.set_state',
            'port.evaluate', 'legacy.averages', 'port.set_averages'),
-    bar=f'relative {bar_text(tolerances.EVAL_METRIC_RTOL)}')
+    bar=BAR)

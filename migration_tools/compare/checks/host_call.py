@@ -7,10 +7,10 @@ import numpy as np
 
 from migration_tools import outputs
 from migration_tools import tolerances
+from migration_tools.compare.bars import Bar
 from migration_tools.compare import passes
 from migration_tools.compare.context import Replicas
 from migration_tools.compare.context import Run
-from migration_tools.compare.registry import bar_text
 from migration_tools.compare.registry import Check
 from migration_tools.compare.registry import ONCE
 from migration_tools.compare.verdict import CheckResult
@@ -18,8 +18,12 @@ from migration_tools.compare.verdict import FAILED
 from migration_tools.compare.verdict import judged
 from migration_tools.compare.verdict import SKIPPED
 
+# The bar: each value the host_call logs, relative to the larger of 1 and
+# the legacy value.
+BAR = Bar(rtol=tolerances.HOST_CALL_RTOL)
 
-def judge(names: list[str], steps: list) -> CheckResult:
+
+def judge(names: list[str], steps: list, bar: Bar = BAR) -> CheckResult:
   """The tensors the legacy host_call received at each step against the
   values the port logs (Port.host_call), by name.
 
@@ -54,7 +58,7 @@ def judge(names: list[str], steps: list) -> CheckResult:
       if diff > worst[0] or not worst[1]:
         worst = (diff, key, number, float(a[0]), float(b[0]))
   value, key, number, a, b = worst
-  return judged(name, value, tolerances.HOST_CALL_RTOL,
+  return judged(name, value, bar.rtol,
                 {'names': list(names), 'worst': key, 'worst_step': number},
                 f'{key} differs at step {number} ({a:.6g} vs {b:.6g}) at '
                 'identical state: the port logs another value than the '
@@ -77,6 +81,6 @@ CHECK = Check(
     'or a line saying why they were not compared; for a model_fn with a '
     '`host_call`', ONCE, drive,
     needs=('legacy.describe_run', 'legacy.step', 'port.step'),
-    bar=f'relative {bar_text(tolerances.HOST_CALL_RTOL)}',
+    bar=BAR,
     applies=lambda run, replicas: bool(
         replicas.describe()['host_call']))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from migration_tools import tolerances
+from migration_tools.compare.bars import Bar
 from migration_tools.compare import layers as layers_lib
 from migration_tools.compare import noise as noise_lib
 from migration_tools.compare import passes
@@ -17,10 +18,16 @@ from migration_tools.compare.registry import ONCE
 from migration_tools.compare.verdict import CheckResult
 from migration_tools.compare.verdict import compare_outputs
 
+# The bar: each output within an absolute bar (integers exact), each
+# layer's output relative to its scale.
+BAR = Bar(atol=tolerances.INFERENCE_ATOL, words=(
+    f'integers exact; layers relative {bar_text(tolerances.LAYER_RTOL)}'))
+
 
 def judge(theirs: dict, ours: dict, output_map: dict[str, str],
           layers: dict | None = None, parting: str = '',
-          noise: noise_lib.Forward | None = None) -> CheckResult:
+          noise: noise_lib.Forward | None = None,
+          bar: Bar = BAR) -> CheckResult:
   """The same PREDICT outputs at identical state and inputs, by name.
 
   Args:
@@ -30,7 +37,7 @@ def judge(theirs: dict, ours: dict, output_map: dict[str, str],
     noise: the port's outputs' own rounding noise (noise.forward).
   """
   result = compare_outputs(
-      'inference', theirs, ours, output_map, tolerances.INFERENCE_ATOL,
+      'inference', theirs, ours, output_map, bar.atol,
       'before any training step, at identical weights and inputs: the model '
       'or its preprocessing differs (e.g. an input scaling done in the '
       'model_fn, an activation, a layer\'s order or hyper-parameter such as '
@@ -66,5 +73,4 @@ CHECK = Check(
     'part', ONCE, drive,
     needs=('legacy.predict', 'legacy.layer_outputs', 'port.predict',
            'port.layer_outputs'),
-    bar=f'{bar_text(tolerances.INFERENCE_ATOL)}; integers exact; layers '
-        f'relative {bar_text(tolerances.LAYER_RTOL)}')
+    bar=BAR)

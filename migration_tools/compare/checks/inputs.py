@@ -7,9 +7,9 @@ import numpy as np
 
 from migration_tools import outputs
 from migration_tools import tolerances
+from migration_tools.compare.bars import Bar
 from migration_tools.compare.context import Replicas
 from migration_tools.compare.context import Run
-from migration_tools.compare.registry import bar_text
 from migration_tools.compare.registry import Check
 from migration_tools.compare.registry import EACH
 from migration_tools.compare.verdict import CheckResult
@@ -17,8 +17,12 @@ from migration_tools.compare.verdict import FAILED
 from migration_tools.compare.verdict import judged
 from migration_tools.compare.verdict import SKIPPED
 
+# The bar: every input array within an absolute bar.
+BAR = Bar(atol=tolerances.INPUT_ATOL)
 
-def judge(legacy_batch: tuple, port_batch: tuple | None) -> CheckResult:
+
+def judge(legacy_batch: tuple, port_batch: tuple | None, bar: Bar = BAR
+          ) -> CheckResult:
   """The port's input pipeline gives the legacy input_fn's first batch.
 
   Args:
@@ -56,7 +60,7 @@ def judge(legacy_batch: tuple, port_batch: tuple | None) -> CheckResult:
       for side, d in (('legacy', theirs), ('port', ours))
       if outputs.numeric(d[worst]) and d[worst].size})
   said = outputs.non_finite(theirs[worst], ours[worst])
-  return judged('inputs', diffs[worst], tolerances.INPUT_ATOL, figures,
+  return judged('inputs', diffs[worst], bar.atol, figures,
                 f'the port\'s input pipeline gives another {worst} than the '
                 'legacy input_fn for the same records' + (
                     f' ({worst} holds {said})' if said else '') + (
@@ -88,5 +92,5 @@ def drive(run: Run, replicas: Replicas) -> CheckResult:
 CHECK = Check(
     'inputs', 'the port\'s input pipeline against the `input_fn`: examples '
     'per step, every feature and label', EACH, drive,
-    needs=('port.first_pipeline_batch',), bar=bar_text(tolerances.INPUT_ATOL),
+    needs=('port.first_pipeline_batch',), bar=BAR,
     bare_on_first=True)

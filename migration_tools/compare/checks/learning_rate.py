@@ -7,19 +7,23 @@ import numpy as np
 
 from migration_tools import outputs
 from migration_tools import tolerances
+from migration_tools.compare.bars import Bar
 from migration_tools.compare import passes
 from migration_tools.compare.context import Replicas
 from migration_tools.compare.context import Run
-from migration_tools.compare.registry import bar_text
 from migration_tools.compare.registry import Check
 from migration_tools.compare.registry import EACH
 from migration_tools.compare.verdict import CheckResult
 from migration_tools.compare.verdict import judged
 from migration_tools.compare.verdict import NOT_RUN
 
+# The bar: the rate within atol + rtol x the legacy rate, at every step.
+BAR = Bar(atol=tolerances.LEARNING_RATE_ATOL,
+          rtol=tolerances.LEARNING_RATE_RTOL, scale='the legacy rate')
+
 
 def judge(name: str, theirs: list[float], ours: list[float],
-          legacy_source: str = '') -> CheckResult:
+          legacy_source: str = '', bar: Bar = BAR) -> CheckResult:
   """The rate each side applied at every step.
 
   Args:
@@ -32,7 +36,7 @@ def judge(name: str, theirs: list[float], ours: list[float],
                        'rate through each step\'s size',
                        figures={'port': ours[-1]})
   diffs = outputs.elementwise_diff(theirs, ours)
-  bars = tolerances.learning_rate_bar(np.asarray(theirs, np.float64))
+  bars = bar.atol + bar.rtol * np.abs(np.asarray(theirs, np.float64))
   over = np.flatnonzero(diffs > bars)
   first = int(over[0]) + 1 if over.size else None
   at = (first or 1) - 1
@@ -68,5 +72,4 @@ def drive(run: Run, replicas: Replicas) -> CheckResult:
 CHECK = Check(
     'learning_rate', 'the rate each side applied, every step', EACH,
     drive, needs=('legacy.step', 'legacy.describe_run', 'port.step'),
-    bar=f'{bar_text(tolerances.LEARNING_RATE_ATOL)} + '
-        f'{bar_text(tolerances.LEARNING_RATE_RTOL)} x the legacy rate')
+    bar=BAR)

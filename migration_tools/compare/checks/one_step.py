@@ -9,18 +9,24 @@ import functools
 import numpy as np
 
 from migration_tools import tolerances
+from migration_tools.compare.bars import Bar
 from migration_tools.compare import noise as noise_lib
 from migration_tools.compare import passes
 from migration_tools.compare.checks import learning_rate as learning_rate_check
 from migration_tools.compare.context import Replicas
 from migration_tools.compare.context import Run
-from migration_tools.compare.registry import bar_text
 from migration_tools.compare.registry import Check
 from migration_tools.compare.registry import EACH
 from migration_tools.compare.verdict import CheckResult
 from migration_tools.compare.verdict import judged
 from migration_tools.compare.verdict import max_diff
 from migration_tools.compare.verdict import non_finite_in
+
+# The bar: loss, gradients, weights, state and slots within an absolute
+# bar, beyond the port's own noise on each tensor; a value within ULPS units
+# in the last place of itself is rounding.
+BAR = Bar(atol=tolerances.ONE_STEP_ATOL, ulps=tolerances.ONE_STEP_ULPS,
+          noise='beyond')
 
 
 def judge(name: str, theirs: dict, ours: dict, legacy_state: dict,
@@ -29,7 +35,8 @@ def judge(name: str, theirs: dict, ours: dict, legacy_state: dict,
           whole_batch: bool = False, parting: str = '',
           legacy_averages: dict | None = None,
           port_averages: dict | None = None,
-          noise: noise_lib.Noise | None = None) -> CheckResult:
+          noise: noise_lib.Noise | None = None,
+          bar: Bar = BAR) -> CheckResult:
   """One step at identical state: loss, every gradient, the updated weights,
   the other state the step updates (e.g. batch-norm moving statistics) and
   the optimizer's slots, each beyond the port's own rounding noise where it
@@ -56,7 +63,7 @@ def judge(name: str, theirs: dict, ours: dict, legacy_state: dict,
   headline = max(figures[k] or 0.0 for k in (
       'loss_diff', 'gradient_diff', 'updated_weights_diff',
       'other_state_diff', 'slots_diff', 'averages_diff'))
-  result = judged(name, headline, tolerances.ONE_STEP_ATOL, figures,
+  result = judged(name, headline, bar.atol, figures,
                   _one_step_hint(figures, replicas))
   said = [result.message] if result.message else []
   said += _step_notes(theirs, ours, reference if whole_batch else '',
@@ -133,7 +140,7 @@ def _kept_diff(legacy: dict | None, port: dict | None,
   missing = sorted(set(legacy) - set(port))
   if missing:
     return float('inf'), missing[0]
-  return max_diff(legacy, port, tolerances.ONE_STEP_ULPS, allowance)
+  return max_diff(legacy, port, BAR.ulps, allowance)
 
 
 def _step_notes(theirs: dict, ours: dict, whole_batch: str,
@@ -161,7 +168,7 @@ def _split_state(theirs: dict, ours: dict, trainable,
   each beyond its allowance (max_diff)."""
   weights = {k: theirs[k] for k in trainable}
   others = {k: v for k, v in theirs.items() if k not in weights}
-  ulps = tolerances.ONE_STEP_ULPS
+  ulps = BAR.ulps
   weight_diff = max_diff(weights, ours, ulps, allowance)[0] if weights else (
       0.0)
   state_diff, worst = max_diff(others, ours, ulps, allowance) if others else (
@@ -325,4 +332,4 @@ CHECK = Check(
            'legacy.describe_optimizer', 'legacy.describe_run', 'port.step',
            'port.state', 'port.slots', 'port.describe_optimizer',
            'legacy.averages', 'port.averages', 'port.reordered_step'),
-    bar=f'{bar_text(tolerances.ONE_STEP_ATOL)}, beyond {passes.NOISE_BAR}')
+    bar=BAR)

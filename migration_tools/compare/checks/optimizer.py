@@ -5,9 +5,9 @@ the values the slots start at.
 from __future__ import annotations
 
 from migration_tools import tolerances
+from migration_tools.compare.bars import Bar
 from migration_tools.compare.context import Replicas
 from migration_tools.compare.context import Run
-from migration_tools.compare.registry import bar_text
 from migration_tools.compare.registry import Check
 from migration_tools.compare.registry import ONCE
 from migration_tools.compare.verdict import CheckResult
@@ -15,6 +15,11 @@ from migration_tools.compare.verdict import FAILED
 from migration_tools.compare.verdict import NOT_RUN
 from migration_tools.compare.verdict import PASSED
 from migration_tools.pair import optimizers
+
+# The bar: kind and hyper-parameters equal, each number within a relative
+# bar.
+BAR = Bar(rtol=tolerances.OPTIMIZER_RTOL, words='kind and hyper-parameters '
+          'equal')
 
 
 def judge(theirs, ours, starts: list[str] | None = None) -> CheckResult:
@@ -128,4 +133,4 @@ CHECK = Check(
     needs=('legacy.describe_optimizer', 'legacy.slots', 'legacy.describe_run',
            'port.describe_optimizer', 'port.slots', 'port.slot_tokens',
            'port.use_slot_map'),
-    bar=f'equal (relative {bar_text(tolerances.OPTIMIZER_RTOL)})')
+    bar=BAR)

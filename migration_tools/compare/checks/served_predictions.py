@@ -6,23 +6,26 @@ from __future__ import annotations
 import os
 
 from migration_tools import tolerances
+from migration_tools.compare.bars import Bar
 from migration_tools.compare import noise as noise_lib
 from migration_tools.compare import passes
 from migration_tools.compare.context import Replicas
 from migration_tools.compare.context import Run
-from migration_tools.compare.registry import bar_text
 from migration_tools.compare.registry import Check
 from migration_tools.compare.registry import ONCE
 from migration_tools.compare.verdict import CheckResult
 from migration_tools.compare.verdict import compare_outputs
 from migration_tools.pair import legacy_state
 
+# The bar: each served output within an absolute bar, integers exact.
+BAR = Bar(atol=tolerances.INFERENCE_ATOL, words='integers exact')
+
 
 def judge(theirs: dict, ours: dict, output_map: dict[str, str],
           inputs: dict | None = None,
           exports: str = legacy_state.EVALUATES_WEIGHTS,
           noise: noise_lib.Forward | None = None,
-          port_averages: bool = False) -> CheckResult:
+          port_averages: bool = False, bar: Bar = BAR) -> CheckResult:
   """Both SavedModels' outputs on the same inputs (reported by shape), by
   name; exports: what the legacy export restores (as evaluation's
   evaluates_with); noise: the same outputs' rounding noise (inference's);
@@ -41,7 +44,7 @@ def judge(theirs: dict, ours: dict, output_map: dict[str, str],
     averages = ''
   return compare_outputs(
       'served_predictions', theirs, ours, output_map,
-      tolerances.INFERENCE_ATOL,
+      bar.atol,
       'between the SavedModels at identical weights, on the same inputs: ' +
       averages + 'compare the serving functions (each input\'s dtype and '
       'preprocessing, as in training) and the exported outputs',
@@ -72,5 +75,5 @@ CHECK = Check(
            'legacy.describe_run',
            'port.set_state', 'port.serve', 'legacy.averages',
            'port.set_averages'),
-    bar=f'{bar_text(tolerances.INFERENCE_ATOL)}; integers exact',
+    bar=BAR,
     planned=lambda plan: plan.serving)

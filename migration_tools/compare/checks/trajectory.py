@@ -7,10 +7,10 @@ import numpy as np
 
 from migration_tools import outputs
 from migration_tools import tolerances
+from migration_tools.compare.bars import Bar
 from migration_tools.compare import passes
 from migration_tools.compare.context import Replicas
 from migration_tools.compare.context import Run
-from migration_tools.compare.registry import bar_text
 from migration_tools.compare.registry import Check
 from migration_tools.compare.registry import EACH
 from migration_tools.compare.verdict import CheckResult
@@ -20,11 +20,15 @@ from migration_tools.compare.verdict import judged
 from migration_tools.compare.verdict import max_diff
 from migration_tools.compare.verdict import PASSED
 
+# The bar on a free run's losses (reported, not judged: see TRAJECTORY_ATOL).
+BAR = Bar(atol=tolerances.TRAJECTORY_ATOL)
+
 
 def judge(name: str, theirs: list[float], ours: list[float],
           legacy_weights: dict, port_weights: dict,
           judge_each_step: bool = True,
-          global_steps: tuple[int, int] | None = None) -> CheckResult:
+          global_steps: tuple[int, int] | None = None,
+          bar: Bar = BAR) -> CheckResult:
   """The loss of every step, and the final weights.
 
   Args:
@@ -40,7 +44,7 @@ def judge(name: str, theirs: list[float], ours: list[float],
   """
   losses = outputs.elementwise_diff(theirs, ours)
   weights, worst = max_diff(legacy_weights, port_weights)
-  over = np.flatnonzero(losses > tolerances.TRAJECTORY_ATOL)
+  over = np.flatnonzero(losses > bar.atol)
   first = int(over[0]) + 1 if over.size else None  # Steps count from 1.
   figures = {'steps': len(theirs), 'max_loss_diff': float(losses.max()),
              'first_step_over_tolerance': first, 'final_weights_diff': weights,
@@ -58,7 +62,7 @@ def judge(name: str, theirs: list[float], ours: list[float],
                        None, figures)
   if judge_each_step:
     return judged(name, max(float(losses.max()), weights),
-                  tolerances.TRAJECTORY_ATOL, figures,
+                  bar.atol, figures,
                   _trajectory_hint(first, losses))
   for side, values in (('port\'s', ours), ('legacy', theirs)):
     if not np.all(np.isfinite(values)):
@@ -115,4 +119,4 @@ CHECK = Check(
     EACH, drive,
     needs=('legacy.step', 'legacy.state', 'legacy.global_step', 'port.step',
            'port.state', 'port.global_step'),
-    bar=bar_text(tolerances.TRAJECTORY_ATOL))
+    bar=BAR)

@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 
 from migration_tools import tolerances
+from migration_tools.compare.bars import Bar
 from migration_tools.compare import passes
 from migration_tools.compare.context import Replicas
 from migration_tools.compare.context import Run
-from migration_tools.compare.registry import bar_text
 from migration_tools.compare.registry import Check
 from migration_tools.compare.registry import EACH
 from migration_tools.compare.step_record import Part
@@ -40,8 +40,15 @@ from migration_tools.compare.verdict import near_ties
 from migration_tools.compare.verdict import NOT_RUN
 from migration_tools.compare.verdict import PASSED
 
+# The bar: each update and slot relative to the legacy one's size, or the
+# port's own noise where larger; a value within ULPS units in the last place
+# of itself is rounding.
+BAR = Bar(rtol=tolerances.UPDATE_RTOL, ulps=tolerances.UPDATE_ULPS,
+          noise='or')
 
-def judge(name: str, steps: list[Step], parting: str = '') -> CheckResult:
+
+def judge(name: str, steps: list[Step], parting: str = '',
+          bar: Bar = BAR) -> CheckResult:
   """Every variable's update and every slot, relative, at every step.
 
   Args:
@@ -56,7 +63,7 @@ def judge(name: str, steps: list[Step], parting: str = '') -> CheckResult:
       'steps': len(steps), 'judged_steps': len(judged),
       'per_step_worst_relative': [w[1] for w in worst],
       'per_step_worst': [w[0] for w in worst],
-      'ulps_ignored': tolerances.UPDATE_ULPS}
+      'ulps_ignored': bar.ulps}
   stood_still = [s for s in steps if s.port_moved_alone()]
   if stood_still:
     first = stood_still[0]
@@ -331,13 +338,13 @@ def drive(run: Run, replicas: Replicas) -> CheckResult:
 CHECK = Check(
     'updates', 'at every step of the legacy trajectory from identical '
     'state: each trainable variable\'s update (after minus before) and each '
-    'optimizer slot, relative to the legacy one\'s size; differences within '
-    '2 units in the last place of the value are rounding; a part whose size '
-    'is under 10% of its group\'s typical size is held to that 10%', EACH,
+    'optimizer slot, relative to the legacy one\'s size; a part whose size '
+    f'is under {tolerances.UPDATE_FLOOR:.0%} of its group\'s typical size is '
+    f'held to that {tolerances.UPDATE_FLOOR:.0%}', EACH,
     drive,
     needs=('legacy.state', 'legacy.global_step', 'legacy.slots',
            'legacy.step', 'port.set_state', 'port.set_global_step',
            'port.set_slots', 'port.step', 'port.learning_rate', 'port.state',
            'port.slots', 'legacy.averages',
            'port.averages', 'port.set_averages', 'port.reordered_step'),
-    bar=f'relative {bar_text(tolerances.UPDATE_RTOL)}, or {passes.NOISE_BAR}')
+    bar=BAR)
