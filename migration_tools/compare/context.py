@@ -85,10 +85,17 @@ class _Memo:
     self._values[key] = value
 
 
-@dataclasses.dataclass
+# The fields of a Run the harness gives it; each other field is left by the
+# one check that declares it (registry.Check.leaves), for the checks after.
+GIVEN = ('source', 'port', 'data', 'batches', 'options', 'workdir',
+         'progress', 'speed', 'placement_counts', 'dots', 'ran_on', 'memo')
+
+
+@dataclasses.dataclass(slots=True)
 class Run:
-  """One comparison: the legacy source, the port, the data and what the
-  early checks resolved (pairs, start, slot_map, parting)."""
+  """One comparison: the legacy source, the port, the data (GIVEN by the
+  harness) and what the early checks resolved and declared they leave
+  (pairs, start, slot_map, parting, ...). It takes no other attribute."""
   source: side.LegacySource
   # The port: a port a registered framework accepts (pair/frameworks/).
   port: Any

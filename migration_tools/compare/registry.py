@@ -66,6 +66,9 @@ class Check:
     (None for AFTER). It raises to be an ERROR with the cause.
   needs: the questions it asks, as 'legacy.step' / 'port.step' (the side
     interface's methods), for the docs and the interface's tests.
+  leaves: the fields of the comparison's context.Run it sets for the checks
+    after it (inventory's 'pairs' and 'start'); a Run has no field that
+    neither the harness gives (context.GIVEN) nor a check leaves.
   bar: its bars.Bar, built from the values in tolerances.py that its judge
     holds the port to, and handed to the judge; the docs table, --help and
     the report print its text() (one declaration). A string, as a team's
@@ -84,6 +87,7 @@ class Check:
   scope: str
   run: Callable
   needs: tuple[str, ...] = ()
+  leaves: tuple[str, ...] = ()
   bar: Bar | str = Bar()
   planned: Callable[[Plan], bool] = lambda plan: True
   bare_on_first: bool = False

@@ -2,6 +2,7 @@
 and listed in --help; the harness's control flow reads no message text; a
 long check shows its progress."""
 import ast
+import dataclasses
 import json
 import os
 import re
@@ -17,6 +18,7 @@ from kit_core import errors
 from kit_core import progress as progress_lib
 from migration_tools.compare import bars
 from migration_tools.compare import checks
+from migration_tools.compare import context
 from migration_tools.compare import harness
 from migration_tools.compare import registry
 
@@ -241,7 +243,6 @@ def test_a_signal_inside_a_shared_pass_stops_the_comparison():
   # The pass over the trajectory turns a step's error into the reason the
   # checks after it cannot run; a signal it must let through.
   from types import SimpleNamespace  # pylint: disable=import-outside-toplevel
-  from migration_tools.compare import context  # pylint: disable=import-outside-toplevel
   from migration_tools.compare import passes  # pylint: disable=import-outside-toplevel
   steps = []
 
@@ -305,8 +306,11 @@ def test_help_the_docs_table_and_the_report_print_the_bar_the_check_holds():
   check = {c.name: c for c in registry.checks()}['one_step']
   rec = harness.Recorder(['one_step (1 replica)', 'never'], None,
                          {'one_step (1 replica)': check.bar})
-  rec.run('one_step (1 replica)', lambda: CheckResult('x', checks.PASSED))
+  rec.run('one_step (1 replica)',
+          lambda: checks.CheckResult('x', checks.PASSED))
   first, never = [r.to_json() for r in rec.results()]
+  assert first['status'] == checks.PASSED and never['status'] == (
+      checks.NOT_RUN)
   assert first['bar'] == check.bar.to_json()
   assert first['bar']['text'] == check.bar.text() and 'bar' not in never
 
@@ -379,3 +383,35 @@ def test_a_check_of_the_kits_is_one_file_and_one_line_of_the_order(
   assert 'toy_in_order' not in registry.names(plan)
   assert [c.name for c in checks.load()] == [
       c.name for c in registry.checks()][:len(checks.ORDER)]
+
+
+def test_a_run_keeps_only_what_the_harness_gives_and_the_checks_leave():
+  # A check declares what it leaves for the checks after it, as it declares
+  # what it needs: every other field of a Run is the harness's, and a Run
+  # takes no undeclared attribute.
+  fields = {f.name for f in dataclasses.fields(context.Run)}
+  left = [name for c in registry.checks() for name in c.leaves]
+  assert len(left) == len(set(left)), left  # One check leaves each.
+  assert fields == set(context.GIVEN) | set(left)
+  run = context.Run(None, None, None, [], None, '', None)
+  with pytest.raises(AttributeError):
+    run.undeclared = 1  # pylint: disable=attribute-defined-outside-init
+
+
+def test_each_check_sets_only_the_run_fields_it_declares():
+  # Read from each check's file: every `run.<field> = ...` (and
+  # `run.a, run.b = ...`) is a field its CHECK declares it leaves.
+  found = {}
+  for name in checks.ORDER:
+    path = os.path.join(REPO, 'migration_tools', 'compare', 'checks',
+                        f'{name}.py')
+    with open(path, encoding='utf-8') as f:
+      tree = ast.parse(f.read())
+    targets = [t for node in ast.walk(tree) if isinstance(node, ast.Assign)
+               for t in node.targets]
+    targets += [e for t in list(targets) if isinstance(t, ast.Tuple)
+                for e in t.elts]
+    found[name] = {t.attr for t in targets if isinstance(t, ast.Attribute)
+                   and isinstance(t.value, ast.Name) and t.value.id == 'run'}
+  declared = {n: set(c.leaves) for n, c in zip(checks.ORDER, checks.load())}
+  assert found == declared

@@ -2,8 +2,10 @@
 
 A check's file holds everything of it: its driver (``drive(run,
 replicas)``: both sides' answers for it), its judge (``judge``: the verdict
-and the hint), its helpers and ``CHECK``, its ``registry.Check`` (what it
-compares, its bar, its scope, what it asks of the sides). What several
+and the hint), its bar (``BAR``, a ``bars.Bar`` the judge takes), its
+helpers and ``CHECK``, its ``registry.Check`` (what it compares, its bar,
+its scope, what it asks of the sides, the Run fields it leaves for the
+checks after it). What several
 checks share lives in ``compare/verdict.py`` (``CheckResult``, ``judged``,
 ``max_diff``) and ``compare/passes.py`` (the passes over a run that several
 checks judge). A new check is a new file here and its name in ORDER.

@@ -73,4 +73,4 @@ CHECK = Check(
     'part', ONCE, drive,
     needs=('legacy.predict', 'legacy.layer_outputs', 'port.predict',
            'port.layer_outputs'),
-    bar=BAR)
+    leaves=('forward_noise', 'parting'), bar=BAR)

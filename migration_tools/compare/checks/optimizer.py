@@ -133,4 +133,4 @@ CHECK = Check(
     needs=('legacy.describe_optimizer', 'legacy.slots', 'legacy.describe_run',
            'port.describe_optimizer', 'port.slots', 'port.slot_tokens',
            'port.use_slot_map'),
-    bar=BAR)
+    leaves=('slot_map',), bar=BAR)
