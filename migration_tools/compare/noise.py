@@ -16,6 +16,11 @@ On a CPU the noise is under the fixed bars (1e-9 to 1e-8 on JAX, about
 A step whose loss moves by more than tolerances.ORDER_RTOL with the order
 of its examples computes something else in another order (a loss over
 pairs of neighbouring examples): no noise is taken from it.
+
+A value that is finite in one of the two runs and not in the other (a NaN
+or an infinity in one) is no rounding noise: rounding cannot make a NaN.
+It widens no bar; it is kept apart (``unsteady``) and the checks fail on it,
+naming the port's own output as not deterministic.
 """
 from __future__ import annotations
 
@@ -29,20 +34,57 @@ from migration_tools import tolerances
 MEASURED_BY = ('the port\'s step again from the same state on the same '
                'batch, its examples in another order within each replica\'s '
                'share')
+# What the two runs of the step differ by, for unsteady_text.
+STEP_AGAIN = 'the order of the examples within each replica\'s share'
+# What the two calls of the forward noise differ by, for unsteady_text.
+FORWARD_AGAIN = ('every kernel and embedding moved one float32 unit in the '
+                 'last place')
 
 
-def _apart(a: dict, b: dict) -> dict:
-  """{key: (largest |a - b|, norm of a - b)} over the keys of both."""
+def _apart(a: dict, b: dict, unsteady: dict | None = None) -> dict:
+  """{key: (largest |a - b|, norm of a - b)} over the keys of both; a key
+  finite in one and not the other somewhere goes to unsteady instead,
+  {key: what the other holds there}."""
   found = {}
   for key in a:
     if key not in b or np.shape(a[key]) != np.shape(b[key]):
       continue
     if not outputs.numeric(np.asarray(a[key])):
       continue
-    difference = outputs.elementwise_diff(a[key], b[key])
+    finite = np.isfinite(np.asarray(a[key], np.float64))
+    if (finite != np.isfinite(np.asarray(b[key], np.float64))).any():
+      if unsteady is not None:
+        unsteady[key] = _not_finite(a[key], b[key])
+      continue
+    # Non-finite in both runs, at the same places: no movement (the legacy
+    # comparison names what it holds).
+    difference = np.where(finite, outputs.elementwise_diff(a[key], b[key]),
+                          0.0)
     found[key] = (float(difference.max(initial=0.0)),
                   float(np.sqrt(np.sum(np.square(difference)))))
   return found
+
+
+def _not_finite(a, b) -> str:
+  """'NaN (3 of 512 values)': what one run holds that the other does not."""
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  odd = np.isfinite(a) != np.isfinite(b)
+  held = np.where(np.isfinite(a), b, a)[odd]
+  kinds = [k for k, found in (('NaN', np.isnan(held).any()),
+                              ('an infinity', np.isinf(held).any())) if found]
+  return f'{" and ".join(kinds)} ({int(odd.sum())} of {a.size} values)'
+
+
+def unsteady_text(unsteady: dict, again: str) -> str:
+  """The finding of a port whose output is not finite in one of two runs
+  that differ only by again: 'the port is not deterministic: ...'."""
+  key, said = next(iter(unsteady.items()))
+  more = f' (and {len(unsteady) - 1} more)' if len(unsteady) > 1 else ''
+  return (f'the port is not deterministic: {key} holds {said} in one of two '
+          f'runs that differ only by {again}, and not in the other{more}; '
+          'rounding never makes a NaN or an infinity: look for a random or '
+          'stateful op in its step or predict (a counter, a cache, a '
+          'random draw at inference)')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,9 +95,12 @@ class Noise:
 
   order_dependent: the loss moved beyond tolerances.ORDER_RTOL: the step
   is not one computation in two orders, and no allowance is made.
+  unsteady: {key: what is not finite} of the tensors finite in one run and
+    not in the other: no noise (and no allowance); one_step fails on them.
   """
   groups: dict[str, dict]
   order_dependent: bool = False
+  unsteady: dict = dataclasses.field(default_factory=dict)
 
   def allowance(self, group: str) -> dict:
     """{key: tolerances.NOISE_MULTIPLE times its largest elementwise
@@ -80,7 +125,8 @@ class Noise:
                for group, found in self.groups.items()}
     return {'measured_by': MEASURED_BY,
             'multiple': tolerances.NOISE_MULTIPLE,
-            'order_dependent': self.order_dependent, 'largest': largest}
+            'order_dependent': self.order_dependent, 'largest': largest,
+            'unsteady': dict(self.unsteady)}
 
 
 def measure(again: dict | None, answer: dict, state: dict,
@@ -91,17 +137,23 @@ def measure(again: dict | None, answer: dict, state: dict,
   step's own answer and state, slots and averages after it."""
   if again is None:
     return None
-  loss = abs(float(again['loss']) - float(answer['loss']))
+  unsteady = {}
+  losses = {'loss': _apart({'loss': again['loss']}, {'loss': answer['loss']},
+                           unsteady)}
+  if unsteady:  # No order of the same sums makes a NaN of a finite loss.
+    return Noise({'loss': {}}, unsteady=unsteady)
+  loss = losses['loss']['loss'][0]
   if not loss <= tolerances.ORDER_RTOL * max(abs(float(answer['loss'])),
                                              1e-30):
     return Noise({'loss': {'loss': (loss, loss)}}, order_dependent=True)
   groups = {'loss': {'loss': (loss, loss)},
             'gradients': _apart(again.get('gradients', {}),
-                                answer.get('gradients', {})),
-            'state': _apart(again['state'], state),
-            'slots': _apart(again.get('slots') or {}, slots or {}),
-            'averages': _apart(again.get('averages') or {}, averages or {})}
-  return Noise(groups)
+                                answer.get('gradients', {}), unsteady),
+            'state': _apart(again['state'], state, unsteady),
+            'slots': _apart(again.get('slots') or {}, slots or {}, unsteady),
+            'averages': _apart(again.get('averages') or {}, averages or {},
+                               unsteady)}
+  return Noise(groups, unsteady=unsteady)
 
 
 def allowance(noise: Noise | None, group: str) -> dict:
@@ -140,9 +192,12 @@ FORWARD_PHASE = 'port noise predictions'
 class Forward:
   """Each output's largest movement (elementwise), by name, with the
   kernels and embeddings one unit in the last place apart; seconds: what
-  measuring it took."""
+  measuring it took; unsteady: {output: what is not finite} of the outputs
+  finite in one of the two calls and not in the other (no noise, no bar:
+  the forward checks fail on them)."""
   by_output: dict[str, float]
   seconds: float = 0.0
+  unsteady: dict = dataclasses.field(default_factory=dict)
 
   def bar(self, name: str, floor: float, scale: float = 1.0) -> float:
     """The bar of an output judged at floor (relative to scale): floor, or
@@ -154,7 +209,8 @@ class Forward:
   def figures(self) -> dict:
     return {'measured_by': FORWARD_MEASURED_BY,
             'multiple': tolerances.NOISE_MULTIPLE,
-            'by_output': dict(self.by_output), 'seconds': self.seconds}
+            'by_output': dict(self.by_output), 'seconds': self.seconds,
+            'unsteady': dict(self.unsteady)}
 
 
 def forward(ours: dict, moved: dict, seconds: float = 0.0) -> Forward:
@@ -162,8 +218,10 @@ def forward(ours: dict, moved: dict, seconds: float = 0.0) -> Forward:
   weights one unit in the last place apart (moved); float outputs only: an
   integer one (a class id) is held exact."""
   floats = {k: v for k, v in ours.items() if np.asarray(v).dtype.kind == 'f'}
-  return Forward({k: largest for k, (largest, _) in _apart(floats, moved)
-                  .items()}, seconds)
+  unsteady = {}
+  apart = _apart(floats, moved, unsteady)
+  return Forward({k: largest for k, (largest, _) in apart.items()}, seconds,
+                 unsteady)
 
 
 def forward_figures(found: Forward | None) -> dict:

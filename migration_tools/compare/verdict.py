@@ -196,6 +196,13 @@ def compare_outputs(name: str, theirs: dict, ours: dict,
                        f' {sorted(theirs)}, port: {sorted(ours)}): name the '
                        'port\'s outputs as the legacy ones, or map them '
                        '(Port.output_map)', figures=dict(extra or {}))
+  unsteady = {} if noise is None else {
+      k: noise.unsteady[output_map.get(k, k)] for k in pairs
+      if output_map.get(k, k) in noise.unsteady}
+  if unsteady:  # No bar is taken from it: the port's own finding.
+    return CheckResult(name, FAILED, noise_lib.unsteady_text(
+        unsteady, noise_lib.FORWARD_AGAIN), figures={
+            'noise': noise_lib.forward_figures(noise), **(extra or {})})
   diffs = {k: outputs.output_diff(*pair) for k, pair in pairs.items()}
   bars = {k: noise.bar(output_map.get(k, k), tolerance) if noise else
           tolerance for k in pairs}

@@ -604,6 +604,57 @@ def test_a_step_whose_loss_depends_on_the_order_gives_no_noise():
   assert noise.figures()['order_dependent']
 
 
+def test_a_nan_in_one_of_two_runs_of_the_step_widens_no_bar():
+  # A port whose step gives NaN every other call: its reordered step's NaN
+  # once made every allowance infinite, and any bug passed behind it. It is
+  # now the finding, named, and no bar grows.
+  from migration_tools.compare import noise as noise_lib  # pylint: disable=import-outside-toplevel
+  answer = _step()
+  first = next(iter(answer['gradients']))
+  nan = {**answer['gradients'],
+         first: np.full_like(answer['gradients'][first], np.nan)}
+  noise = noise_lib.measure({**answer, 'gradients': nan, 'state': _state(),
+                             'slots': {}, 'averages': {}}, answer, _state())
+  assert list(noise.unsteady) == [first]
+  assert noise.allowance('gradients').get(first) is None
+  assert all(np.isfinite(v) for v in noise.allowance('gradients').values())
+  ours = _step()
+  ours['gradients'] = {k: v + 4e-4 for k, v in ours['gradients'].items()}
+  result = checks.one_step.judge('one_step (1 replica)', _step(), ours,
+                                 _state(), _state(), 1, noise=noise)
+  assert result.failed and result.tolerance == checks.one_step.BAR.atol
+  assert result.message.startswith(
+      f'the port is not deterministic: {first} holds NaN (')
+  assert 'the order of the examples' in result.message
+  # The loss NaN in one run only: the same finding, nothing measured.
+  lossy = noise_lib.measure({**answer, 'loss': float('nan'),
+                             'state': _state()}, answer, _state())
+  assert lossy.unsteady == {'loss': 'NaN (1 of 1 values)'}
+  assert lossy.allowance('gradients') == {}
+
+
+def test_a_prediction_nan_in_one_of_two_calls_is_the_finding_not_a_bar():
+  # A predict that is NaN every other call: the forward noise's second
+  # call is NaN, which once made the bar infinite so that a serving bug
+  # 100x its bar passed. Now inference fails on the port itself.
+  from migration_tools.compare import noise as noise_lib  # pylint: disable=import-outside-toplevel
+  ours = {'probabilities': np.full((4, 3), 0.25, np.float32)}
+  again = {'probabilities': np.where(np.eye(4, 3) > 0, np.nan, 0.25)}
+  noise = noise_lib.forward(ours, again)
+  assert noise.by_output == {} and 'probabilities' in noise.unsteady
+  assert noise.bar('probabilities', 1e-6) == 1e-6
+  wrong = {'probabilities': ours['probabilities'] * 1.01}
+  result = checks.inference.judge(ours, wrong, {}, noise=noise)
+  assert result.failed
+  assert result.message.startswith('the port is not deterministic: '
+                                   'probabilities holds NaN (3 of 12 values)')
+  assert result.figures['noise']['unsteady'] == noise.unsteady
+  # NaN in both calls at the same places is no movement (the legacy
+  # comparison names it), and is not unsteady.
+  both = noise_lib.forward(again, dict(again))
+  assert both.unsteady == {} and both.by_output == {'probabilities': 0.0}
+
+
 def test_served_predictions_says_which_side_exports_its_averages():
   """The hint names the averages when one side serves them: the legacy
   (its scaffold restores them) or the port (its export swaps them in where

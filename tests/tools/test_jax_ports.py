@@ -144,6 +144,18 @@ def test_a_loss_summed_over_the_batch_fails_one_step_with_its_factor(tmp_path):
   assert checks['device_drift']['passed']
 
 
+@pytest.mark.catalogue
+def test_a_predict_nan_every_other_call_is_named_and_widens_no_bar(tmp_path):
+  # Behind it, a softmax of the logits x 1.01 that fails inference alone:
+  # the NaN of the forward noise's second call once made its bar infinite.
+  result, checks = run_compare(tmp_path / 'report.json',
+                               f'--bundle={_bundle()}',
+                               '--port=mnist_optax_port:nan_every_other_predict',
+                               '--replicas=1', '--notpu_ready')
+  failed_first(result, checks, 'inference',
+               'the port is not deterministic: probabilities holds NaN')
+
+
 def test_a_port_that_amplifies_its_devices_rounding_fails_device_drift(
     tmp_path):
   # Right in its math (every other check passes at the highest precision),

@@ -221,3 +221,25 @@ class _OffsetInput(OptaxModel):
 def offset_input() -> array_port.ArrayPort:
   import dataclasses  # pylint: disable=g-import-not-at-top
   return dataclasses.replace(make_port(), make=_OffsetInput)
+
+
+# A softmax of the logits x 1.01 (fails inference alone) behind a predict
+# that gives NaN on every other call: the NaN of the forward noise's second
+# call must widen no bar, and is named.
+class _NanEveryOtherPredict(OptaxModel):
+
+  calls = 0
+
+  def predict(self, features) -> dict[str, np.ndarray]:
+    self.calls += 1
+    logits = self._predicted_logits(features) * 1.01
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probabilities = shifted / shifted.sum(axis=1, keepdims=True)
+    if self.calls % 2 == 0:
+      probabilities = np.full_like(probabilities, np.nan)
+    return {'class_ids': logits.argmax(axis=1), 'probabilities': probabilities}
+
+
+def nan_every_other_predict() -> array_port.ArrayPort:
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  return dataclasses.replace(make_port(), make=_NanEveryOtherPredict)

@@ -42,3 +42,27 @@ class FlattenedNchw(mnist_torch.MnistTorch):
 def flattened_nchw():
   return dataclasses.replace(mnist_torch.make_port(), make=FlattenedNchw,
                              layer_outputs=None)
+
+
+class NanEveryOtherPredict(mnist_torch.MnistTorch):
+  """A softmax of the logits x 1.01 (a bug that fails inference alone),
+  behind a predict that gives NaN on every other call (a stale cache, a
+  counter in the forward): the kit's forward noise, its second call, once
+  took that NaN for rounding and made the bar infinite."""
+
+  calls = 0
+
+  def predict(self, features):
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    import torch  # pylint: disable=g-import-not-at-top
+    self.calls += 1
+    logits = self.logits(features) * 1.01
+    probabilities = torch.softmax(torch.as_tensor(logits), dim=1).numpy()
+    if self.calls % 2 == 0:
+      probabilities = np.full_like(probabilities, np.nan)
+    return {'class_ids': logits.argmax(axis=1), 'probabilities': probabilities}
+
+
+def nan_every_other_predict():
+  return dataclasses.replace(mnist_torch.make_port(),
+                             make=NanEveryOtherPredict)

@@ -18,6 +18,7 @@ from migration_tools.compare.context import Run
 from migration_tools.compare.registry import Check
 from migration_tools.compare.registry import EACH
 from migration_tools.compare.verdict import CheckResult
+from migration_tools.compare.verdict import FAILED
 from migration_tools.compare.verdict import judged
 from migration_tools.compare.verdict import max_diff
 from migration_tools.compare.verdict import non_finite_in
@@ -63,6 +64,10 @@ def judge(name: str, theirs: dict, ours: dict, legacy_state: dict,
   headline = max(figures[k] or 0.0 for k in (
       'loss_diff', 'gradient_diff', 'updated_weights_diff',
       'other_state_diff', 'slots_diff', 'averages_diff'))
+  if noise is not None and noise.unsteady:
+    # A NaN in one of two runs of the same step is no rounding: a finding.
+    return CheckResult(name, FAILED, noise_lib.unsteady_text(
+        noise.unsteady, noise_lib.STEP_AGAIN), headline, bar.atol, figures)
   result = judged(name, headline, bar.atol, figures,
                   _one_step_hint(figures, replicas))
   said = [result.message] if result.message else []
