@@ -65,6 +65,11 @@ def _apart(a: dict, b: dict, unsteady: dict | None = None) -> dict:
   return found
 
 
+def _key_text(key) -> str:
+  """A tensor's name: 'dense/kernel', or a slot's 'dense/kernel/m'."""
+  return '/'.join(key) if isinstance(key, tuple) else str(key)
+
+
 def _not_finite(a, b) -> str:
   """'NaN (3 of 512 values)': what one run holds that the other does not."""
   a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
@@ -117,6 +122,15 @@ class Noise:
       return {}
     return {k: tolerances.NOISE_MULTIPLE * norm
             for k, (_, norm) in self.groups.get(group, {}).items()}
+
+  def widest(self) -> tuple[float, str]:
+    """The largest allowance of any tensor, and the tensor ('the loss', 'the
+    gradients of dense/kernel'): how far past the fixed bar a difference may
+    go (0.0, '' where none)."""
+    found = [(amount, 'the loss' if group == 'loss' else
+              f'the {group} of {_key_text(key)}') for group in self.groups
+             for key, amount in self.allowance(group).items()]
+    return max(found, default=(0.0, ''))
 
   def figures(self) -> dict:
     """The report's: how it was measured, the multiple and each group's

@@ -83,12 +83,22 @@ class CheckResult:
             **({} if self.bar is None else {'bar': self.bar}),
             'message': self.message}
 
+  def _allowance_text(self) -> str:
+    """How the bar grew with the port's own noise, where it did: the line
+    says the bar applied, not only its floor."""
+    allowance = self.figures.get('noise_allowance') or {}
+    if not allowance.get('largest'):
+      return ''
+    return (f' beyond the port\'s own noise, which allowed up to '
+            f'{allowance["largest"]:.3g} more on {allowance["on"]}')
+
   def summary(self) -> str:
     """One line: PASS/FAIL/ERROR/NOT RUN name: figure; message."""
     figure = ''
     if self.max_abs_diff is not None and self.tolerance is not None:
       figure = (f' max diff {self.max_abs_diff:.3g} (tolerance '
-                f'{self.tolerance:.3g}, {self.ratio_to_bar:.2g}x it)')
+                f'{self.tolerance:.3g}{self._allowance_text()}, '
+                f'{self.ratio_to_bar:.2g}x it)')
     elif self.max_abs_diff is not None and self.passed:
       # A free run's parting is not judged (tolerances.TRAJECTORY_ATOL's
       # comment): said first, lest a large figure read as a defect.

@@ -592,6 +592,14 @@ def test_one_step_counts_a_difference_only_beyond_the_ports_own_noise():
   assert measured.passed, measured.message
   assert measured.figures['noise']['largest']['gradients'] == pytest.approx(
       1e-5, rel=1e-2)
+  # Its line says the bar it applied: the fixed one, beyond that noise.
+  allowed = measured.figures['noise_allowance']
+  assert allowed['largest'] == pytest.approx(4e-5, rel=1e-2)
+  assert allowed['on'].startswith('the gradients of ')
+  assert (f"tolerance 1e-06 beyond the port's own noise, which allowed up "
+          f"to {allowed['largest']:.3g} more on {allowed['on']}") in (
+              measured.summary())
+  assert 'beyond the port' not in alone.summary()
   # A bug 10x the noise still fails.
   ours['gradients'] = {k: v + 4e-4 for k, v in ours['gradients'].items()}
   assert not checks.one_step.judge('one_step (1 replica)', _step(), ours, _state(),

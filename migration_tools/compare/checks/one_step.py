@@ -68,6 +68,9 @@ def judge(name: str, theirs: dict, ours: dict, legacy_state: dict,
     # A NaN in one of two runs of the same step is no rounding: a finding.
     return CheckResult(name, FAILED, noise_lib.unsteady_text(
         noise.unsteady, noise_lib.STEP_AGAIN), headline, bar.atol, figures)
+  if noise is not None:
+    # The bar as applied: the fixed one, beyond each tensor's own noise.
+    figures['noise_allowance'] = dict(zip(('largest', 'on'), noise.widest()))
   result = judged(name, headline, bar.atol, figures,
                   _one_step_hint(figures, replicas))
   said = [result.message] if result.message else []
