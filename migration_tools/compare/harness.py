@@ -92,6 +92,8 @@ class Recorder:
       result = check()
     except Interrupted:
       raise
+    except recorded.NoAnswer as e:
+      result = self._unanswered(name, e)
     except Exception as e:  # pylint: disable=broad-except
       # A signal TensorFlow wrapped in its own error is no finding.
       exits.raise_if_signalled()
@@ -107,6 +109,18 @@ class Recorder:
     self.progress.line(f'{result.summary()} '
                        f'({progress_lib.elapsed(seconds)})')
     return result
+
+  def _unanswered(self, name: str, error: recorded.NoAnswer) -> CheckResult:
+    """A replay with no answer: after a check that raised, the error broke
+    the order the legacy answers are asked in, and the bundle is not to
+    blame (it replays a correct port whole); else the bundle's line."""
+    raised = [n for n, r in self._results.items() if r.status == checks.ERROR]
+    if not raised:
+      return CheckResult(name, checks.ERROR, one_line(error))
+    return CheckResult(name, checks.NOT_RUN, (
+        f'{raised[0]} raised first, which broke the '
+        'order in which the bundle\'s legacy answers are asked; fix that '
+        'error and run again'))
 
   def leave_out(self, name: str) -> None:
     """A planned check that does not apply to this pair (Check.applies)."""

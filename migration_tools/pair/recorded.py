@@ -175,6 +175,12 @@ class RecordingRunner(_Taped):
     return answer
 
 
+class NoAnswer(KitError):
+  """A replayed legacy run was asked a question its tape has no answer to:
+  asked out of the recorded order (an earlier error broke it), or recorded
+  with other options."""
+
+
 class ReplayedRunner(_Taped):
   """Answers as the recorded legacy run did, without running it."""
 
@@ -192,7 +198,7 @@ class ReplayedRunner(_Taped):
     del args  # The harness asks the same questions in each run.
     key = self._keys.next(question)
     if key not in self._tape:
-      raise KitError(f'the bundle holds no answer to {key!r}: it was '
+      raise NoAnswer(f'the bundle holds no answer to {key!r}: it was '
                      'recorded with other options or another version of '
                      'the kit; record it again')
     return self._tape.answer(key)

@@ -41,6 +41,7 @@ def line(ran_on: dict[str, Any]) -> str:
           + (f' ({"; ".join(others)})' if others else '') +
           f'; {versions}; {precision or "precision unknown"} '
           f'({ran_on["precision_from"]})' + (
+              f'; {ran_on["gradients"]}' if 'gradients' in ran_on else '') + (
               f'; as deployed, its dots\' operands rounded to '
               f'{ran_on["emulated"]} (emulated)' if 'emulated' in ran_on
               else ''))

@@ -160,6 +160,28 @@ def test_each_check_prints_a_line_with_its_time_as_it_ends():
   assert lines[2] == 'NOT RUN c: b failed'
 
 
+def test_after_a_check_raised_a_missing_answer_does_not_blame_the_bundle():
+  # A replay asks the legacy side in the recorded order: a port that
+  # raises breaks it, and the next check finds no answer. That is not the
+  # bundle's fault (it replays a correct port whole): the line says so.
+  from migration_tools.pair import recorded  # pylint: disable=import-outside-toplevel
+
+  def unanswered():
+    raise recorded.NoAnswer("the bundle holds no answer to 'x': record it "
+                            'again')
+  alone = harness.Recorder(['b'])
+  assert alone.run('b', unanswered).status == checks.ERROR
+  assert 'record it again' in alone.results()[0].message
+  rec = harness.Recorder(['a', 'b'])
+  rec.run('a', lambda: 1 / 0)
+  after = rec.run('b', unanswered)
+  assert after.status == checks.NOT_RUN and not after.failed
+  assert after.message == (
+      'a raised first, which broke the order in which the '
+      'bundle\'s legacy answers are asked; fix that error and run again')
+  assert 'record it again' not in after.message
+
+
 def test_the_heartbeat_says_what_runs_while_nothing_ends():
   lines = []
   progress = progress_lib.Progress(lines.append, interval=0.1)

@@ -44,9 +44,11 @@ def test_the_kits_torch_port_passes_every_check_on_1_and_2_replicas(
           'recorded with TensorFlow 2.15.1 at kit commit ') in result.stdout
   assert (f'Port: kit_pair.mnist_torch:make_port, on PyTorch '
           f'{torch.__version__}') in result.stdout
-  assert ('2 replicas: the global batch split into consecutive shares and '
-          'the gradients averaged, as DDP does, in one process'
+  assert ('2 replicas: the global batch split into consecutive shares, in '
+          'one process, their gradients combined by the model\'s all_reduce'
           ) in result.stdout
+  # How they are combined is read from what the port's all_reduce gives.
+  assert "; the shares' gradients averaged, as DDP does" in result.stdout
   assert (f'Ran on: cpu (cpu), 1 device; torch {torch.__version__}; matmul '
           'float32, convolution float32') in result.stdout
   assert {'inventory', 'optimizer', 'inputs', 'inference',
@@ -97,7 +99,30 @@ def test_a_planted_torch_bug_fails_naming_its_cause(tmp_path, port, first,
   assert said in checks[first]['message']
   if port == 'summed_gradients':
     assert checks['one_step (1 replica)']['passed']
+    # Not "averaged, as DDP does": read from what its all_reduce gives.
+    assert "; the shares' gradients summed, where DDP averages them" in (
+        result.stdout)
     assert 'all_reduce is a SUM' in checks[first]['message']
+
+
+@pytest.mark.e2e
+def test_a_port_that_raises_is_named_and_no_check_blames_the_bundle(
+    tmp_path):
+  # The loss raises: the checks that take a step say where, those after
+  # them that the replay's order broke say so, and none says "record the
+  # bundle again" (it replays the kit's port whole).
+  result, checks = run_compare(tmp_path / 'report.json',
+                               f'--bundle={_bundle()}',
+                               '--port=torch_bugs:loss_raises',
+                               '--notpu_ready')
+  assert result.returncode == 1, result.stdout[-3000:]
+  assert 'First to fix: one_step (1 replica)' in result.stdout
+  assert checks['one_step (1 replica)']['message'].startswith(
+      'ValueError: expected labels of shape [batch, 10] (at ')
+  assert 'torch_bugs.py' in checks['one_step (1 replica)']['message']
+  assert not any('record it again' in c['message'] for c in checks.values())
+  broken = [c for c in checks.values() if 'broke the order' in c['message']]
+  assert broken and all(c['status'] == 'not run' for c in broken)
 
 
 @from_tf215
@@ -191,6 +216,30 @@ def test_replicas_average_their_shares_gradients_as_ddp_does():
   assert four['loss'] == pytest.approx(one['loss'], rel=1e-6)
   for name, gradient in one['gradients'].items():
     np.testing.assert_allclose(four['gradients'][name], gradient, rtol=1e-5)
+
+
+def test_labels_inside_the_features_name_the_ports_class_and_the_override():
+  # The default train_step cuts the labels into shares: with labels inside
+  # the features it once ended in a bare IndexError, naming nothing.
+  class InFeatures(pytorch.TorchModel):
+    pass
+
+  made = InFeatures()
+  made.module = torch.nn.Linear(3, 1)
+  made.optimizer = torch.optim.SGD(made.module.parameters(), lr=0.1)
+  with pytest.raises(KitError) as e:
+    made.train_step({'x': np.zeros((4, 3), np.float32),
+                     'label': np.zeros(4, np.float32)}, None)
+  assert str(e.value).startswith(f'{__file__}:')
+  assert '(InFeatures): the input_fn gives its labels inside the features' \
+      in str(e.value)
+  assert str(e.value).endswith('override train_step in InFeatures to take '
+                               'them from the features')
+  # And the replicas' convention is read from what all_reduce gives.
+  from migration_tools.pair.frameworks.pytorch import ran_on  # pylint: disable=import-outside-toplevel
+  assert ran_on.gradients_combined(made) == 'averaged, as DDP does'
+  made.all_reduce = sum
+  assert ran_on.gradients_combined(made) == 'summed, where DDP averages them'
 
 
 def test_a_value_read_back_to_python_is_not_tpu_ready():

@@ -66,3 +66,16 @@ class NanEveryOtherPredict(mnist_torch.MnistTorch):
 def nan_every_other_predict():
   return dataclasses.replace(mnist_torch.make_port(),
                              make=NanEveryOtherPredict)
+
+
+class LossRaises(mnist_torch.MnistTorch):
+  """A loss that raises (a shape its code did not expect): the checks that
+  need a step say so, and none blames the bundle, which replays a correct
+  port whole."""
+
+  def loss(self, features, labels):
+    raise ValueError('expected labels of shape [batch, 10]')
+
+
+def loss_raises():
+  return dataclasses.replace(mnist_torch.make_port(), make=LossRaises)

@@ -90,8 +90,9 @@ class PyTorch(arrays.Arrays):
     del skipped  # One process holds any count.
     if max(counts) > 1:
       progress.line(f'{", ".join(base.label(c) for c in counts if c > 1)}: '
-                    'the global batch split into consecutive shares and the '
-                    'gradients averaged, as DDP does, in one process')
+                    'the global batch split into consecutive shares, in one '
+                    'process, their gradients combined by the model\'s '
+                    'all_reduce (Ran on: says how)')
     return {base.label(count): count for count in counts}
 
   @contextlib.contextmanager

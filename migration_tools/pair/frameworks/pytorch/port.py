@@ -7,11 +7,13 @@ as ``from migration_tools.pair.frameworks import pytorch``."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import warnings
 from typing import Any, Callable
 
 import numpy as np
 
+from kit_core.errors import KitError
 from migration_tools.pair import optimizers
 from migration_tools.pair.frameworks.arrays import port as array_port
 
@@ -214,6 +216,12 @@ class TorchModel:
     return np.split(np.asarray(array), self.replicas)
 
   def train_step(self, features, labels) -> dict[str, Any]:
+    if labels is None:
+      raise KitError(
+          f'{_where(type(self))}: the input_fn gives its labels inside the '
+          'features (labels is None), and TorchModel.train_step cuts the '
+          'labels into the replicas\' shares: override train_step in '
+          f'{type(self).__name__} to take them from the features')
     self.module.train()
     parameters = [e.tensor for e in self._entries() if e.trainable]
     losses, gradients = [], [[] for _ in parameters]
@@ -268,3 +276,12 @@ class TorchPort(array_port.ArrayPort):
   converter's state_dict file.
   """
   framework: str = 'PyTorch'
+
+
+def _where(cls: type) -> str:
+  """'file.py:12 (ClassName)': where a port's class is written."""
+  try:
+    return (f'{inspect.getsourcefile(cls)}:{inspect.getsourcelines(cls)[1]} '
+            f'({cls.__name__})')
+  except (OSError, TypeError):
+    return cls.__name__
