@@ -336,6 +336,8 @@ def run_checks(source: side.LegacySource,
                               for label, p in strategies.items()],
             dots=dots or frameworks.framework_of(port).dots())
   with rec.progress.heartbeat():
+    if about is not None:
+      about['seeded'] = _seeded(run, options.seed)
     with _deterministic(run, options.seed):
       for index, (label, strategy) in enumerate(strategies.items()):
         mine = [(c, n) for c, l, n in steps
@@ -349,6 +351,21 @@ def run_checks(source: side.LegacySource,
         replicas = Replicas(label, strategies[label]) if label else None
         rec.run(name, lambda c=check, r=replicas: c.run(run, r))
   return rec.results()
+
+
+def _seeded(run: Run, seed: int) -> dict:
+  """The report's 'seeded': how both sides' starts are seeded from --seed,
+  so that the same command gives the same start, and verdict, every run."""
+  return {
+      'seed': seed,
+      'legacy': (f'every graph of the model_fn with graph seed '
+                 f'{legacy_lib.graph_seed(seed)} (TensorFlow\'s default '
+                 f'{legacy_lib.DEFAULT_GRAPH_SEED} + --seed); an op given a '
+                 'seed of its own draws what it drew under TPUEstimator'),
+      'port': (f'{run.framework.seeds_with or "not said by its framework"};'
+               ' its weights, slots and averages then set to the legacy '
+               'start (inventory)'),
+  }
 
 
 @contextlib.contextmanager

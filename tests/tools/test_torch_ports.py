@@ -66,6 +66,12 @@ def test_the_kits_torch_port_passes_every_check_on_1_and_2_replicas(
   assert report['port_ran_on']['framework'] == 'pytorch'
   assert report['port_ran_on']['versions']['torch'] == torch.__version__
   assert 'tensorflow' not in report and 'jax' not in report
+  # How both starts are seeded, from the bundle's seed: the same command
+  # gives the same start.
+  assert report['seeded']['seed'] == report['seed'] == 0
+  assert report['seeded']['legacy'].startswith(
+      'every graph of the model_fn with graph seed 87654321 ')
+  assert report['seeded']['port'].startswith('torch.manual_seed(--seed); ')
   # On the CPU nothing drifts; emulated, every dot's operands are rounded,
   # forward and backward, and the outputs stay within what that explains.
   assert ('device_drift' in checks) == bool(emulated)

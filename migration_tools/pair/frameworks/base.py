@@ -42,6 +42,8 @@ class Framework(abc.ABC):
   # Its name in a user's words, for the lines and help that list the
   # frameworks (read from the registry, never retyped): 'PyTorch'.
   title: str = ''
+  # How seeded() seeds a run, in the report's words ('seeded').
+  seeds_with: str = ''
 
   @abc.abstractmethod
   def accepts(self, port: Any) -> bool:

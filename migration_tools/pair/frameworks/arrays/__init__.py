@@ -23,6 +23,7 @@ class Arrays(base.Framework):
   name = 'arrays'
   contract = 'migration_tools.pair.array_port.ArrayPort (a port on JAX)'
   title = 'JAX'
+  seeds_with = 'its own make (the kit gives it no seed)'
 
   def accepts(self, port: Any) -> bool:
     return isinstance(port, array_port.ArrayPort)

@@ -23,6 +23,7 @@ class KerasOnTensorFlow(base.Framework):
   on_tensorflow = True
   contract = 'migration_tools.pair.port.Port'
   title = 'Keras on TensorFlow'
+  seeds_with = 'tf.keras.utils.set_random_seed(--seed)'
 
   def accepts(self, port: Any) -> bool:
     return isinstance(port, port_lib.Port)

@@ -81,6 +81,7 @@ class PyTorch(arrays.Arrays):
   name = 'pytorch'
   contract = 'migration_tools.pair.frameworks.pytorch.TorchPort'
   title = 'PyTorch'
+  seeds_with = 'torch.manual_seed(--seed)'
 
   def accepts(self, port: Any) -> bool:
     return isinstance(port, TorchPort)
