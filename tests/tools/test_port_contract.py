@@ -59,6 +59,17 @@ def test_a_port_written_for_the_earlier_path_loads_with_a_warning(
     importlib.import_module('migration_tools.port')
 
 
+def test_the_earlier_cpu_strategies_warns_and_gives_the_frameworks_placements():
+  # harness.cpu_strategies gave a Keras port's strategies; the harness now
+  # asks the port's framework (harness.placements): kept, with a warning.
+  with pytest.warns(DeprecationWarning, match=r'harness\.placements'):
+    strategies = harness.cpu_strategies([1, 2])
+  assert list(strategies) == ['1 replica', '2 replicas']
+  assert [s.num_replicas_in_sync for s in strategies.values()] == [1, 2]
+  placed = harness.placements(kit_pair.make_port(), [1, 2])
+  assert [s.num_replicas_in_sync for s in placed.values()] == [1, 2]
+
+
 def test_the_earlier_name_of_the_kits_jax_port_warns_and_still_names_it():
   with pytest.warns(DeprecationWarning, match=r"KIT_PORTS\)\['jax'\]"):
     assert pair.KIT_JAX_PORT == 'kit_pair.mnist_jax:make_port'
