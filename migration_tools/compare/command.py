@@ -57,6 +57,7 @@ from kit_core.errors import printable
 from kit_core.lazy import tensorflow as tf
 from migration_tools import cli
 from migration_tools import tolerances
+from migration_tools.compare import coverage
 from migration_tools.compare import golden
 from migration_tools.compare import harness
 from migration_tools.compare import registry
@@ -394,6 +395,10 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   print(timing.LEDGER.line())
   if not tool_flags.quiet:  # Each check had its line as it ended.
     print(_counts(results))
+  behaviours = coverage.read(results)
+  for line in coverage.lines(behaviours):
+    print(printable(line))
+  figures['coverage'] = coverage.to_json(behaviours)
   failed = [r for r in results if r.failed]
   if failed:
     print(f'First to fix: {failed[0].name} (later failures may follow from '

@@ -471,7 +471,7 @@ def cpu_strategies(replica_counts: list[int]) -> dict[str, Any]:
 
 
 # The report's schema (compare/report.schema.json): its name and version.
-REPORT_SCHEMA = {'schema': 'migration-compare report', 'schema_version': 1}
+REPORT_SCHEMA = {'schema': 'migration-compare report', 'schema_version': 2}
 
 
 def write_report(results: list[CheckResult], path: str, figures: dict) -> str:

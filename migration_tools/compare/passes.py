@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -133,6 +134,9 @@ class Resynced:
   host_calls: list
   # The port's own noise it measured (noise.figures).
   noise: dict = dataclasses.field(default_factory=dict)
+  # Each step's legacy clipping ([norm, threshold] per clip: legacy_clipping;
+  # None where the model_fn clips nothing, or the bundle predates it).
+  clipping: list = dataclasses.field(default_factory=list)
 
 
 # Why a dropout pass measures no noise: reordering the examples moves the
@@ -142,7 +146,10 @@ _BY_ORDER = 'dropout draws its masks by the order of the examples'
 
 def resynced_steps(run: Run, legacy, runner, label: str,
                    dropout: bool = False,
-                   first_noise: noise_lib.Noise | None = None) -> Resynced:
+                   first_noise: noise_lib.Noise | None = None,
+                   states: Callable[[int], dict] | None = None,
+                   batches: list | None = None,
+                   until: Callable[[dict], bool] | None = None) -> Resynced:
   """Every step of the legacy trajectory at identical state: before each
   step the port takes the legacy state (weights, slots, step, averages), so
   no difference can grow.
@@ -153,15 +160,25 @@ def resynced_steps(run: Run, legacy, runner, label: str,
     first_noise: the port's noise one_step measured on the first step, from
       the same state on the same batch: taken for this pass's first step
       rather than measured again.
+    states: states(number), the model state the legacy side is set to
+      before step number (its slots and step as its steps left them);
+      None: the state its steps left.
+    batches: the batches, one per step (None: the run's).
+    until: until(the legacy step's answer): True ends the pass after that
+      step.
   """
   per_step, losses, steps, host_calls, trainable = [], [], [], [], set()
+  clipping = []
+  batches = run.batches if batches is None else batches
   rate = 0.0
   both = slots_compared(legacy, runner)
   # The port's own noise (compare/noise.py), measured at the steps up to
   # the first that moves the weights, and held for the steps after.
   noise, noise_moved = None, False
-  for number, (features, labels) in enumerate(run.batches, 1):
-    run.progress.now(f'{label}: step {number} of {len(run.batches)}')
+  for number, (features, labels) in enumerate(batches, 1):
+    run.progress.now(f'{label}: step {number} of {len(batches)}')
+    if states is not None:
+      legacy.set_state(states(number))
     before, averages_before = _start_from_the_legacy_state(
         legacy, runner, rate if both else 0.0)
     reused = number == 1 and first_noise is not None and not dropout
@@ -192,14 +209,18 @@ def resynced_steps(run: Run, legacy, runner, label: str,
         (legacy_slots, port_slots),
         (averages['legacy_averages'], averages['port_averages']), allowed))
     losses.append(float(theirs['loss']))
+    clipping.append(theirs.get('clipping'))
     steps.append(step_record.step(
         number, before, {k: after[k] for k in trainable},
         {k: ours_after[k] for k in trainable}, legacy_slots, port_slots,
         theirs.get('learning_rate'),
         (averages_before, averages['legacy_averages'],
          averages['port_averages']), noise))
+    if until is not None and until(theirs):
+      break
   return Resynced(np.array(per_step), losses, steps, host_calls,
-                  noise_lib.figures(noise, _BY_ORDER if dropout else ''))
+                  noise_lib.figures(noise, _BY_ORDER if dropout else ''),
+                  clipping)
 
 
 def _start_from_the_legacy_state(legacy, runner, rate: float) -> tuple:

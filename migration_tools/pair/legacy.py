@@ -28,6 +28,7 @@ from kit_core.errors import KitError
 from kit_core.errors import one_line
 from kit_core.lazy import tensorflow as tf
 from migration_tools import outputs
+from migration_tools.pair import legacy_clipping
 from migration_tools.pair import legacy_optimizer
 from migration_tools.pair import legacy_state
 from migration_tools.pair import optimizers
@@ -232,6 +233,7 @@ class _Graph:
                batch_size: int, warm_start_from: str = '',
                draws: bool = True, seed: int = 0):
     self.random_ops = random_ops.Found({}, {})
+    self.drawing: list[str] = []
     with timing.spent('legacy graph building'):
       self._build(model_fn, mode, params, spec, batch_size, warm_start_from,
                   draws, seed)
@@ -249,9 +251,12 @@ class _Graph:
       self.global_step = tf.compat.v1.train.create_global_step()
       self.spec = model_fn(self.features, self.labels, mode, dict(params))
       self.scaffold = scaffold = _scaffold(self.spec)
-      if not draws and mode == tf.compat.v1.estimator.ModeKeys.TRAIN:
-        self.random_ops = random_ops.switch_off(
-            [self.spec.loss, self.spec.train_op])
+      if mode == tf.compat.v1.estimator.ModeKeys.TRAIN:
+        roots = [self.spec.loss, self.spec.train_op]
+        if draws:
+          self.drawing = random_ops.drawing(roots)
+        else:
+          self.random_ops = random_ops.switch_off(roots)
       if warm_start_from:
         tf.compat.v1.train.warm_start(warm_start_from)
       self.all_variables = {v.op.name: v
@@ -438,7 +443,8 @@ class LegacyRunner(side.LegacySide):
     """The TRAIN graph at the shards' batch, its gradients and optimizer."""
     batch = self.batch_size // self.shards
     with legacy_optimizer.watch(self.shards) as watched, \
-        legacy_state.watch_averages() as self.averages_of:
+        legacy_state.watch_averages() as self.averages_of, \
+        legacy_clipping.watch() as self.clips:
       self.train = _Graph(self.model_fn,
                           tf.compat.v1.estimator.ModeKeys.TRAIN,
                           model_params(self.params, batch), self.spec, batch,
@@ -469,6 +475,11 @@ class LegacyRunner(side.LegacySide):
     # own gradients (BERT's tf.gradients) and the cores' were summed.
     self.received_scale = 1 if (self.shards == 1 or watched.scaled & set(
         self.optimizer.applied)) else self.shards
+
+  def _clip_tensors(self) -> list:
+    """[norm, threshold] of each clip the model_fn made (legacy_clipping):
+    a step answers them as 'clipping'."""
+    return [[clip.norm, clip.threshold] for clip in self.clips]
 
   def _unfed(self) -> list[str]:
     """The variables whose applied gradient the kit cannot feed."""
@@ -507,7 +518,10 @@ class LegacyRunner(side.LegacySide):
             'evaluates_with': self.evaluates_with(),
             'exports': self.evaluates_with(self.infer),
             'host_call': list(self.host_call),
-            'random_ops': self.train.random_ops.to_json()}
+            'random_ops': self.train.random_ops.to_json(),
+            # Where the step draws (the dropout check's run): its random ops.
+            'draws': list(self.train.drawing),
+            'clipping': [clip.to_json() for clip in self.clips]}
 
   def state(self) -> dict[str, np.ndarray]:
     """The model's variables, trainable or not, by name."""
@@ -590,9 +604,14 @@ class LegacyRunner(side.LegacySide):
     if self.host_call:
       # In the step's own run, as TPUEstimator's outfeed took them.
       fetches['host_call'] = self.host_call
+    if self.clips:
+      fetches['clipping'] = self._clip_tensors()
     values = self.train.run(fetches, self.train.feed(features, labels))
     self._steps_taken += 1
     del values['train_op']
+    if 'clipping' in values:
+      values['clipping'] = [[float(norm), float(threshold)]
+                            for norm, threshold in values['clipping']]
     values['examples'] = len(tf.nest.flatten(features)[0])
     return values
 
@@ -626,7 +645,8 @@ class LegacyRunner(side.LegacySide):
     # Not the rate here: made under the model_fn's
     # control_dependencies(UPDATE_OPS), fetching it moves the statistics.
     fetches = {'loss': self.train.spec.loss, 'gradients': self.gradients,
-               'applied': self.optimizer.applied, 'host_call': self.host_call}
+               'applied': self.optimizer.applied, 'host_call': self.host_call,
+               'clipping': self._clip_tensors()}
     start = self.state()
     moved = [n for n in self.model_names if n not in self.gradients]
     shards, statistics = [], []
@@ -660,6 +680,12 @@ class LegacyRunner(side.LegacySide):
               'examples': len(tf.nest.flatten(features)[0])}
     if 'learning_rate' in rate:
       values['learning_rate'] = rate['learning_rate']
+    if self.clips:
+      # Each clip's largest norm on any core: each core clipped its own.
+      values['clipping'] = [
+          [max(float(s['clipping'][i][0]) for s in shards),
+           float(shards[0]['clipping'][i][1])]
+          for i in range(len(self.clips))]
     if self.host_call:
       # Each core's, concatenated in core order, as the host dequeued them.
       values['host_call'] = {

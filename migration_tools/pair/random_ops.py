@@ -267,6 +267,12 @@ def switch_off(roots) -> Found:
   return Found(switched_off, left)
 
 
+def drawing(roots) -> list[str]:
+  """The names of the stateful random ops the roots depend on (outside
+  function bodies), sorted: what a step that draws draws from."""
+  return sorted(op.name for op in ancestors(roots) if op.type in STATEFUL)
+
+
 def _matched(op: tf.Operation) -> tuple[str, tuple | None]:
   """The first rule of MASKS that op's draw matches, and its answer."""
   u = _uniform(op)

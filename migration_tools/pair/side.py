@@ -147,13 +147,16 @@ class Side(abc.ABC):
     ({checkpoint: variables initialised from it}), 'optimizer' (its class),
     'rate_source' (where its rate is read, or why it cannot be); the legacy
     side's also 'evaluates_with' and 'exports' (what its evaluation and its
-    export restore: legacy_state.EVALUATES_WEIGHTS or EVALUATES_AVERAGES)."""
+    export restore: legacy_state.EVALUATES_WEIGHTS or EVALUATES_AVERAGES),
+    'random_ops' and 'clipping' (each clip the model_fn made:
+    legacy_clipping.Clip.to_json)."""
 
   @abc.abstractmethod
   def step(self, features, labels) -> dict[str, Any]:
     """Takes one training step on this batch (the next one): its 'loss',
     'gradients' (by legacy name, summed over replicas), 'learning_rate' and
-    'examples'."""
+    'examples'; the legacy side's also 'clipping' where the model_fn clips
+    ([norm, threshold] per clip, in describe_run's order)."""
 
   @abc.abstractmethod
   def predict(self, features) -> dict[str, np.ndarray]:

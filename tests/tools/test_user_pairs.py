@@ -41,6 +41,9 @@ class Pair:
   serving_inputs: str = ''
   # The legacy model_fn gives a host_call: the host_call check applies.
   host_call: bool = False
+  # The legacy model_fn clips its gradients: the clipping check applies (on
+  # each replica count).
+  clips: bool = False
 
   def args(self, data_dir: str, port: str = 'make_port') -> list[str]:
     params = self.params_in(data_dir)
@@ -73,14 +76,15 @@ PAIRS = {
     'bert': Pair('bert_legacy', 'bert_port', True,
                  {'learning_rate': 1e-3, 'num_train_steps': 20,
                   'num_warmup_steps': 2,
-                  'init_checkpoint': '{data_dir}/pretrained/model.ckpt'}),
+                  'init_checkpoint': '{data_dir}/pretrained/model.ckpt'},
+                 clips=True),
     'effnet': Pair('effnet_legacy', 'effnet_port', True,
                    {'learning_rate': 0.05, 'warmup_steps': 2,
                     'decay_steps': 2}, serving_inputs='serving_examples',
                    host_call=True),
     'albert': Pair('albert_legacy', 'albert_port', True,
                    {'learning_rate': 1e-3, 'num_train_steps': 20,
-                    'num_warmup_steps': 2}),
+                    'num_warmup_steps': 2}, clips=True),
 }
 
 
@@ -170,7 +174,8 @@ def test_the_correct_port_passes_on_1_2_and_4_replicas(name, data_dirs,
                             '--replicas=1,2,4')
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
   assert all(c['passed'] for c in checks.values()), result.stdout
-  assert len(checks) == (25 + PAIRS[name].serving + PAIRS[name].host_call)
+  assert len(checks) == (25 + PAIRS[name].serving + PAIRS[name].host_call +
+                         3 * PAIRS[name].clips)
   for label in ('1 replica', '2 replicas', '4 replicas'):
     assert checks[f'updates ({label})']['max_abs_diff'] <= 5e-5
     assert checks[f'one_step ({label})']['legacy_reference'] == (
@@ -439,6 +444,14 @@ def test_the_albert_port_passes_from_weights_of_a_trained_scale(data_dirs,
     assert noise == ['albert/encoder/transformer/layer_shared/attention/'
                      'key/bias'], noise
   assert 1 < checks['beyond_init']['factor'] < 3  # Already large weights.
+  # At weights of this scale the clip engages at the recorded steps.
+  for label in ('1 replica', '2 replicas'):
+    clipping = checks[f'clipping ({label})']
+    assert clipping['status'] == 'passed' and clipping['state'] == 'recorded'
+  coverage = json.loads((tmp_path / 'report.json').read_text())['coverage']
+  assert [b['exercised'] for b in coverage['behaviours']] == [True]
+  assert 'Exercised: gradient clipping by global norm (bert_legacy.py:' in (
+      result.stdout)
 
 
 # Each bug of an ALBERT port: the check that fails first, what its hint
@@ -456,6 +469,11 @@ ALBERT_BUGS = [
      'shares across its layers'),
     ('transposed_projection', 'inference', 'a kernel read in another '
      'layout'),
+    # Each passes every other check: the clip engages at no recorded step.
+    ('no_clipping', 'clipping (1 replica)', 'the port clips otherwise (no '
+     'clipping in the port, clipping by another norm'),
+    ('clipping_by_the_dense_norm', 'clipping (1 replica)',
+     'the port clips otherwise'),
 ]
 
 

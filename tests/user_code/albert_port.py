@@ -186,8 +186,11 @@ def make_port() -> port_lib.Port:
       export=bert_port.export, predict=bert_port.predict)
 
 
-def _with(build=None, optimizer=None) -> port_lib.Port:
+def _with(build=None, optimizer=None, trainer=None) -> port_lib.Port:
   port = make_port()
+  if trainer is not None:
+    port = dataclasses.replace(port, trainer_class=type(
+        'BuggyTrainer', (Trainer,), trainer))
   if build is not None:
     port = dataclasses.replace(port, build_model=lambda params: build_model(
         params, **build))
@@ -223,3 +226,13 @@ def unshared_layers() -> port_lib.Port:
 
 def transposed_projection() -> port_lib.Port:
   return _with(build={'transposed': True})
+
+
+# Clipping engages at no recorded step of the pair (weights of 0.02): the
+# clipping check makes a state where it does.
+def no_clipping() -> port_lib.Port:
+  return _with(trainer={'clip': False})
+
+
+def clipping_by_the_dense_norm() -> port_lib.Port:
+  return _with(trainer={'dense_norm': True})

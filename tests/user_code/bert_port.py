@@ -262,6 +262,9 @@ class Trainer(team_trainer.Trainer):
 
   clip = True
   clip_norm = legacy.CLIP_NORM
+  # A bug when True: an embedding's gradient made dense before the norm, its
+  # rows summing their lookups where TF's norm counts each lookup.
+  dense_norm = False
 
   def make_metrics(self):
     return {'eval_accuracy': tf.keras.metrics.SparseCategoricalAccuracy()}
@@ -284,6 +287,8 @@ class Trainer(team_trainer.Trainer):
                                   g.dense_shape)
                  if isinstance(g, tf.IndexedSlices) else g * replicas
                  for g in gradients]
+    if self.dense_norm:
+      gradients = [tf.convert_to_tensor(g) for g in gradients]
     if self.clip:
       gradients, _ = tf.clip_by_global_norm(gradients, self.clip_norm)
     self.optimizer.apply_gradients(

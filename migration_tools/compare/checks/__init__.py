@@ -55,6 +55,7 @@ ORDER = (
     'served_predictions',
     'updates',
     'stepwise',
+    'clipping',
     'host_call',
     'dropout',
     'tpu_ready',

@@ -17,18 +17,21 @@ from migration_tools.compare.registry import AFTER
 from migration_tools.compare.registry import Check
 from migration_tools.compare.verdict import CheckResult
 from migration_tools.compare.verdict import SKIPPED
+from migration_tools.pair import recorded
 
 # The bar: each step with dropout on within an absolute bar (stepwise's
 # judge, with no noise measured: the masks differ on a reordered batch).
 BAR = Bar(atol=tolerances.ONE_STEP_ATOL)
 
 
-def judge(name: str, per_step: np.ndarray, losses: list[float]
-          ) -> CheckResult:
+def judge(name: str, per_step: np.ndarray, losses: list[float],
+          draws: list[str] | None = None) -> CheckResult:
   """Every step with dropout on, at identical state, the random numbers
-  aligned: stepwise's figures, and a hint that names dropout."""
+  aligned: stepwise's figures, and a hint that names dropout. draws: the
+  legacy step's random ops (the report's coverage)."""
   result = stepwise_check.judge(name, per_step, bar=BAR)
-  figures = {**result.figures, 'legacy_losses': losses}
+  figures = {**result.figures, 'legacy_losses': losses,
+             'legacy_draws': list(draws or [])}
   if result.passed:
     return dataclasses.replace(result, figures=figures)
   return dataclasses.replace(
@@ -55,13 +58,32 @@ def drive(run: Run, replicas: Replicas | None) -> CheckResult:
   name = 'dropout (1 replica)'
   unaligned = run.framework.dropout_unaligned()
   if unaligned:
-    return CheckResult(name, SKIPPED, unaligned)
+    # What the legacy step draws, for the coverage: its run is read, not
+    # stepped (from a bundle, the recording's answer).
+    draws = _draws(run.legacy(name, draws=True, gradients=False))
+    if draws == []:
+      unaligned = ('the legacy step draws no random number (no dropout); '
+                   f'the port\'s own draws are not compared: {unaligned}')
+    return CheckResult(name, SKIPPED, unaligned,
+                       figures={'legacy_draws': draws or []})
   one = run.framework.placements([1], run.progress, {})
   with run.framework.aligned_draws():
     legacy = run.legacy(name, draws=True, gradients=False)
+    # Asked first: a run replayed on a framework that skips the steps asks
+    # it so too.
+    draws = _draws(legacy)
     runner = run.port_runner(next(iter(one.values())))
     resynced = passes.resynced_steps(run, legacy, runner, name, dropout=True)
-  return judge(name, resynced.per_step, resynced.losses)
+  return judge(name, resynced.per_step, resynced.losses, draws)
+
+
+def _draws(legacy) -> list[str] | None:
+  """The legacy step's random ops; None from a bundle recorded before the
+  kit read them."""
+  try:
+    return legacy.describe_run().get('draws')
+  except recorded.NoAnswer:
+    return None
 
 
 CHECK = Check(

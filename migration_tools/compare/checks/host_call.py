@@ -36,7 +36,8 @@ def judge(names: list[str], steps: list, bar: Bar = BAR) -> CheckResult:
     return CheckResult(name, SKIPPED, f'the legacy host_call receives '
                        f'{", ".join(names)} at each step, and the port gives '
                        'no Port.host_call (the values its summaries log), so '
-                       'the summaries were not compared')
+                       'the summaries were not compared',
+                       figures={'names': list(names)})
   missing = sorted(set(names) - set(steps[0][1]))
   if missing:
     return CheckResult(name, FAILED, f'the port logs no {", ".join(missing)}'

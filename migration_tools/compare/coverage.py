@@ -1,0 +1,143 @@
+"""What a comparison exercised of the legacy step's behaviours, and what it
+did not: read from the checks' results, for the summary lines and the
+report's 'coverage'.
+
+A green that never compared a behaviour is no proof of it: a clip that
+never engaged, dropout switched off on both sides, a host_call nothing
+read. Each reader below finds one kind of behaviour in the results (what the
+legacy step has: inventory's reading of its graph, the clips the clipping
+check found) and says whether a compared state exercised it, by which check,
+or why not and what to do. A new behaviour is a new reader in READERS.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from migration_tools.compare.verdict import CheckResult
+from migration_tools.compare.verdict import FAILED
+from migration_tools.compare.verdict import PASSED
+
+# What the kit does not read yet, said with the coverage (limitations as
+# data: the report carries them).
+NOT_READ = (
+    'the learning-rate schedule beyond the compared steps (warmup and decay '
+    'are compared at those steps only)',
+    'each loss term apart (the loss is compared whole)',
+    'cross-replica ops inside the model_fn',
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Behaviour:
+  """One behaviour of the legacy step.
+
+  name: what it is and where ('gradient clipping by global norm
+    (bert_legacy.py:244)').
+  exercised: whether a compared state exercised it.
+  how: by which check and at which state; or why not, and what to do.
+  """
+  name: str
+  exercised: bool
+  how: str
+
+  def to_json(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+def _compared(result: CheckResult | None) -> bool:
+  """Whether the check judged (passed or failed) rather than skipped."""
+  return result is not None and result.status in (PASSED, FAILED)
+
+
+def _named(results: list[CheckResult], name: str) -> list[CheckResult]:
+  """The results of the check name, each replica count's."""
+  return [r for r in results if r.name == name or
+          r.name.startswith(f'{name} (')]
+
+
+def _clipping(results: list[CheckResult]) -> list[Behaviour]:
+  """Each clip the model_fn made: engaged at a compared step, or not."""
+  found = {}
+  for result in _named(results, 'clipping'):
+    for clip in result.figures.get('clips', []):
+      key = f'gradient clipping by {clip["kind"]} ({clip["where"]})'
+      label = result.name.partition(' (')[2].rstrip(')')
+      step = result.figures.get('engaged_step')
+      if step is not None:
+        state = ('the pass at identical state' if result.figures.get(
+            'state') == 'recorded' else 'a state made for it (gain '
+                 f'{result.figures.get("gain"):g})')
+        found.setdefault(key, []).append(
+            (True, f'engaged at step {step} of {state} ({label}), compared '
+             'by clipping'))
+      else:
+        found.setdefault(key, []).append((False, f'({label}) '
+                                          f'{result.message}'))
+  return [Behaviour(key, any(e for e, _ in said),
+                    '; '.join(h for e, h in said if e) or
+                    '; '.join(h for _, h in said))
+          for key, said in found.items()]
+
+
+def _draws(results: list[CheckResult]) -> list[Behaviour]:
+  """The random numbers the legacy step draws (dropout, drop connect):
+  compared drawn, with the random numbers aligned (dropout), or only put at
+  their expectation on both sides."""
+  inventory = next(iter(_named(results, 'inventory')), None)
+  dropout = next(iter(_named(results, 'dropout')), None)
+  switched = (inventory.figures.get('random_ops_switched_off', {})
+              if inventory else {})
+  drawn = dropout.figures.get('legacy_draws', []) if dropout else []
+  if not switched and not drawn:
+    return []
+  count = max(len(switched), len(drawn))
+  kinds = sorted(set(switched.values())) or ['dropout']
+  name = (f'random draws of the step ({count} op{"s" if count > 1 else ""}: '
+          f'{", ".join(kinds)})')
+  if _compared(dropout):
+    return [Behaviour(name, True, 'drawn on both sides with the random '
+                      'numbers aligned, compared by dropout')]
+  why = dropout.message if dropout else 'the dropout check did not run'
+  return [Behaviour(name, False, 'put at their expectation on both sides in '
+                    f'every check; not compared drawn: {why}')]
+
+
+def _host_call(results: list[CheckResult]) -> list[Behaviour]:
+  """The model_fn's host_call: its values compared at each step, or not."""
+  host_call = next(iter(_named(results, 'host_call')), None)
+  names = host_call.figures.get('names') if host_call else None
+  if not names:
+    return []
+  if _compared(host_call):
+    return [Behaviour(f'host_call ({len(names)} values)', True,
+                      'compared at each step by host_call')]
+  return [Behaviour(f'host_call ({len(names)} values)', False,
+                    host_call.message)]
+
+
+READERS: tuple[Callable[[list[CheckResult]], list[Behaviour]], ...] = (
+    _clipping, _draws, _host_call)
+
+
+def read(results: list[CheckResult]) -> list[Behaviour]:
+  """Every behaviour the readers find in results, in READERS' order."""
+  return [b for reader in READERS for b in reader(results)]
+
+
+def lines(behaviours: list[Behaviour]) -> list[str]:
+  """The summary's lines: what was exercised, and what was not."""
+  said = []
+  for exercised, title in ((True, 'Exercised'), (False, 'Not exercised')):
+    chosen = [b for b in behaviours if b.exercised == exercised]
+    if chosen:
+      said.append(f'{title}: ' + '; '.join(f'{b.name}: {b.how}'
+                                           for b in chosen))
+  return said
+
+
+def to_json(behaviours: list[Behaviour]) -> dict:
+  """The report's 'coverage'."""
+  return {'behaviours': [b.to_json() for b in behaviours],
+          'not_exercised': [b.name for b in behaviours if not b.exercised],
+          'not_read': list(NOT_READ)}
