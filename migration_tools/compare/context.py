@@ -146,16 +146,18 @@ class Run:
     """The framework the port is written in (its registered adapter)."""
     return frameworks.framework_of(self.port)
 
-  def port_runner(self, placement: Any) -> side.PortSide:
+  def port_runner(self, placement: Any, dropout: bool = False
+                  ) -> side.PortSide:
     """A fresh port run, from the start state, its state and slots paired
     as the early checks resolved. placement: one of its framework's
-    placements (Framework.placements)."""
+    placements (Framework.placements); dropout: built with its dropout on
+    (a framework that takes_masks)."""
     with timing.spent('port building'):
-      return self._port_runner(placement)
+      return self._port_runner(placement, dropout)
 
-  def _port_runner(self, placement) -> side.PortSide:
+  def _port_runner(self, placement, dropout: bool = False) -> side.PortSide:
     runner = self.framework.build_runner(self.port, placement, self.params(),
-                                         self.batches, self.dots)
+                                         self.batches, self.dots, dropout)
     if self.pairs:
       runner.use_map(self.pairs)
       runner.set_state(self.start)

@@ -92,9 +92,15 @@ def _draws(results: list[CheckResult]) -> list[Behaviour]:
   if not switched and not drawn:
     return []
   count = max(len(switched), len(drawn))
-  kinds = sorted(set(switched.values())) or ['dropout']
+  kinds = sorted(set(switched.values()))
+  if len(drawn) > len(switched):  # Dropout the kit switched off by itself.
+    kinds.append('dropout')
   name = (f'random draws of the step ({count} op{"s" if count > 1 else ""}: '
           f'{", ".join(kinds)})')
+  if _compared(dropout) and 'masks' in dropout.figures:
+    return [Behaviour(name, True, 'drawn by the legacy step, its masks '
+                      'handed to the port\'s dropout calls in order, '
+                      'compared by dropout')]
   if _compared(dropout):
     return [Behaviour(name, True, 'drawn on both sides with the random '
                       'numbers aligned, compared by dropout')]

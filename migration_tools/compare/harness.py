@@ -377,6 +377,20 @@ def _deterministic(run: Run, seed: int):
     yield
 
 
+def _applies(check: registry.Check, run: Run, replicas: Replicas) -> bool:
+  """Whether check applies (Check.applies); where asking raises (what it
+  reads broke first), it runs, and its own run says why."""
+  if check.applies is None:
+    return True
+  try:
+    return bool(check.applies(run, replicas))
+  except Interrupted:
+    raise
+  except Exception:  # pylint: disable=broad-except
+    exits.raise_if_signalled()
+    return True
+
+
 def _run_replicas(rec: Recorder, run: Run, replicas: Replicas,
                   mine: list, first: bool, about: dict | None = None) -> bool:
   """One replica count's checks on its legacy run and port; False if the
@@ -400,7 +414,7 @@ def _run_replicas(rec: Recorder, run: Run, replicas: Replicas,
     _say_where(rec, run, replicas, about)
   try:
     for check, name in mine:
-      if check.applies is not None and not check.applies(run, replicas):
+      if not _applies(check, run, replicas):
         rec.leave_out(name)
         continue
       result = rec.run(name, lambda c=check: c.run(run, replicas))

@@ -10,10 +10,11 @@ evaluation.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -80,7 +81,7 @@ def first_step(run: Run, replicas: Replicas) -> tuple[dict, dict]:
 def scalars(answer: dict) -> dict:
   """A step's answer without its gradients: what the trajectory keeps of
   each step, so that its memory does not grow with the steps."""
-  return {k: v for k, v in answer.items() if k != 'gradients'}
+  return {k: v for k, v in answer.items() if k not in ('gradients', 'masks')}
 
 
 def trajectory(run: Run, replicas: Replicas) -> tuple[list, list]:
@@ -149,7 +150,8 @@ def resynced_steps(run: Run, legacy, runner, label: str,
                    first_noise: noise_lib.Noise | None = None,
                    states: Callable[[int], dict] | None = None,
                    batches: list | None = None,
-                   until: Callable[[dict], bool] | None = None) -> Resynced:
+                   until: Callable[[dict], bool] | None = None,
+                   given: Callable[[dict], Any] | None = None) -> Resynced:
   """Every step of the legacy trajectory at identical state: before each
   step the port takes the legacy state (weights, slots, step, averages), so
   no difference can grow.
@@ -166,6 +168,9 @@ def resynced_steps(run: Run, legacy, runner, label: str,
     batches: the batches, one per step (None: the run's).
     until: until(the legacy step's answer): True ends the pass after that
       step.
+    given: with dropout, given(the legacy step's answer): a context in
+      which the port takes its step (the legacy's masks handed to its
+      dropout calls: Framework.masks_given).
   """
   per_step, losses, steps, host_calls, trainable = [], [], [], [], set()
   clipping = []
@@ -185,8 +190,11 @@ def resynced_steps(run: Run, legacy, runner, label: str,
     again = None if dropout or noise_moved or reused else (
         runner.reordered_step(features, labels))
     theirs = legacy.step(features, labels)
-    answer = ({'loss': runner.step_as_trained(features, labels)} if dropout
-              else runner.step(features, labels))
+    if dropout:
+      with given(theirs) if given else contextlib.nullcontext():
+        answer = {'loss': runner.step_as_trained(features, labels)}
+    else:
+      answer = runner.step(features, labels)
     # The optimizer's variables: a run's first step answers with their
     # gradients (state moved otherwise, e.g. batch-norm statistics, stepwise
     # holds). No gradient is judged here: they go at once.

@@ -234,6 +234,8 @@ class _Graph:
                draws: bool = True, seed: int = 0):
     self.random_ops = random_ops.Found({}, {})
     self.drawing: list[str] = []
+    # (op, rule, mask) of each random mask a step that draws answers.
+    self.masks: list = []
     with timing.spent('legacy graph building'):
       self._build(model_fn, mode, params, spec, batch_size, warm_start_from,
                   draws, seed)
@@ -255,6 +257,7 @@ class _Graph:
         roots = [self.spec.loss, self.spec.train_op]
         if draws:
           self.drawing = random_ops.drawing(roots)
+          self.masks = random_ops.masks(roots)
         else:
           self.random_ops = random_ops.switch_off(roots)
       if warm_start_from:
@@ -521,6 +524,7 @@ class LegacyRunner(side.LegacySide):
             'random_ops': self.train.random_ops.to_json(),
             # Where the step draws (the dropout check's run): its random ops.
             'draws': list(self.train.drawing),
+            'mask_ops': [name for name, _, _ in self.train.masks],
             'clipping': [clip.to_json() for clip in self.clips]}
 
   def state(self) -> dict[str, np.ndarray]:
@@ -606,7 +610,12 @@ class LegacyRunner(side.LegacySide):
       fetches['host_call'] = self.host_call
     if self.clips:
       fetches['clipping'] = self._clip_tensors()
+    if self.train.masks:
+      # The masks this step drew, for a port that takes them (dropout).
+      fetches['masks'] = [mask for _, _, mask in self.train.masks]
     values = self.train.run(fetches, self.train.feed(features, labels))
+    if 'masks' in values:
+      values['masks'] = [np.asarray(m) != 0 for m in values['masks']]
     self._steps_taken += 1
     del values['train_op']
     if 'clipping' in values:

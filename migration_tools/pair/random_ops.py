@@ -99,14 +99,14 @@ _FOLDED = {'Sub': operator.sub, 'Add': operator.add, 'AddV2': operator.add,
            'Mul': operator.mul}
 
 
-def _constant(tensor: tf.Tensor | None) -> float | None:
+def constant(tensor: tf.Tensor | None) -> float | None:
   """A scalar constant's value (Python numbers baked into the graph, and
-  arithmetic between them)."""
+  arithmetic between them); None if tensor is not one."""
   if tensor is None:
     return None
   value = tf.get_static_value(tensor)
   if value is None and tensor.op.type in _FOLDED:
-    a, b = (_constant(t) for t in tensor.op.inputs)
+    a, b = (constant(t) for t in tensor.op.inputs)
     value = None if a is None or b is None else _FOLDED[tensor.op.type](a, b)
   if value is None or getattr(value, 'size', 1) != 1:
     return None
@@ -137,10 +137,29 @@ def _compared(u: Uniform):
   cast = compare and _only_consumer(compare.outputs[0], ('Cast',))
   if not cast:
     return None
+  return cast.outputs[0], _kept_share(u, compare)
+
+
+def _kept_share(u: Uniform, compare: tf.Operation) -> tf.Tensor:
+  """The share of [low, low + width) the comparison keeps."""
   bound = _other_input(compare, u.tensor)
   below = tf.clip_by_value((bound - u.low) / u.width, 0.0, 1.0)
   kept_above = (compare.type in _ABOVE) == (compare.inputs[0] is u.tensor)
-  return cast.outputs[0], 1.0 - below if kept_above else below
+  return 1.0 - below if kept_above else below
+
+
+def _mask_of(u: Uniform) -> tuple[str, tf.Tensor] | None:
+  """(kind, the mask) a uniform draw makes: floor(c + u), or u compared
+  with a rate (which TF 2's tf.nn.dropout then selects with, and its
+  gradient again: a mask read but not put at its expectation)."""
+  add = _only_consumer(u.tensor, ('Add', 'AddV2'))
+  floor = add and _only_consumer(add.outputs[0], ('Floor',))
+  if floor and u.width == 1:
+    return MASKS[0].name, floor.outputs[0]
+  compare = _only_consumer(u.tensor, _ABOVE + _BELOW)
+  if compare:
+    return 'uniform against a rate', compare.outputs[0]
+  return None
 
 
 MASKS = (
@@ -160,11 +179,11 @@ def _uniform(op: tf.Operation) -> Uniform | None:
     return None
   tensor, low, width = op.outputs[0], 0.0, 1.0
   scale = _only_consumer(tensor, ('Mul',))
-  factor = _constant(_other_input(scale, tensor))
+  factor = constant(_other_input(scale, tensor))
   if factor is not None:
     tensor, width = scale.outputs[0], factor
     shift = _only_consumer(tensor, ('Add', 'AddV2'))
-    offset = _constant(_other_input(shift, tensor))
+    offset = constant(_other_input(shift, tensor))
     if offset is not None:
       tensor, low = shift.outputs[0], offset
   return Uniform(tensor, low, width)
@@ -265,6 +284,23 @@ def switch_off(roots) -> Found:
     left[op.name] = (f'{op.type}, used otherwise than as a mask the kit '
                      'knows (' + '; '.join(m.example for m in MASKS) + ')')
   return Found(switched_off, left)
+
+
+def masks(roots) -> list[tuple[str, str, tf.Tensor]]:
+  """(op name, rule, mask) of each random mask of MASKS the roots depend
+  on, in the order the graph made them, left drawing: the masks a step that
+  draws answers, for a port on another framework to take in its dropout's
+  place (the dropout check). Each mask is 0 or 1 where it drops or keeps."""
+  found = []
+  ops = sorted(ancestors(roots), key=lambda o: o._id)  # pylint: disable=protected-access
+  for op in ops:
+    if op.type not in STATEFUL or op._control_flow_context is not None:  # pylint: disable=protected-access
+      continue
+    u = _uniform(op)
+    mask = u and _mask_of(u)
+    if mask:
+      found.append((op.name, *mask))
+  return found
 
 
 def drawing(roots) -> list[str]:

@@ -250,6 +250,12 @@ class PortSide(Side):
     del features, labels
     return None
 
+  def own_draws(self) -> dict | None:
+    """The random numbers the port's own steps drew outside its framework's
+    dropout: {'switched_off': {call site: rule}, 'left': {call site: the
+    draw}}; None where its framework does not read them."""
+    return None
+
   def at_deployed_precision(self) -> contextlib.AbstractContextManager:
     """A scope in which it computes its dots as deployed on its device
     (or at the precision emulated), not at the highest precision it

@@ -14,7 +14,7 @@ import torch
 
 import kit_bundle
 from conftest import TF215_DIR, TOOLS_PYTHONPATH, catalogue
-from conftest import passed_but_dropout, run_compare, run_module
+from conftest import run_compare, run_module
 from kit_core import checkpoint_files
 from kit_core import tensor_bundle
 from kit_core.errors import KitError
@@ -56,7 +56,14 @@ def test_the_kits_torch_port_passes_every_check_on_1_and_2_replicas(
           'learning_rate (2 replicas)', 'updates (2 replicas)',
           'stepwise (2 replicas)', 'evaluation', 'served_predictions',
           'tpu_ready', 'dropout (1 replica)'} <= set(checks)
-  passed_but_dropout(checks, 'PyTorch draws its dropout masks')
+  # Every check passed, dropout too: the port made with its dropout on, the
+  # legacy step's masks handed to its dropout call.
+  assert all(c['passed'] for c in checks.values()), result.stdout[-3000:]
+  assert checks['dropout (1 replica)']['mask_ops'] == [
+      'dropout/dropout/random_uniform/RandomUniform']
+  assert ('Exercised: random draws of the step (1 op: dropout): drawn by the '
+          'legacy step, its masks handed to the port\'s dropout calls in '
+          'order, compared by dropout') in result.stdout
   assert checks['tpu_ready']['message'] == (
       'the loss and predict export with torch.export as one graph of static '
       'shapes')
@@ -92,6 +99,15 @@ def test_the_kits_torch_port_passes_every_check_on_1_and_2_replicas(
     # (the softmax of logits x 1.01 behind it once passed), it is named.
     catalogue('nan_every_other_predict', 'inference',
               'the port is not deterministic: probabilities holds NaN'),
+    # Each hidden from every other check (they build the port with its
+    # dropout off); the dropout check hands the legacy masks to the port's
+    # dropout calls, and reads them at inference.
+    ('dropout_at_inference', 'dropout (1 replica)', "the port's predict "
+     'draws dropout (at torch_bugs.py:'),
+    ('dropout_left_out', 'dropout (1 replica)', "the port's step made 0 "
+     'dropout calls where the legacy step drew 1 mask; none took dropout/'),
+    ('dropout_twice', 'dropout (1 replica)', "the port's dropout at "
+     'torch_bugs.py:'),
 ])
 def test_a_planted_torch_bug_fails_naming_its_cause(tmp_path, port, first,
                                                    said):

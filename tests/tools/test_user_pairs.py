@@ -305,6 +305,11 @@ EFFNET_BUGS = [
      'too'),
     ('summary_of_the_next_rate', 'host_call',
      'learning_rate differs at step 1 (0 vs'),
+    ('drop_connect_rate_0_3', 'dropout (1 replica)',
+     'dropout is the difference: compare the dropout rate'),
+    ('drop_connect_by_where', 'one_step (1 replica)',
+     "the port's step draws random numbers that the kit cannot put at their "
+     'expectation: tf.random.uniform at effnet_port.py:'),
 ]
 
 

@@ -28,6 +28,7 @@ from migration_tools.pair import array_port
 VOCAB, SEQ, HIDDEN, HEADS, LAYERS, INTERMEDIATE, LABELS = 40, 8, 16, 2, 2, 32, 3
 CLIP_NORM = 0.05
 WEIGHT_DECAY = 0.01
+DROPOUT = 0.1
 NO_DECAY = ('LayerNorm', 'layer_norm', 'bias')
 INPUTS = ('input_ids', 'input_mask', 'segment_ids')
 WORDS = 'bert/embeddings/word_embeddings'
@@ -102,16 +103,37 @@ def _gelu(jnp, x, exact=False):
                                    (x + 0.044715 * jnp.power(x, 3))))
 
 
+class Dropout:
+  """BERT's dropout in training: each call draws its own mask of kept
+  units (jax.random.bernoulli, a key folded per call) and scales the kept
+  by 1 / keep."""
+
+  def __init__(self, key, rate: float = DROPOUT):
+    self.key, self.rate, self.calls = key, rate, 0
+
+  def __call__(self, x):
+    import jax  # pylint: disable=g-import-not-at-top
+    self.calls += 1
+    keep = 1.0 - self.rate
+    kept = jax.random.bernoulli(jax.random.fold_in(self.key, self.calls),
+                                keep, x.shape)
+    return jax.numpy.where(kept, x / keep, 0.0)
+
+
 def forward(params: dict, words, segments, mask, epsilon: float,
-            taps: dict | None = None, exact_gelu: bool = False):
+            taps: dict | None = None, exact_gelu: bool = False,
+            dropout=None):
   """The logits from the rows of the two embedding tables already looked
   up (words, segments: [batch, SEQ, HIDDEN]); taps gets each layer's
-  output by its variables' scope."""
+  output by its variables' scope; dropout: a Dropout in training, None
+  at inference."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   taps = {} if taps is None else taps
+  drop = dropout or (lambda x: x)
   x = words + segments + params['bert/embeddings/position_embeddings'][None]
   x = _layer_norm(jnp, x, params, 'bert/embeddings/LayerNorm', epsilon, taps)
-  taps['bert/embeddings'] = x  # Its dropout's output, without dropout.
+  x = drop(x)
+  taps['bert/embeddings'] = x  # Its dropout's output.
   size = HIDDEN // HEADS
   additive = (1.0 - mask[:, None, None, :].astype(jnp.float32)) * -10000.0
   for index in range(LAYERS):
@@ -126,19 +148,20 @@ def forward(params: dict, words, segments, mask, epsilon: float,
     scores = query @ jnp.swapaxes(key, -1, -2) / math.sqrt(size) + additive
     probabilities = jnp.exp(scores - scores.max(-1, keepdims=True))
     probabilities /= probabilities.sum(-1, keepdims=True)
+    probabilities = drop(probabilities)
     context = jnp.transpose(probabilities @ value, (0, 2, 1, 3)).reshape(
         -1, SEQ, HIDDEN)
-    attended = _dense(jnp, context, params, f'{layer}/attention/output/dense',
-                      taps)
+    attended = drop(_dense(jnp, context, params,
+                           f'{layer}/attention/output/dense', taps))
     x = _layer_norm(jnp, attended + x, params,
                     f'{layer}/attention/output/LayerNorm', epsilon, taps)
     inner = _dense(jnp, x, params, f'{layer}/intermediate/dense', taps,
                    functools.partial(_gelu, jnp, exact=exact_gelu))
-    out = _dense(jnp, inner, params, f'{layer}/output/dense', taps)
+    out = drop(_dense(jnp, inner, params, f'{layer}/output/dense', taps))
     x = _layer_norm(jnp, out + x, params, f'{layer}/output/LayerNorm',
                     epsilon, taps)
   pooled = _dense(jnp, x[:, 0], params, 'bert/pooler/dense', taps, jnp.tanh)
-  return pooled @ params['output_weights'].T + params['output_bias']
+  return drop(pooled) @ params['output_weights'].T + params['output_bias']
 
 
 def per_example_loss(logits, labels):
@@ -168,8 +191,9 @@ class BertJaxModel:
 
   def __init__(self, params: dict, replicas: int, dropout: bool,
                config: Config = Config()):
-    del dropout  # The port's dropout is left out: compared without.
     import jax  # pylint: disable=g-import-not-at-top
+    # The harness asks for dropout off but in its dropout check.
+    self.dropout = dropout
     self._jax, self.config, self.params = jax, config, params
     self.replicas = replicas
     self._mesh = jax.sharding.Mesh(np.array(array_port.replica_devices(replicas)),
@@ -218,7 +242,7 @@ class BertJaxModel:
 
   # The step --------------------------------------------------------------
 
-  def _replica_gradients(self, weights, batch):
+  def _replica_gradients(self, weights, batch, key):
     """One replica's loss, the gradients of its own mean loss, and those
     clipped by their global norm, the embedding rows' gradients counted per
     occurrence in it, as TF's IndexedSlices are."""
@@ -231,7 +255,8 @@ class BertJaxModel:
       # 0.12 ("Primitive polynomial requires varying manual axes to
       # match"); the bug shows in the predictions, where beyond_init sees it.
       logits = forward(rest, words, segments, batch['input_mask'],
-                       self.config.epsilon)
+                       self.config.epsilon,
+                       dropout=Dropout(key) if self.dropout else None)
       return jnp.mean(per_example_loss(logits, batch['label_ids']))
 
     loss, (grads, words, segments) = jax.value_and_grad(
@@ -273,22 +298,23 @@ class BertJaxModel:
     jax = self._jax
     spec = jax.sharding.PartitionSpec
 
-    def replicas(weights, batch):
+    def replicas(weights, batch, key):
       # Varying over the replicas: each one's own gradients (of weights left
       # replicated, JAX would hand back their sum over the replicas).
       weights = jax.lax.pcast(weights, 'batch', to='varying')
-      loss, gradients, clipped = self._replica_gradients(weights, batch)
+      key = jax.random.fold_in(key, jax.lax.axis_index('batch'))
+      loss, gradients, clipped = self._replica_gradients(weights, batch, key)
       # The clipped ones summed, as CrossShardOptimizer summed the cores';
       # the others averaged: the gradients of the global batch's mean loss.
       return (jax.lax.pmean(loss, 'batch'), jax.lax.pmean(gradients, 'batch'),
               jax.lax.psum(clipped, 'batch'))
 
     summed = jax.shard_map(replicas, mesh=self._mesh,
-                           in_specs=(spec(), spec('batch')),
+                           in_specs=(spec(), spec('batch'), spec()),
                            out_specs=(spec(), spec(), spec()))
 
-    def step(weights, adam, batch, rate, count):
-      loss, gradients, clipped = summed(weights, batch)
+    def step(weights, adam, batch, rate, count, key):
+      loss, gradients, clipped = summed(weights, batch, key)
       weights, adam = self._apply(weights, adam, clipped, rate, count)
       return loss, gradients, weights, adam
 
@@ -303,11 +329,15 @@ class BertJaxModel:
     rate = learning_rate(self.params, self.steps, self.config.warmup)
     loss, gradients, self.weights, self.adam = self._step(
         self.weights, self.adam, self._batch_of(features), rate,
-        np.float32(self.steps))
+        np.float32(self.steps), self._key())
     self._rate = float(rate)
     self.steps += 1
     return {'loss': float(loss), 'examples': len(features['label_ids']),
             'gradients': {k: np.asarray(v) for k, v in gradients.items()}}
+
+  def _key(self):
+    """This step's dropout key: the step folded into a seed."""
+    return self._jax.random.fold_in(self._jax.random.PRNGKey(1), self.steps)
 
   # Inference -------------------------------------------------------------
 
@@ -341,7 +371,8 @@ class BertJaxModel:
     serve = self._jax.jit(functools.partial(
         _served, self.config.epsilon, self.config.exact_gelu))
     return {'the training step': (self._step, (
-        self.weights, self.adam, batch, np.float32(0), np.float32(0))),
+        self.weights, self.adam, batch, np.float32(0), np.float32(0),
+        self._key())),
             'predict': (serve, (self.weights, {k: batch[k] for k in INPUTS}))}
 
 

@@ -43,7 +43,44 @@ if keras_compat.is_keras3():
   VARIABLE_MAP['depthwise/depthwise_kernel'] = 'depthwise/kernel'
 
 
-def build_model(params, bn_momentum=legacy.BN_MOMENTUM):
+class DropConnect(layers.Layer):
+  """Drop connect as tensorflow/tpu's TF 2 Keras EfficientNet writes it: an
+  example's whole branch kept by the floor of keep + a uniform draw, scaled
+  by 1 / keep; not a Keras Dropout."""
+
+  def __init__(self, rate, **kwargs):
+    super().__init__(**kwargs)
+    self.rate = rate
+
+  def call(self, inputs, training=None):
+    if not training:
+      return inputs
+    keep = 1.0 - self.rate
+    batch = tf.shape(inputs)[0]
+    binary = tf.floor(keep + tf.random.uniform([batch, 1, 1, 1],
+                                               dtype=inputs.dtype))
+    return inputs / keep * binary
+
+  def get_config(self):
+    return {**super().get_config(), 'rate': self.rate}
+
+
+class _DropConnectByWhere(DropConnect):
+  """A bug: drop connect drawn through tf.where, a form the kit does not
+  read as a mask (it cannot put it at its expectation)."""
+
+  def call(self, inputs, training=None):
+    if not training:
+      return inputs
+    keep = 1.0 - self.rate
+    draw = tf.random.uniform([tf.shape(inputs)[0], 1, 1, 1],
+                             dtype=inputs.dtype)
+    return tf.where(draw < keep, inputs / keep, tf.zeros_like(inputs))
+
+
+def build_model(params, bn_momentum=legacy.BN_MOMENTUM,
+                drop_connect=DropConnect,
+                drop_connect_rate=legacy.DROP_CONNECT):
   del params
   images = tf.keras.Input((legacy.SIZE, legacy.SIZE, legacy.CHANNELS))
 
@@ -70,8 +107,8 @@ def build_model(params, bn_momentum=legacy.BN_MOMENTUM):
       legacy.EXPANDED, 1, name='se_expand')(squeezed))
   net = layers.Multiply()([net, squeezed])
   net = conv_bn(net, legacy.STEM, 'project_conv', 'project_bn', swish=False)
-  # Drop connect: an example's whole branch, as the legacy noise shape.
-  net = layers.Dropout(legacy.DROP_CONNECT, noise_shape=(None, 1, 1, 1))(net)
+  # Drop connect: an example's whole branch, drawn as the legacy draws it.
+  net = drop_connect(drop_connect_rate, name='drop_connect')(net)
   net = layers.Add()([net, shortcut])
   net = conv_bn(net, legacy.HEAD, 'head_conv', 'head_bn')
   net = layers.GlobalAveragePooling2D()(net)
@@ -431,3 +468,15 @@ class _RateAfterTheStep(_Registered):
 
 def summary_of_the_next_rate() -> port_lib.Port:
   return dataclasses.replace(make_port(), trainer_class=_RateAfterTheStep)
+
+
+# Drop connect: put at its expectation in the steps at identical state, so
+# only the dropout check, which draws on both sides, sees its rate.
+def drop_connect_rate_0_3() -> port_lib.Port:
+  return dataclasses.replace(make_port(), build_model=lambda params: (
+      build_model(params, drop_connect_rate=0.3)))
+
+
+def drop_connect_by_where() -> port_lib.Port:
+  return dataclasses.replace(make_port(), build_model=lambda params: (
+      build_model(params, drop_connect=_DropConnectByWhere)))

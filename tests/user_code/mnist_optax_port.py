@@ -20,9 +20,23 @@ SHAPES = (('conv1/kernel', (5, 5, 1, 32)), ('conv1/bias', (32,)),
           ('dense/kernel', (7 * 7 * 64, 128)), ('dense/bias', (128,)),
           ('logits/kernel', (128, 10)), ('logits/bias', (10,)))
 DECAY_STEPS, DECAY_RATE = 100000, 0.96
+DROPOUT_RATE = 0.4  # Before the logits, in training, as the model_fn's.
 
 
-def _forward(params: dict, images, offset: float = 0.0):
+def _dropout(x, rate: float, key):
+  """Dropout written by hand, as plain-JAX code writes it: a bernoulli
+  draw of the kept units, the kept scaled by 1 / keep."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  if not rate or key is None:
+    return x
+  keep = 1.0 - rate
+  mask = jax.random.bernoulli(key, keep, x.shape)
+  return jnp.where(mask, x / keep, 0.0)
+
+
+def _forward(params: dict, images, offset: float = 0.0, rate: float = 0.0,
+             key=None):
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
@@ -45,13 +59,14 @@ def _forward(params: dict, images, offset: float = 0.0):
   y = pool(conv(pool(conv(images, 'conv1')), 'conv2'))
   y = y.reshape(y.shape[0], -1)
   y = jax.nn.relu(y @ params['dense/kernel'] + params['dense/bias'])
+  y = _dropout(y, rate, key)
   return y @ params['logits/kernel'] + params['logits/bias']
 
 
-def _loss(params: dict, images, labels):
+def _loss(params: dict, images, labels, rate: float = 0.0, key=None):
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  logits = _forward(params, images)
+  logits = _forward(params, images, rate=rate, key=key)
   log_probabilities = jax.nn.log_softmax(logits)
   return -jnp.mean(jnp.take_along_axis(
       log_probabilities, labels.astype(jnp.int32)[:, None], axis=1))
@@ -62,8 +77,9 @@ class OptaxModel:
   devices: the batch laid out over them, the parameters replicated."""
 
   def __init__(self, params: dict, replicas: int, dropout: bool):
-    del dropout  # The legacy model's dropout is left out: compared without.
     import jax  # pylint: disable=g-import-not-at-top
+    # The harness asks for dropout off but in its dropout check.
+    self.rate = DROPOUT_RATE if dropout else 0.0
     import optax  # pylint: disable=g-import-not-at-top
     self.replicas = replicas
     mesh = jax.sharding.Mesh(np.array(array_port.replica_devices(replicas)), ('batch',))
@@ -118,12 +134,18 @@ class OptaxModel:
   def _step(self):
     jax = self._jax
 
-    def step(params, state, images, labels):
-      loss, gradients = jax.value_and_grad(_loss)(params, images, labels)
+    def step(params, state, images, labels, key):
+      loss, gradients = jax.value_and_grad(_loss)(params, images, labels,
+                                                  self.rate, key)
       updates, state = self._optimizer.update(gradients, state, params)
       return loss, gradients, self._optax.apply_updates(params, updates), state
 
     return jax.jit(step)
+
+  def _key(self):
+    """This step's dropout key: the step count folded into a seed."""
+    return self._jax.random.fold_in(self._jax.random.PRNGKey(1),
+                                    self.step_count())
 
   @functools.cached_property
   def _logits(self):
@@ -136,7 +158,7 @@ class OptaxModel:
     self._rate = float(self.schedule(self.step_count()))
     loss, gradients, self.params, self.state = self._step(
         self.params, self.state, self._on_devices(features),
-        self._on_devices(labels))
+        self._on_devices(labels), self._key())
     return {'loss': float(loss), 'examples': len(labels),
             'gradients': {k: np.asarray(v) for k, v in gradients.items()}}
 
@@ -162,7 +184,7 @@ class OptaxModel:
   def programs(self, features, labels) -> dict:
     batch = (np.asarray(features), np.asarray(labels))
     return {'the training step': (self._step, (self.params, self.state,
-                                               *batch)),
+                                               *batch, self._key())),
             'predict': (self._logits, (self.params, batch[0]))}
 
 
@@ -188,7 +210,8 @@ class _SummedLoss(OptaxModel):
   def _step(self):
     jax = self._jax
 
-    def step(params, state, images, labels):
+    def step(params, state, images, labels, key):
+      del key  # Its dropout is off: the bug is elsewhere.
       loss, gradients = jax.value_and_grad(_summed_loss)(params, images,
                                                          labels)
       updates, state = self._optimizer.update(gradients, state, params)
@@ -243,3 +266,33 @@ class _NanEveryOtherPredict(OptaxModel):
 def nan_every_other_predict() -> array_port.ArrayPort:
   import dataclasses  # pylint: disable=g-import-not-at-top
   return dataclasses.replace(make_port(), make=_NanEveryOtherPredict)
+
+
+# Dropout bugs, each hidden from every check but dropout (which builds the
+# port with its dropout on and hands its draws the legacy step's masks).
+class _DropoutAtInference(OptaxModel):
+  """Predict with the training dropout: a forward that draws at inference
+  (a train flag forgotten)."""
+
+  @functools.cached_property
+  def _logits(self):
+    return self._jax.jit(lambda params, images: _forward(
+        params, images, rate=self.rate, key=self._jax.random.PRNGKey(2)))
+
+
+def dropout_at_inference() -> array_port.ArrayPort:
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  return dataclasses.replace(make_port(), make=_DropoutAtInference)
+
+
+class _DropoutLeftOut(OptaxModel):
+  """The dropout before the logits left out."""
+
+  def __init__(self, params: dict, replicas: int, dropout: bool):
+    super().__init__(params, replicas, dropout)
+    self.rate = 0.0
+
+
+def dropout_left_out() -> array_port.ArrayPort:
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  return dataclasses.replace(make_port(), make=_DropoutLeftOut)

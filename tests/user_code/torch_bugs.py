@@ -79,3 +79,55 @@ class LossRaises(mnist_torch.MnistTorch):
 
 def loss_raises():
   return dataclasses.replace(mnist_torch.make_port(), make=LossRaises)
+
+
+def _with_forward(base, dropout_of):
+  """A port whose forward is the kit's, its dropout applied by
+  dropout_of(net, y) (y: the dense layer's output)."""
+
+  class Port(base):
+
+    def __init__(self, params, replicas, dropout):
+      super().__init__(params, replicas, dropout)
+      net = self.module
+      rate = net.dropout.p
+
+      def forward(images, taps=None):
+        del taps
+        import torch  # pylint: disable=g-import-not-at-top
+        from torch.nn import functional  # pylint: disable=g-import-not-at-top
+        y = images.permute(0, 3, 1, 2)
+        y = functional.max_pool2d(torch.relu(net.conv1(y)), 2)
+        y = functional.max_pool2d(torch.relu(net.conv2(y)), 2)
+        y = torch.relu(net.dense(y.permute(0, 2, 3, 1).flatten(1)))
+        return net.logits(dropout_of(net, y, rate))
+
+      net.forward = forward
+
+  return Port
+
+
+def dropout_at_inference():
+  """F.dropout's training defaults to True: called without the module's
+  training flag, it draws in predict too. Off with the dropout flag, as
+  every check but dropout builds the port, it hides from them."""
+  from torch.nn import functional  # pylint: disable=g-import-not-at-top
+  return dataclasses.replace(
+      mnist_torch.make_port(), layer_outputs=None,
+      make=_with_forward(mnist_torch.MnistTorch,
+                         lambda net, y, rate: functional.dropout(y, rate)))
+
+
+def dropout_left_out():
+  """The dropout before the logits left out."""
+  return dataclasses.replace(
+      mnist_torch.make_port(), layer_outputs=None,
+      make=_with_forward(mnist_torch.MnistTorch, lambda net, y, rate: y))
+
+
+def dropout_twice():
+  """A second dropout where the model_fn has one."""
+  return dataclasses.replace(
+      mnist_torch.make_port(), layer_outputs=None,
+      make=_with_forward(mnist_torch.MnistTorch,
+                         lambda net, y, rate: net.dropout(net.dropout(y))))

@@ -16,7 +16,10 @@ from migration_tools.compare.context import Run
 from migration_tools.compare.registry import AFTER
 from migration_tools.compare.registry import Check
 from migration_tools.compare.verdict import CheckResult
+from migration_tools.compare.verdict import FAILED
+from migration_tools.compare.verdict import NOT_RUN
 from migration_tools.compare.verdict import SKIPPED
+from migration_tools.pair import masks as masks_lib
 from migration_tools.pair import recorded
 
 # The bar: each step with dropout on within an absolute bar (stepwise's
@@ -56,6 +59,8 @@ def drive(run: Run, replicas: Replicas | None) -> CheckResult:
   """
   del replicas  # On one replica.
   name = 'dropout (1 replica)'
+  if run.framework.takes_masks:
+    return _with_the_legacy_masks(run, name)
   unaligned = run.framework.dropout_unaligned()
   if unaligned:
     # What the legacy step draws, for the coverage: its run is read, not
@@ -77,13 +82,60 @@ def drive(run: Run, replicas: Replicas | None) -> CheckResult:
   return judge(name, resynced.per_step, resynced.losses, draws)
 
 
+# How the masks were drawn, in the report (figures 'masks').
+_HANDED = 'the legacy step\'s, handed to the port\'s dropout calls'
+
+
+def _with_the_legacy_masks(run: Run, name: str) -> CheckResult:
+  """Every step with dropout on, the port's dropout calls given the
+  legacy step's masks in order (Framework.masks_given); then the port's
+  predictions with its dropout built on, which must draw nothing."""
+  one = run.framework.placements([1], run.progress, {})
+  legacy = run.legacy(name, draws=True, gradients=False)
+  described = _described(legacy)
+  draws = described.get('draws')
+  if draws is None or 'mask_ops' not in described:
+    return CheckResult(name, NOT_RUN, 'the bundle was recorded before the kit '
+                       'recorded the legacy step\'s dropout masks: record it '
+                       'again to compare dropout on this framework')
+  runner = run.port_runner(next(iter(one.values())), dropout=True)
+  mask_ops = described['mask_ops']
+  try:
+    resynced = passes.resynced_steps(
+        run, legacy, runner, name, dropout=True,
+        given=lambda theirs: run.framework.masks_given(
+            theirs.get('masks', []), mask_ops))
+  except masks_lib.DropoutMismatch as e:
+    return CheckResult(name, FAILED, str(e),
+                       figures={'legacy_draws': draws, 'mask_ops': mask_ops,
+                                'masks': _HANDED})
+  with run.framework.dropout_at_inference() as drawing:
+    runner.predict(run.batches[0][0])
+  if drawing:
+    return CheckResult(
+        name, FAILED, f'the port\'s predict draws dropout (at '
+        f'{", ".join(sorted(set(drawing)))}): dropout is on at inference, '
+        'where the model_fn\'s PREDICT graph has none: make each dropout '
+        'follow the model\'s training mode',
+        figures={'legacy_draws': draws, 'mask_ops': mask_ops,
+                 'masks': _HANDED, 'drawing_at_inference': drawing})
+  result = judge(name, resynced.per_step, resynced.losses, draws)
+  return dataclasses.replace(result, figures={**result.figures,
+                                              'mask_ops': mask_ops,
+                                              'masks': _HANDED})
+
+
+def _described(legacy) -> dict:
+  try:
+    return legacy.describe_run()
+  except recorded.NoAnswer:
+    return {}
+
+
 def _draws(legacy) -> list[str] | None:
   """The legacy step's random ops; None from a bundle recorded before the
   kit read them."""
-  try:
-    return legacy.describe_run().get('draws')
-  except recorded.NoAnswer:
-    return None
+  return _described(legacy).get('draws')
 
 
 CHECK = Check(

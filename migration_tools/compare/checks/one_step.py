@@ -299,6 +299,18 @@ def _update_causes(f: dict, inputs_explained_nothing: bool) -> list[str]:
   return said
 
 
+def own_draws_text(left: dict[str, str], remedy: str) -> str:
+  """The failure of a port whose step draws what the kit cannot switch
+  off: where, and what to do (remedy: its framework's words)."""
+  sites = sorted(left)
+  named = ', '.join(f'{left[s]} at {s}' for s in sites[:3])
+  more = f' and {len(sites) - 3} more' if len(sites) > 3 else ''
+  return (f'the port\'s step draws random numbers that the kit cannot put at '
+          f'their expectation: {named}{more}; a step that draws anew cannot '
+          'be compared at identical state (the legacy step\'s masks are put '
+          f'at theirs). {remedy}')
+
+
 def drive(run: Run, replicas: Replicas) -> CheckResult:
   legacy, runner = replicas.legacy, replicas.port
   theirs, ours = replicas.memo.once(
@@ -314,6 +326,14 @@ def drive(run: Run, replicas: Replicas) -> CheckResult:
   # the pass at identical state takes its first step's noise from here.
   replicas.memo.put('reordered first step', None)
   replicas.memo.put('first step noise', noise)
+  draws = runner.own_draws()
+  if draws and draws['left']:
+    # A step that draws anew differs by its draws: said, not judged.
+    result = CheckResult(f'one_step ({replicas.label})', FAILED,
+                         own_draws_text(draws['left'], draws['remedy']),
+                         figures={'port_draws': draws})
+    replicas.memo.put('one_step', result)
+    return result
   result = judge(
       f'one_step ({replicas.label})', theirs, ours, legacy.state(),
       port_state, replicas.count,
@@ -323,6 +343,9 @@ def drive(run: Run, replicas: Replicas) -> CheckResult:
       # step as on the cores (legacy.LegacyRunner).
       whole_batch=replicas.count > 1 and legacy.replicas < replicas.count,
       parting=run.parting, **averages, noise=noise)
+  if draws:
+    result = dataclasses.replace(result, figures={**result.figures,
+                                                  'port_draws': draws})
   replicas.memo.put('one_step', result)
   # Judged: the gradients (two model-sized arrays) are let go.
   replicas.memo.put('first step', (passes.scalars(theirs),

@@ -76,10 +76,15 @@ class Framework(abc.ABC):
     set by dots (this framework's ``dots()``; None: as its device does)."""
 
   def build_runner(self, port: Any, placement: Any, params: dict,
-                   batches: list, dots: precision.Dots):
+                   batches: list, dots: precision.Dots,
+                   dropout: bool = False):
     """runner(), with dots where it takes them. An adapter written before
     runner() took dots is still run, as it was, with a DeprecationWarning
-    that says what to add."""
+    that says what to add. dropout: the port built with its dropout on
+    (only for a framework that takes_masks)."""
+    if dropout:
+      return self.runner(port, placement, params, batches, dots=dots,
+                         dropout=True)
     if 'dots' in inspect.signature(self.runner).parameters:
       return self.runner(port, placement, params, batches, dots=dots)
     warnings.warn(
@@ -113,6 +118,23 @@ class Framework(abc.ABC):
   def dropout_unaligned(self) -> str:
     """Why this framework's dropout masks cannot be drawn as TF 1 drew
     them, or '' where they can (the dropout check then runs)."""
+
+  # Whether the dropout check hands the legacy step's masks to the port's
+  # dropout calls (masks_given), its port built with dropout on.
+  takes_masks = False
+
+  def masks_given(self, masks: list, names: list[str]
+                  ) -> contextlib.AbstractContextManager:
+    """A scope in which the port's dropout calls take masks (one step's,
+    in order: pair/masks.Handed) in place of their own draws, and raise
+    masks.DropoutMismatch where they do not pair; asked only where
+    takes_masks."""
+    raise NotImplementedError(f'{self.name} takes no masks')
+
+  def dropout_at_inference(self) -> contextlib.AbstractContextManager:
+    """A scope that gives the list of the dropout calls that draw
+    ('file.py:12') while the port predicts; asked only where takes_masks."""
+    raise NotImplementedError(f'{self.name} takes no masks')
 
   def aligned_draws(self) -> contextlib.AbstractContextManager:
     """A scope in which the legacy graph and the port's run, both built

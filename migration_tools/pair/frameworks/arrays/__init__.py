@@ -51,10 +51,10 @@ class Arrays(base.Framework):
     return placed
 
   def runner(self, port: Any, placement: Any, params: dict, batches: list,
-             dots: precision_lib.Dots | None = None):
+             dots: precision_lib.Dots | None = None, dropout: bool = False):
     from migration_tools.pair.frameworks.arrays import runner as array_runner  # pylint: disable=g-import-not-at-top
     return array_runner.ArrayRunner(port, placement, params, batches,
-                                    dots=dots)
+                                    dots=dots, dropout=dropout)
 
   def dots(self, emulate: precision_lib.Rounding | None = None) -> precision_lib.Dots:
     from migration_tools.pair.frameworks.arrays import precision as arrays_precision  # pylint: disable=g-import-not-at-top
@@ -63,6 +63,17 @@ class Arrays(base.Framework):
   def seeded(self, seed: int):
     del seed  # The port's make seeds its own initialisation.
     return base.nothing()
+
+  # The dropout check hands the legacy masks to the port's bernoulli draws.
+  takes_masks = True
+
+  def masks_given(self, masks: list, names: list[str]):
+    from migration_tools.pair.frameworks.arrays import dropout  # pylint: disable=g-import-not-at-top
+    return dropout.given(masks, names)
+
+  def dropout_at_inference(self):
+    from migration_tools.pair.frameworks.arrays import dropout  # pylint: disable=g-import-not-at-top
+    return dropout.watched()
 
   def dropout_unaligned(self) -> str:
     return ('the port draws its dropout masks from its own framework\'s '

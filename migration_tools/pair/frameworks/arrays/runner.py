@@ -24,15 +24,16 @@ class ArrayRunner(side.PortSide):
 
   def __init__(self, port: array_port.ArrayPort, replicas: int, params: dict,
                batches: list, where: str = 'the port',
-               dots: precision.Dots | None = None):
-    """Builds the model (dropout off) on `replicas` devices; where names
-    the port in a message. Its model computes at the highest precision
-    dots gives, but in at_deployed_precision()."""
+               dots: precision.Dots | None = None, dropout: bool = False):
+    """Builds the model on `replicas` devices, its dropout off unless
+    dropout (the dropout check's run); where names the port in a message.
+    Its model computes at the highest precision dots gives, but in
+    at_deployed_precision()."""
     self.port, self.params = port, params
     self._dots = dots or precision.Dots()
     self._deployed = False
     self.model = array_port.check_model(
-        port.make(dict(params), replicas, False), where)
+        port.make(dict(params), replicas, dropout), where)
     self.strategy = None  # No tf.distribute strategy: the model places itself.
     self._batches = batches
     self._next = 0

@@ -53,8 +53,9 @@ class KerasOnTensorFlow(base.Framework):
   @contextlib.contextmanager
   def seeded(self, seed: int) -> Iterator[None]:
     from migration_tools.pair.frameworks.keras_tf import runner as port_runner  # pylint: disable=g-import-not-at-top
+    from migration_tools.pair.frameworks.keras_tf import own_draws  # pylint: disable=g-import-not-at-top
     tf.keras.utils.set_random_seed(seed)
-    with port_runner.dropout_disabled():
+    with port_runner.dropout_disabled(), own_draws.off():
       yield
 
   def dropout_unaligned(self) -> str:

@@ -19,6 +19,7 @@ from kit_core import process
 from kit_core import timing
 from migration_tools import outputs as outputs_lib
 from migration_tools.pair import optimizers
+from migration_tools.pair.frameworks.keras_tf import own_draws as own_draws_lib
 from migration_tools.pair.frameworks.keras_tf import port as port_lib
 from migration_tools.pair import precision
 from migration_tools.pair import serving
@@ -370,6 +371,12 @@ class PortRunner(side.PortSide):
     found = [*self.model.variables, *(held() if callable(held) else held),
              *self._averages().values()]
     return list({id(v): v for v in found}.values())
+
+  def own_draws(self) -> dict | None:
+    # Read while the deterministic checks trace the port's steps (the
+    # adapter's seeded()); the dropout check's steps draw.
+    current = own_draws_lib.CURRENT
+    return None if current is None else current.to_json()
 
   def learning_rate(self) -> float:
     """The rate of the optimizer's last step."""

@@ -25,8 +25,10 @@ The rest of the ArrayModel contract is this folder's (port.py):
   DDP's gloo or NCCL all-reduce averages them. One process does the same
   arithmetic: no process group is needed to check it.
 - **Seeding and dropout.** make is called under ``torch.manual_seed``; the
-  harness asks for dropout off, as the legacy steps were recorded: PyTorch
-  draws its masks from its own generator.
+  harness asks for dropout off, as the legacy steps were recorded, but in
+  the dropout check: there the port is made with its dropout on, and each
+  dropout call of its step takes the legacy step's mask in place of a draw
+  from PyTorch's own generator (dropout.py).
 - **TPU readiness** is ``torch.export`` of the loss and of predict on the
   shapes they run on (what PyTorch/XLA and ``torch.compile(fullgraph=True)``
   need: one graph, static shapes, no value read back to Python).
@@ -106,6 +108,17 @@ class PyTorch(arrays.Arrays):
     return ('PyTorch draws its dropout masks from its own generator, which '
             'cannot be aligned with TF 1\'s random ops; the steps are '
             'compared without dropout')
+
+  # The dropout check hands the legacy masks to the port's dropout calls.
+  takes_masks = True
+
+  def masks_given(self, masks: list, names: list[str]):
+    from migration_tools.pair.frameworks.pytorch import dropout  # pylint: disable=g-import-not-at-top
+    return dropout.given(masks, names)
+
+  def dropout_at_inference(self):
+    from migration_tools.pair.frameworks.pytorch import dropout  # pylint: disable=g-import-not-at-top
+    return dropout.watched()
 
   def dots(self, emulate: precision_lib.Rounding | None = None) -> precision_lib.Dots:
     return pytorch_precision.TorchDots(emulate)

@@ -1,0 +1,88 @@
+"""Dropout on JAX: the legacy step's masks handed to the port's dropout
+draws (pair/masks.py), and the draws it makes while it predicts.
+
+JAX's random numbers cannot be made to draw TF 1's. Keras 3's Dropout on
+JAX, Flax's ``nn.Dropout`` and a dropout written by hand draw their masks
+with ``jax.random.bernoulli(key, keep, shape)``; while the port takes a step
+of the dropout check, that function answers the next legacy mask, fitted to
+the shape asked. The port's jit-compiled step is traced again for each step
+(``jax.clear_caches``): a mask is a constant of the trace that takes it.
+A draw in another form (``jax.random.uniform(key, shape) < keep``) takes no
+mask, and the check says which the legacy drew that no call took.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import traceback
+from typing import Iterator
+
+import numpy as np
+
+from migration_tools.pair import masks as masks_lib
+
+_NOT_THE_PORTS = tuple(os.sep + part + os.sep for part in (
+    'jax', 'jaxlib', 'keras', 'flax', 'optax', 'migration_tools'))
+
+
+def _where() -> str:
+  """'file.py:12': the innermost frame of the port's code."""
+  for frame in reversed(traceback.extract_stack()):
+    if not any(part in frame.filename for part in _NOT_THE_PORTS):
+      return f'{os.path.basename(frame.filename)}:{frame.lineno}'
+  return 'an unknown place'
+
+
+def _shape(args: tuple, kwargs: dict) -> tuple:
+  """The shape a bernoulli(key, p, shape) call asks for."""
+  shape = kwargs.get('shape', args[2] if len(args) > 2 else None)
+  if shape is None:
+    p = kwargs.get('p', args[1] if len(args) > 1 else 0.5)
+    shape = np.shape(p)
+  return tuple(int(d) for d in shape)
+
+
+@contextlib.contextmanager
+def _bernoulli(replacement) -> Iterator[None]:
+  """jax.random.bernoulli is replacement(original, args, kwargs) in the
+  block, every jit-compiled function traced again on its next call."""
+  import jax  # pylint: disable=g-import-not-at-top
+  original = jax.random.bernoulli
+  jax.clear_caches()
+  jax.random.bernoulli = lambda *args, **kwargs: replacement(
+      original, args, kwargs)
+  try:
+    yield
+  finally:
+    jax.random.bernoulli = original
+    # The traces that took these masks as constants go with them.
+    jax.clear_caches()
+
+
+@contextlib.contextmanager
+def given(masks: list, names: list[str]) -> Iterator[masks_lib.Handed]:
+  """The block's bernoulli draws take masks in order; on leaving, every
+  mask must have been taken (masks_lib.Handed.finish)."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  handed = masks_lib.Handed(masks, names)
+
+  def taken(original, args, kwargs):
+    del original
+    return jnp.asarray(handed.take(_shape(args, kwargs), _where()))
+
+  with _bernoulli(taken):
+    yield handed
+  handed.finish()
+
+
+@contextlib.contextmanager
+def watched() -> Iterator[list[str]]:
+  """The places of the block's bernoulli draws (each drawn as written)."""
+  drawing: list[str] = []
+
+  def recorded(original, args, kwargs):
+    drawing.append(_where())
+    return original(*args, **kwargs)
+
+  with _bernoulli(recorded):
+    yield drawing
