@@ -124,6 +124,9 @@ class CompareRow:
   bundle_bytes: int
   phases: dict
   measuring: float = 0.0
+  # The seconds of the states made for coverage (a clip that no recorded
+  # step engaged: the clipping check's own steps).
+  coverage: float = 0.0
 
 
 # The checks that measure the second state, and the phases of the port's
@@ -133,6 +136,18 @@ class CompareRow:
 # in the check's seconds.
 _MEASURING_CHECKS = ('beyond_init', 'device_drift')
 _NOISE_PHASES = ('port noise steps', 'port noise predictions')
+
+
+# The checks that make states of their own for what the recorded steps did
+# not exercise (docs/EQUIVALENCE.md, "What a comparison exercised").
+_COVERAGE_CHECKS = ('clipping',)
+
+
+def coverage_seconds(report: dict) -> float:
+  """The seconds a report's comparison spent on states made for
+  coverage."""
+  return sum(c.get('seconds', 0.0) for c in report['checks']
+             if c['name'].partition(' (')[0] in _COVERAGE_CHECKS)
 
 
 def measuring_seconds(report: dict) -> float:
@@ -274,7 +289,7 @@ def _compare(size: str, steps: int, legacy_seconds: float, work_dir: str,
     rows.append(CompareRow(
         size, steps, mode, seconds, peak, legacy_seconds,
         os.path.getsize(bundle) if mode != 'live' else 0, written['time'],
-        measuring_seconds(written)))
+        measuring_seconds(written), coverage_seconds(written)))
     print(f'{size}: compare {mode} --steps={steps} in {seconds:.0f} s '
           f'({seconds / legacy_seconds:.1f}x the legacy training), peak '
           f'{room.size_text(peak)}', flush=True)
@@ -359,10 +374,12 @@ def _scan(tree: str, work_dir: str, progress) -> str:
   return '\n'.join(lines)
 
 
-def _added(row: CompareRow) -> float:
-  """What the measured bars add to the comparison without them."""
-  rest = row.seconds - row.measuring
-  return row.measuring / rest if rest > 0 else float('inf')
+def _added(row: CompareRow, seconds: float | None = None) -> float:
+  """What the measured bars (or seconds, of what else) add to the
+  comparison without them."""
+  seconds = row.measuring if seconds is None else seconds
+  rest = row.seconds - seconds
+  return seconds / rest if rest > 0 else float('inf')
 
 
 def _compare_table(rows: list[CompareRow]) -> str:
@@ -370,8 +387,9 @@ def _compare_table(rows: list[CompareRow]) -> str:
   that of the fewest, by mode and size."""
   lines = ['| size | steps | migration-compare | wall | / legacy training | '
            'peak resident memory | bundle | measured bars: noise, second '
-           'state | where the time went |',
-           '| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |']
+           'state | coverage: states made | where the time went |',
+           '| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | '
+           '--- |']
   for row in rows:
     phases = {k: v for k, v in row.phases.items() if k != 'total'}
     went = ', '.join(f'{k} {v:.0f} s' for k, v in sorted(
@@ -381,7 +399,8 @@ def _compare_table(rows: list[CompareRow]) -> str:
         f'{row.seconds / row.legacy_seconds:.1f}x | '
         f'{room.size_text(row.peak_bytes)} | '
         f'{room.size_text(row.bundle_bytes) if row.bundle_bytes else "-"} | '
-        f'{row.measuring:.0f} s, +{_added(row):.0%} | {went} |')
+        f'{row.measuring:.0f} s, +{_added(row):.0%} | '
+        f'{row.coverage:.0f} s, +{_added(row, row.coverage):.0%} | {went} |')
   growth = []
   for size in dict.fromkeys(r.size for r in rows):
     for mode in dict.fromkeys(r.mode for r in rows):

@@ -236,9 +236,10 @@ def test_a_port_with_keras_default_layer_names_gets_one_line(tmp_path,
   assert ("which the port's model does not have (it has conv2d/kernel" in
           inventory['message'])
   assert 'give each Keras layer a fixed name' in inventory['message']
-  # Every planned check; host_call and device_drift among them, as whether
-  # they apply is known only when their turn comes.
-  assert len(checks) == 16 and {'host_call', 'device_drift'} <= set(checks)
+  # Every planned check; host_call, device_drift and clipping among them,
+  # as whether they apply is known only when their turn comes.
+  assert len(checks) == 17 and {'host_call', 'device_drift',
+                                'clipping (1 replica)'} <= set(checks)
   assert {c['status'] for n, c in checks.items() if n != 'inventory'} == {
       'not run'}
 

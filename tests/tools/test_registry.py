@@ -233,7 +233,11 @@ def test_the_command_runs_reports_and_lists_a_check_added_in_one_file(
   assert len(waiting) >= 3, result.stdout
   assert lines.index(waiting[-1]) < lines.index(ended[-1])
   assert ended[-1].startswith('PASS toy_wait: waited 3 s (3.')
-  assert lines[-2:] == [f'Checks: {len(names)} passed',
+  # The counts, what the comparison exercised of the legacy step, the files.
+  assert lines[-3:] == [f'Checks: {len(names)} passed',
+                        'Exercised: random draws of the step (1 op: '
+                        'dropout): drawn on both sides with the random '
+                        'numbers aligned, compared by dropout',
                         f'Report: {report}, plot: {tmp_path}/report.png']
 
 

@@ -140,7 +140,9 @@ def _draws(legacy) -> list[str] | None:
 
 CHECK = Check(
     'dropout (1 replica)', 'every step with dropout **on**, at identical '
-    'state, the random numbers aligned', AFTER, drive,
+    'state: the random numbers aligned (Keras 2), or the legacy step\'s '
+    'masks handed to the port\'s dropout calls in order (JAX, PyTorch), '
+    'whose predict must then draw none', AFTER, drive,
     needs=('legacy.step', 'legacy.state', 'port.set_state',
            'port.step_as_trained'),
     bar=BAR)
