@@ -11,6 +11,10 @@ with the masks fails with the place named (``DropoutMismatch``).
 """
 from __future__ import annotations
 
+import os
+import sys
+import traceback
+
 import numpy as np
 
 from kit_core.errors import KitError
@@ -18,6 +22,39 @@ from kit_core.errors import KitError
 # Where a dropout is missing, extra or misplaced, in the line's words.
 CAUSES = ('a dropout missing, extra or at another place in the port (e.g. the '
           'classifier\'s dropout left out)')
+
+
+# The kit's own folder: its frames are never the port's.
+_KIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _roots(packages: tuple[str, ...]) -> list[str]:
+  """The folders of the packages (those imported) and of the kit."""
+  found = [_KIT]
+  for name in ('kit_core', *packages):
+    module = sys.modules.get(name)
+    if module is not None and getattr(module, '__file__', None):
+      found.append(os.path.dirname(os.path.abspath(module.__file__)))
+  return found
+
+
+def port_site(frames, packages: tuple[str, ...]) -> str:
+  """'file.py:12': the innermost of frames ((filename, line), outermost
+  first) in the port's code: not in the packages' folders (the framework
+  and its libraries, found by where they are installed, not by a word in a
+  path) nor the kit's, nor Python's own (<frozen ...>)."""
+  roots = _roots(packages)
+  for filename, line in reversed(list(frames)):
+    path = os.path.abspath(filename) if not filename.startswith('<') else ''
+    if path and not any(path.startswith(root + os.sep) for root in roots):
+      return f'{os.path.basename(filename)}:{line}'
+  return 'an unknown place'
+
+
+def calling_site(packages: tuple[str, ...]) -> str:
+  """port_site of the current stack."""
+  return port_site(((f.filename, f.lineno) for f in traceback.extract_stack()),
+                   packages)
 
 
 class DropoutMismatch(KitError):

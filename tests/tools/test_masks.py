@@ -1,6 +1,8 @@
 """The legacy step's dropout masks handed to a port's dropout calls
 (pair/masks.py): laid out for each call's input, taken in order, and a call
 or a mask that does not pair named."""
+import os
+
 import numpy as np
 import pytest
 
@@ -44,3 +46,14 @@ def test_a_call_whose_input_the_mask_does_not_fit_is_named():
                      r"\[2, 7\], where the legacy's mask 1 \(a/RandomUniform\) "
                      r'is \[2, 3\]'):
     handed.take((2, 7), 'port.py:9')
+
+
+def test_the_ports_place_is_found_by_where_the_libraries_are_installed():
+  # A port in a folder named like its framework (a clone in .../torch/kit)
+  # is the port's; the library's own frames, and the kit's, are not.
+  library = os.path.join(os.path.dirname(np.__file__), 'core', 'numeric.py')
+  kit = masks.__file__
+  frames = [('/home/team/torch/kit/port.py', 12), (library, 40), (kit, 7),
+            ('<frozen runpy>', 88)]
+  assert masks.port_site(frames, ('numpy',)) == 'port.py:12'
+  assert masks.port_site(frames[1:], ('numpy',)) == 'an unknown place'

@@ -13,24 +13,19 @@ mask, and the check says which the legacy drew that no call took.
 from __future__ import annotations
 
 import contextlib
-import os
-import traceback
 from typing import Iterator
 
 import numpy as np
 
 from migration_tools.pair import masks as masks_lib
 
-_NOT_THE_PORTS = tuple(os.sep + part + os.sep for part in (
-    'jax', 'jaxlib', 'keras', 'flax', 'optax', 'migration_tools'))
+# The libraries a port's dropout is drawn through: never the port's frames.
+_LIBRARIES = ('jax', 'jaxlib', 'keras', 'flax', 'optax')
 
 
 def _where() -> str:
   """'file.py:12': the innermost frame of the port's code."""
-  for frame in reversed(traceback.extract_stack()):
-    if not any(part in frame.filename for part in _NOT_THE_PORTS):
-      return f'{os.path.basename(frame.filename)}:{frame.lineno}'
-  return 'an unknown place'
+  return masks_lib.calling_site(_LIBRARIES)
 
 
 def _shape(args: tuple, kwargs: dict) -> tuple:

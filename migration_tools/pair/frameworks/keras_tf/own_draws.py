@@ -31,6 +31,7 @@ import traceback
 
 import tensorflow as tf
 
+from migration_tools.pair import masks as masks_lib
 from migration_tools.pair import random_ops
 
 # The draws recorded: tf.random.<name> and tf.compat.v1.<name>.
@@ -67,11 +68,9 @@ REMEDY = ('Draw them as a Keras Dropout layer (which the kit switches off), '
 CURRENT: Draws | None = None
 
 
-# Frames that are not the port's: TensorFlow's (autograph calls the port's
-# code through its own), Keras's, and the kit's.
-_NOT_THE_PORTS = (os.sep + 'tensorflow' + os.sep, os.sep + 'keras' + os.sep,
-                  os.sep + 'migration_tools' + os.sep)
-_GENERATED = ('__autograph_generated',)
+# The libraries whose frames are not the port's: TensorFlow's (autograph
+# calls the port's code through its own) and Keras's.
+_LIBRARIES = ('tensorflow', 'keras', 'tf_keras')
 
 
 def _site(op=None) -> str:
@@ -80,10 +79,10 @@ def _site(op=None) -> str:
   source), or that called in."""
   frames = [(f.filename, f.lineno) for f in op.traceback] if op else [
       (f.filename, f.lineno) for f in traceback.extract_stack()]
-  for filename, line in reversed(frames):
-    if not any(part in filename for part in _NOT_THE_PORTS + _GENERATED):
-      return f'{os.path.basename(filename)}:{line}'
-  return 'an unknown place'
+  # Autograph's generated modules live in a temporary folder.
+  frames = [(f, n) for f, n in frames
+            if '__autograph_generated' not in os.path.basename(f)]
+  return masks_lib.port_site(frames, _LIBRARIES)
 
 
 def _uniform_behind(tensor) -> tuple | None:

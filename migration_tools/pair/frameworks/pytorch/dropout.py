@@ -12,8 +12,6 @@ to the port's code, and every call's place known.
 from __future__ import annotations
 
 import contextlib
-import os
-import traceback
 from typing import Iterator
 
 import numpy as np
@@ -33,16 +31,9 @@ _DROPOUTS = {
     torch.dropout: ('p', 'train', None),
 }
 _DEFAULTS = {'p': 0.5, 'training': True, 'inplace': False}
-_NOT_THE_PORTS = (os.sep + 'torch' + os.sep, os.sep + 'migration_tools' +
-                  os.sep)
-
-
 def _where() -> str:
   """'file.py:12': the innermost frame of the port's code."""
-  for frame in reversed(traceback.extract_stack()):
-    if not any(part in frame.filename for part in _NOT_THE_PORTS):
-      return f'{os.path.basename(frame.filename)}:{frame.lineno}'
-  return 'an unknown place'
+  return masks_lib.calling_site(('torch',))
 
 
 def _read(func, args: tuple, kwargs: dict):
