@@ -145,8 +145,11 @@ def _put(x, matched, rule: str, dtype=None):
 
 def _floor(original):
   def floor(x, name=None):
-    x = tf.convert_to_tensor(x)
-    matched = tf.inside_function() and _floor_expectation(x)
+    # Only a graph tensor of a traced function is read: anything else (a
+    # Keras 2 functional model's KerasTensor, which TF dispatches to a
+    # layer) goes to TF's own as it came.
+    matched = (isinstance(x, tf.Tensor) and tf.inside_function() and
+               _floor_expectation(x))
     if matched:
       return _put(x, matched, random_ops.MASKS[0].name)
     return original(x, name=name)
