@@ -158,7 +158,7 @@ def _mask_of(u: Uniform) -> tuple[str, tf.Tensor] | None:
     return MASKS[0].name, floor.outputs[0]
   compare = _only_consumer(u.tensor, _ABOVE + _BELOW)
   if compare:
-    return 'uniform against a rate', compare.outputs[0]
+    return MASKS[1].name, compare.outputs[0]
   return None
 
 
@@ -290,7 +290,8 @@ def masks(roots) -> list[tuple[str, str, tf.Tensor]]:
   """(op name, rule, mask) of each random mask of MASKS the roots depend
   on, in the order the graph made them, left drawing: the masks a step that
   draws answers, for a port on another framework to take in its dropout's
-  place (the dropout check). Each mask is 0 or 1 where it drops or keeps."""
+  place (the dropout check). Each mask is 0 or False where it drops, 1 or
+  True where it keeps (_mask_of)."""
   found = []
   ops = sorted(ancestors(roots), key=lambda o: o._id)  # pylint: disable=protected-access
   for op in ops:
