@@ -184,15 +184,31 @@ TOOLS_PYTHONPATH = os.pathsep.join([REPO, TESTS,
                                     os.path.join(TESTS, 'user_code')])
 
 
+# What a planted bug's comparison adds to run up to its first failure alone
+# (the tests that assert only that failure; docs/EQUIVALENCE.md).
+FAIL_FAST = '--fail_fast'
+
+
 def failed_first(result, checks: dict, failing: str, cause: str) -> None:
   """A comparison failed (exit 1), the first check to fail or raise being
-  failing, its message naming cause, and the summary's first to fix."""
+  failing, its message naming cause, and the summary's first to fix. Run
+  with FAIL_FAST, every check after failing is NOT RUN, in one line naming
+  it (FAIL_FAST's, or a gate's such as inventory's)."""
   assert result.returncode == 1, result.stderr[-2000:]
   failed = [n for n, c in checks.items() if c['status'] in ('failed',
                                                             'error')]
   assert failed and failed[0] == failing, result.stdout
   assert cause in checks[failing]['message'], checks[failing]['message']
   assert f'First to fix: {failing}' in result.stdout
+  if FAIL_FAST in result.args:
+    names = list(checks)
+    after = names[names.index(failing) + 1:]
+    reasons = {checks[n]['message'] for n in after}
+    assert all(checks[n]['status'] == 'not run' for n in after), result.stdout
+    assert len(reasons) <= 1, reasons
+    assert all(r.startswith((f'{FAIL_FAST} stopped the comparison at '
+                             f'{failing},', f'{failing} failed'))
+               for r in reasons), reasons
 
 
 def passed_but_dropout(checks: dict, unaligned: str) -> None:

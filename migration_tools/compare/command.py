@@ -154,6 +154,12 @@ def _define_source_and_output_flags(define: dict) -> None:
   flags.DEFINE_integer('speed_windows', 3, 'With --speed: timed windows per '
                        'side, after a warm-up one; the median is reported.',
                        lower_bound=1, **define)
+  flags.DEFINE_boolean('fail_fast', False,
+                       'Stop at the first check that fails or raises: the '
+                       'checks after it are not run, and the report says so '
+                       '(a quick loop while fixing a port; exit code 1 as '
+                       'ever). Not with --record_bundle, which records every '
+                       'check\'s answers.', **define)
   flags.DEFINE_boolean('quiet', False, 'Print only the results, at the end: '
                        'no line as each check ends, none while one runs.',
                        **define)
@@ -236,7 +242,7 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
                            tpu_ready=tool_flags.tpu_ready,
                            speed=_speed(tool_flags),
                            progress=_progress(tool_flags), about=about,
-                           dots=dots), {
+                           dots=dots, fail_fast=tool_flags.fail_fast), {
                                **dataclasses.asdict(options), **about,
                                'port': pair_lib.port_spec(tool_flags)}
   # Before any work: room for the bundle, by the model's shapes.
@@ -293,7 +299,7 @@ def _replayed(tool_flags: flags.FlagValues, workdir: str, path: str
   about = {}
   results = harness.check_bundle(bundle, port, workdir, tool_flags.tpu_ready,
                                  _speed(tool_flags), _progress(tool_flags),
-                                 counts, about, dots)
+                                 counts, about, dots, tool_flags.fail_fast)
   return results, {**bundle.options, 'bundle': path,
                    'recorded_with': bundle.versions,
                    'port': pair_lib.port_spec(tool_flags),
@@ -358,6 +364,10 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   if tool_flags.bundle and tool_flags.record_bundle:
     raise KitError('--bundle checks against a recorded bundle and '
                    '--record_bundle records one: give one of them')
+  if tool_flags.fail_fast and tool_flags.record_bundle:
+    raise KitError('--fail_fast with --record_bundle: a bundle keeps every '
+                   'check\'s answers, so its recording runs them all; leave '
+                   '--fail_fast out')
   recorded = [f'--{name}' for name in _RECORDED if tool_flags[name].present]
   if tool_flags.bundle and recorded:
     raise KitError(f'{", ".join(recorded)} with --bundle: the bundle holds '

@@ -7,7 +7,8 @@ pair/frameworks/) on each replica count, where its framework places it, from
 the same initial state, and returns a ``checks.CheckResult`` for every check of
 the registry (registry.py; the kit's own are in checks/, one file each), in
 the order of its plan. A check that raises is an ERROR with its cause and the
-others still run; a signal stops the comparison. A line goes to ``progress``
+others still run (unless fail_fast: the first check to fail or raise ends the
+comparison, the rest NOT_RUN); a signal stops the comparison. A line goes to ``progress``
 as each check ends, and while one runs at least every 30 s. ``write_report``
 writes the JSON report and the loss-curve PNG. The command is ``command.py``.
 """
@@ -46,6 +47,10 @@ from migration_tools.pair import recorded
 from migration_tools.pair import runs_on
 from migration_tools.pair import side
 
+# The command's flag that stops a comparison at its first failure, as the
+# NOT_RUN lines name it.
+FAIL_FAST_FLAG = '--fail_fast'
+
 __all__ = ['Options', 'LegacyPair', 'compare', 'check_bundle',
            'record_bundle', 'cpu_strategies', 'placements', 'write_report']
 
@@ -73,16 +78,25 @@ class Recorder:
   its cause, and the next one runs (a signal is no check's error: it stops
   the comparison). As each ends, a line with its time goes to progress.
   ``results()`` lists every planned check, those never reached as NOT_RUN
-  with the reason, each with its bar (bars: {name: bars.Bar}) as run."""
+  with the reason, each with its bar (bars: {name: bars.Bar}) as run.
+  With fail_fast the first check that fails or raises sets ``stopped``:
+  the comparison ends there (FAIL_FAST_FLAG)."""
 
   def __init__(self, planned: list[str],
                progress: progress_lib.Progress | None = None,
-               bars: dict | None = None):
+               bars: dict | None = None, fail_fast: bool = False):
     self.planned = planned
     self.progress = progress or progress_lib.Progress(None)
     self._bars = bars or {}
     self._results: dict[str, CheckResult] = {}
     self.stopped = ''
+    self.fail_fast = fail_fast
+
+  def _stop_if_failed(self, result: CheckResult) -> None:
+    if self.fail_fast and result.failed and not self.stopped:
+      self.stopped = (f'{FAIL_FAST_FLAG} stopped the comparison at '
+                      f'{result.name}, the first check to fail; run without '
+                      'it for every verdict')
 
   def run(self, name: str, check: Callable[[], CheckResult]
           ) -> CheckResult:
@@ -108,6 +122,7 @@ class Recorder:
     self._results[name] = result
     self.progress.line(f'{result.summary()} '
                        f'({progress_lib.elapsed(seconds)})')
+    self._stop_if_failed(result)
     return result
 
   def _unanswered(self, name: str, error: recorded.NoAnswer) -> CheckResult:
@@ -132,6 +147,7 @@ class Recorder:
     names = [name for name in names if name not in self._results]
     for name in names:
       self._results[name] = CheckResult(name, checks.ERROR, message)
+      self._stop_if_failed(self._results[name])
     if len(names) == 1:
       self.progress.line(self._results[names[0]].summary())
     elif names:
@@ -222,7 +238,8 @@ def compare(pair: LegacyPair, port: Any, workdir: str,
             speed: speed_lib.Options | None = None,
             progress: progress_lib.Progress | None = None,
             about: dict | None = None,
-            dots: precision.Dots | None = None
+            dots: precision.Dots | None = None,
+            fail_fast: bool = False
             ) -> list[CheckResult]:
   """Runs every check, the legacy side live, and returns every planned one,
   in order.
@@ -248,6 +265,8 @@ def compare(pair: LegacyPair, port: Any, workdir: str,
     dots: how the port's dots compute (its framework's precision.Dots,
       with the rounding --emulate_precision declared, for the device_drift
       check); None: the framework's own.
+    fail_fast: end the comparison at the first check that fails or raises;
+      the checks after it are NOT_RUN, saying so.
 
   Returns:
     A CheckResult per check of planned_checks(); a check that raised is an
@@ -258,7 +277,7 @@ def compare(pair: LegacyPair, port: Any, workdir: str,
   """
   return run_checks(LiveSource(pair, options, tape), port, workdir,
                     strategies, options, tpu_ready, speed, progress, about,
-                    dots)
+                    dots, fail_fast)
 
 
 def check_bundle(bundle: golden.Bundle,
@@ -268,12 +287,14 @@ def check_bundle(bundle: golden.Bundle,
                  progress: progress_lib.Progress | None = None,
                  replica_counts: list[int] | None = None,
                  about: dict | None = None,
-                 dots: precision.Dots | None = None
+                 dots: precision.Dots | None = None,
+                 fail_fast: bool = False
                  ) -> list[CheckResult]:
   """compare(), the legacy side answered from a golden bundle: the same
   checks on the replica counts it recorded (or those of them given), with
   its options. about, if given, gets 'port_ran_on' (runs_on) and
-  'replicas_skipped' {label: why}: the counts no device here can hold."""
+  'replicas_skipped' {label: why}: the counts no device here can hold.
+  fail_fast: as compare()'s."""
   skipped = {}
   strategies = placements(port, replica_counts or bundle.replica_counts,
                           progress, skipped)
@@ -282,7 +303,8 @@ def check_bundle(bundle: golden.Bundle,
   # A bundle recorded before an option was added ran without it.
   options = Options(**{'beyond_init': 0.0, **bundle.options})
   return run_checks(ReplaySource(bundle), port, workdir, strategies,
-                    options, tpu_ready, speed, progress, about, dots)
+                    options, tpu_ready, speed, progress, about, dots,
+                    fail_fast)
 
 
 def record_bundle(pair: LegacyPair, port: Any, workdir: str,
@@ -317,18 +339,20 @@ def run_checks(source: side.LegacySource,
                speed: speed_lib.Options | None = None,
                progress: progress_lib.Progress | None = None,
                about: dict | None = None,
-               dots: precision.Dots | None = None
+               dots: precision.Dots | None = None,
+               fail_fast: bool = False
                ) -> list[CheckResult]:
   """compare() on a legacy source, live or replayed: the registered checks
   of the plan, in order (registry.plan). strategies: {label: placement},
   placements() gives them. about, if given, gets 'port_ran_on': where the
-  port ran (runs_on), once its first run is built."""
+  port ran (runs_on), once its first run is built. fail_fast: as
+  compare()'s."""
   serving = source.serving and port.export is not None
   plan = registry.Plan(tuple(strategies), serving, tpu_ready,
                        speed is not None)
   steps = registry.plan(plan)
   rec = Recorder([name for _, _, name in steps], progress,
-                 {name: check.bar for check, _, name in steps})
+                 {name: check.bar for check, _, name in steps}, fail_fast)
   data = source.data()
   run = Run(source, port, data, legacy_lib.cycled(data, options.steps),
             options, workdir, rec.progress, speed=speed,
@@ -347,6 +371,8 @@ def run_checks(source: side.LegacySource,
           return rec.results()
     # Last, with dropout on, as the step runs on a TPU.
     for check, label, name in steps:
+      if rec.stopped:
+        break
       if check.scope in (registry.AFTER, registry.AFTER_EACH):
         replicas = Replicas(label, strategies[label]) if label else None
         rec.run(name, lambda c=check, r=replicas: c.run(run, r))
@@ -409,7 +435,7 @@ def _run_replicas(rec: Recorder, run: Run, replicas: Replicas,
               f'{one_line(e)}')
     if first:
       rec.stopped = 'the single-replica run could not be built'
-    return not first
+    return not rec.stopped
   if first:
     _say_where(rec, run, replicas, about)
   try:
@@ -420,6 +446,7 @@ def _run_replicas(rec: Recorder, run: Run, replicas: Replicas,
       result = rec.run(name, lambda c=check: c.run(run, replicas))
       if check.gate and not result.passed:
         rec.stopped = check.gate
+      if rec.stopped:
         return False
     return True
   finally:

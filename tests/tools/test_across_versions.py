@@ -15,7 +15,8 @@ import pytest
 import tensorflow as tf
 
 import kit_bundle
-from conftest import TESTS, TOOLS_PYTHONPATH, last_line, run_compare, run_module
+from conftest import FAIL_FAST, TESTS, TOOLS_PYTHONPATH, failed_first
+from conftest import last_line, run_compare, run_module
 from kit_core import keras_compat
 from migration_tools.pair import legacy
 from migration_tools.pair import optimizers
@@ -77,10 +78,8 @@ def test_port_matches_the_bundle_recorded_on_2_15(tmp_path):
 
 def test_broken_port_fails_the_bundle_recorded_on_2_15(tmp_path):
   result, checks = run_compare(tmp_path / 'broken.json', *_kit_bundle(),
-                               '--port=broken_ports:missing_relu')
-  assert result.returncode == 1
-  assert 'First to fix: inference' in result.stdout
-  assert 'before any training step' in checks['inference']['message']
+                               '--port=broken_ports:missing_relu', FAIL_FAST)
+  failed_first(result, checks, 'inference', 'before any training step')
 
 
 def _served_probabilities(export_dir: str, images: np.ndarray) -> np.ndarray:

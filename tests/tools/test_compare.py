@@ -6,7 +6,8 @@ import os
 import jsonschema
 import pytest
 
-from conftest import REPO, catalogue, last_line, recorded_once, run_compare
+from conftest import FAIL_FAST, REPO, catalogue, last_line, recorded_once
+from conftest import run_compare
 
 # Commands in subprocesses and training jobs: apart from the fast tier.
 pytestmark = pytest.mark.e2e
@@ -103,9 +104,11 @@ def test_broken_port_fails_the_check_named_for_its_bug(
   # Against the legacy side recorded once (its live run: the correct port,
   # passing); --notpu_ready: these bugs are numeric, tpu_ready has tests of
   # its own.
+  # Where only the first failure is asserted, the comparison ends there.
   result, checks = run_compare(tmp_path / 'report.json',
                                f'--bundle={broken_ports_bundle}',
-                               f'--port=broken_ports:{port}', '--notpu_ready')
+                               f'--port=broken_ports:{port}', '--notpu_ready',
+                               *([] if only else [FAIL_FAST]))
   assert result.returncode == 1, result.stderr[-2000:]
   assert not checks[failing]['passed']
   assert cause in checks[failing]['message'], checks[failing]['message']

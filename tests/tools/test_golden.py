@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import kit_bundle
-from conftest import REPO, append_zeros, last_line, run_compare
+from conftest import FAIL_FAST, REPO, append_zeros, failed_first
+from conftest import last_line, run_compare
 from kit_core import room
 from kit_core.errors import Interrupted
 from kit_core.errors import KitError
@@ -141,11 +142,9 @@ def test_broken_port_fails_the_bundle_in_the_check_for_its_bug(tmp_path,
   result, checks = run_compare(
       tmp_path / 'broken.json', f'--bundle={recorded[0]}',
       '--port=broken_ports:loss_averaged_per_replica',
-      '--emulate_precision=tf32')
-  assert result.returncode == 1
-  assert 'First to fix: one_step (2 replicas)' in result.stdout
-  assert 'gradients are 2x the legacy ones' in checks[
-      'one_step (2 replicas)']['message']
+      '--emulate_precision=tf32', FAIL_FAST)
+  failed_first(result, checks, 'one_step (2 replicas)',
+               'gradients are 2x the legacy ones')
   assert checks['trajectory (1 replica)']['passed']
   assert checks['device_drift']['passed']
 

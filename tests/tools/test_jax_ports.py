@@ -15,7 +15,7 @@ import pytest
 import kit_bundle
 from bert_bugs import BERT_BUGS
 from conftest import REPO, TF215_DIR, TOOLS_PYTHONPATH, catalogue, run_compare
-from conftest import failed_first
+from conftest import FAIL_FAST, failed_first
 
 pytestmark = pytest.mark.e2e
 from_tf215 = pytest.mark.from_tf215
@@ -235,6 +235,10 @@ def test_each_bert_bug_fails_on_jax_as_on_tensorflow(port, failing, cause,
   result, checks = run_compare(
       tmp_path / 'report.json', f'--bundle={TF215_DIR}/bert.npz',
       f'--port=bert_jax_port:{port}', '--replicas=1', '--notpu_ready',
-      f'--emulate_precision={"bf16" if len(port) % 2 else "tf32"}')
+      f'--emulate_precision={"bf16" if len(port) % 2 else "tf32"}', FAIL_FAST)
   failed_first(result, checks, failing, cause)
-  assert checks['device_drift']['passed']
+  # The emulated rounding explains the outputs' drift, wherever it ran (not
+  # after a bug that fails before it: erf GELU fails beyond_init).
+  names = list(checks)
+  if names.index(failing) > names.index('device_drift'):
+    assert checks['device_drift']['passed']

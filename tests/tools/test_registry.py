@@ -160,6 +160,30 @@ def test_each_check_prints_a_line_with_its_time_as_it_ends():
   assert lines[2] == 'NOT RUN c: b failed'
 
 
+def test_fail_fast_ends_the_comparison_at_the_first_check_to_fail():
+  failing = lambda: checks.judged('b', 1.0, 1e-6, {}, '')
+  whole = harness.Recorder(['a', 'b', 'c'])
+  whole.run('a', lambda: checks.judged('a', 0.0, 1.0, {}, ''))
+  assert whole.run('b', failing).status == checks.FAILED
+  assert not whole.stopped  # Without it every check runs.
+  lines = []
+  rec = harness.Recorder(['a', 'b', 'c', 'd'],
+                         progress_lib.Progress(lines.append), fail_fast=True)
+  rec.run('a', lambda: checks.judged('a', 0.0, 1.0, {}, ''))
+  assert not rec.stopped  # A pass goes on.
+  rec.run('b', failing)
+  assert rec.stopped.startswith('--fail_fast stopped the comparison at b, '
+                                'the first check to fail')
+  statuses = [r.status for r in rec.results()]
+  assert statuses == [checks.PASSED, checks.FAILED, checks.NOT_RUN,
+                      checks.NOT_RUN]
+  assert lines[-1] == f'NOT RUN d: {rec.stopped}'
+  # An error stops it as a failure does.
+  raised = harness.Recorder(['a', 'b'], fail_fast=True)
+  raised.run('a', lambda: 1 / 0)
+  assert raised.stopped.startswith('--fail_fast stopped the comparison at a')
+
+
 def test_after_a_check_raised_a_missing_answer_does_not_blame_the_bundle():
   # A replay asks the legacy side in the recorded order: a port that
   # raises breaks it, and the next check finds no answer. That is not the

@@ -14,7 +14,7 @@ import torch
 
 import kit_bundle
 from conftest import TF215_DIR, TOOLS_PYTHONPATH, catalogue
-from conftest import run_compare, run_module
+from conftest import FAIL_FAST, failed_first, run_compare, run_module
 from kit_core import checkpoint_files
 from kit_core import tensor_bundle
 from kit_core.errors import KitError
@@ -115,10 +115,8 @@ def test_a_planted_torch_bug_fails_naming_its_cause(tmp_path, port, first,
   result, checks = run_compare(tmp_path / 'report.json',
                                f'--bundle={_bundle()}',
                                f'--port=torch_bugs:{port}', '--notpu_ready',
-                               '--emulate_precision=tf32')
-  assert result.returncode == 1, result.stdout[-3000:]
-  assert f'First to fix: {first}' in result.stdout
-  assert said in checks[first]['message']
+                               '--emulate_precision=tf32', FAIL_FAST)
+  failed_first(result, checks, first, said)
   if port == 'summed_gradients':
     assert checks['one_step (1 replica)']['passed']
     # Not "averaged, as DDP does": read from what its all_reduce gives.

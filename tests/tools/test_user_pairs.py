@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from bert_bugs import BERT_BUGS
 from conftest import CATALOGUE, REPO, TESTS, catalogue, run_module
-from conftest import failed_first, made_once, recorded_once
+from conftest import FAIL_FAST, failed_first, made_once, recorded_once
 
 # Commands in subprocesses and training jobs: apart from the fast tier.
 pytestmark = pytest.mark.e2e
@@ -245,14 +245,12 @@ def test_each_deliberate_bug_fails_the_check_named_for_it_first(
   if PAIRS[name].legacy_flags:
     # Its port reads the legacy module's absl flags (--data_dir), which
     # only --legacy_flags sets, and a replay takes none: live.
-    result, checks = _compare(name, data_dirs, tmp_path, *options, port=port)
+    result, checks = _compare(name, data_dirs, tmp_path, *options, FAIL_FAST,
+                              port=port)
   else:
     result, checks = _replay(name, recorded(name, *options), data_dirs,
-                             tmp_path, port, '--notpu_ready')
-  assert result.returncode == 1, result.stderr[-2000:]
-  failed = [n for n, c in checks.items() if not c['passed']]
-  assert failed and failed[0] == failing, result.stdout
-  assert cause in checks[failing]['message'], checks[failing]['message']
+                             tmp_path, port, '--notpu_ready', FAIL_FAST)
+  failed_first(result, checks, failing, cause)
 
 
 def _assert_effnet_run(checks):
@@ -390,7 +388,7 @@ def test_each_bug_of_an_effnet_port_fails_with_a_hint_at_its_cause(
   bundle = recorded('effnet', '--steps=4', '--replicas=1', '--notpu_ready',
                     params=params)
   result, checks = _replay('effnet', bundle, data_dirs, tmp_path, port,
-                           '--notpu_ready')
+                           '--notpu_ready', FAIL_FAST)
   failed_first(result, checks, failing, cause)
 
 
@@ -498,7 +496,7 @@ def _assert_fails_first(name, port, failing, cause, data_dirs, recorded,
   cause, at 3 steps on one replica."""
   bundle = recorded(name, '--steps=3', '--replicas=1', '--notpu_ready')
   result, checks = _replay(name, bundle, data_dirs, tmp_path, port,
-                           '--notpu_ready')
+                           '--notpu_ready', FAIL_FAST)
   failed_first(result, checks, failing, cause)
 
 
