@@ -183,6 +183,9 @@ class LiveSource:
                tape: recorded.Keeper | None = None):
     self.pair, self.options, self.tape = pair, options, tape
     self.serving = pair.serving_input_fn is not None
+    # {(shards, draws): a run's graphs, no session}: each later run of the
+    # same kind starts in sessions of its own on them (LegacyRunner.fresh).
+    self._graphs: dict[tuple, legacy_lib.LegacyRunner] = {}
 
   def data(self) -> side.Data:
     data = legacy_lib.read_input_fn(
@@ -193,11 +196,16 @@ class LiveSource:
 
   def runner(self, shards: int, purpose: str, draws: bool = False,
              gradients: bool = True):
-    runner = legacy_lib.LegacyRunner(
-        self.pair.model_fn, self.options.params, self._spec,
-        self.options.global_batch, shards, self.options.warm_start_from,
-        self.pair.serving_input_fn, self.pair.serving_inputs, draws,
-        self.options.seed)
+    built = self._graphs.get((shards, draws))
+    if built is not None:
+      runner = built.fresh()
+    else:
+      runner = legacy_lib.LegacyRunner(
+          self.pair.model_fn, self.options.params, self._spec,
+          self.options.global_batch, shards, self.options.warm_start_from,
+          self.pair.serving_input_fn, self.pair.serving_inputs, draws,
+          self.options.seed)
+      self._graphs[(shards, draws)] = runner.graphs_only()
     if self.tape is None:
       return runner
     return recorded.RecordingRunner(runner, self.tape, purpose, gradients)

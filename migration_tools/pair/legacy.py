@@ -13,6 +13,7 @@ The tools that compare against legacy code (``convert_checkpoint --verify``,
 # migration-scan: skip-file (it runs legacy code on purpose, to compare with it)
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 import tempfile
@@ -252,7 +253,7 @@ class _Graph:
                      _placeholders(spec[1], batch_size))
       self.global_step = tf.compat.v1.train.create_global_step()
       self.spec = model_fn(self.features, self.labels, mode, dict(params))
-      self.scaffold = scaffold = _scaffold(self.spec)
+      self.scaffold = _scaffold(self.spec)
       if mode == tf.compat.v1.estimator.ModeKeys.TRAIN:
         roots = [self.spec.loss, self.spec.train_op]
         if draws:
@@ -270,10 +271,31 @@ class _Graph:
       self._assign = {name: v.assign(self._feeds[name])
                       for name, v in self.all_variables.items()}
       self.warm_started = _warm_started(self.graph)
-      self.session = tf.compat.v1.Session(graph=self.graph)
-      self.run(tf.compat.v1.global_variables_initializer())
-      if scaffold is not None and scaffold.init_fn is not None:
-        scaffold.init_fn(self.session)
+      self._initializer = tf.compat.v1.global_variables_initializer()
+    self._start_session()
+
+  def _start_session(self) -> None:
+    """A session of its own, its variables initialised as TPUEstimator
+    initialised them: their initializers, then the Scaffold's init_fn."""
+    self.session = tf.compat.v1.Session(graph=self.graph)
+    self.run(self._initializer)
+    if self.scaffold is not None and self.scaffold.init_fn is not None:
+      self.scaffold.init_fn(self.session)
+
+  def fresh(self) -> _Graph:
+    """The same graph in a new session, initialised as at its build: a
+    start of its own (variables, and the random ops' state, are a
+    session's) without building the model_fn again."""
+    graph = copy.copy(self)
+    graph._start_session()  # pylint: disable=protected-access
+    return graph
+
+  def without_session(self) -> _Graph:
+    """The graph alone, to start fresh ones from (fresh), holding no
+    session and so none of its variables' values."""
+    graph = copy.copy(self)
+    graph.session = None
+    return graph
 
   def run(self, fetches, feed_dict=None):
     """session.run, its time counted (timing: 'legacy Session.run')."""
@@ -441,6 +463,25 @@ class LegacyRunner(side.LegacySide):
     self.predictions = outputs.as_dict(self.infer.spec.predictions)
     self._layers = _layer_tensors(self.infer.graph, self.model_names,
                                   batch_size)
+
+  def graphs_only(self) -> LegacyRunner:
+    """This run's graphs, with no session (none of their variables'
+    values held): what fresh() starts further runs from."""
+    runner = copy.copy(self)
+    runner.train, runner.infer, runner.eval = (
+        graph.without_session()
+        for graph in (self.train, self.infer, self.eval))
+    return runner
+
+  def fresh(self) -> LegacyRunner:
+    """A run from the start, as a new LegacyRunner of the same arguments
+    would be, on this one's graphs (built once: most of a run's cost at
+    BERT's size), each in a new session initialised as at its build."""
+    runner = copy.copy(self)
+    runner.train, runner.infer, runner.eval = (
+        graph.fresh() for graph in (self.train, self.infer, self.eval))
+    runner._steps_taken = 0  # pylint: disable=protected-access
+    return runner
 
   def _build_train(self) -> None:
     """The TRAIN graph at the shards' batch, its gradients and optimizer."""
