@@ -701,8 +701,12 @@ def test_ten_seeded_kill9_cycles_end_bit_identical_to_an_uninterrupted_run(
   """The custom loop on 2 replicas, killed at ten seeded moments (twice the
   kill is made to look as if it came during a checkpoint write: the latest
   checkpoint cut short, an unfinished folder beside it)."""
+  # 600 steps: the ten cycles reach about 200 (20 a cycle, at least the 10
+  # to their first save, on 2 cores), so each kill lands mid-run, asserted
+  # below; the steps beyond are the uninterrupted run's and the last one's.
+  total = 600
   args = [f'--data_dir={fake_data_dir.data_dir}', '--loop=custom',
-          '--num_cpu_devices=2', '--batch_size=16', '--train_steps=1000',
+          '--num_cpu_devices=2', '--batch_size=16', f'--train_steps={total}',
           '--checkpoint_steps=10', '--steps_per_execution=5',
           '--noenable_predict', '--eval_steps=0']
   whole = run_module('migrate', *args, f'--model_dir={tmp_path / "whole"}',
@@ -717,7 +721,7 @@ def test_ten_seeded_kill9_cycles_end_bit_identical_to_an_uninterrupted_run(
     try:
       # Once this run has saved a checkpoint of its own: every cycle moves
       # the run on, however slow the machine.
-      _wait_for(process, log, r'step \d+/1000: ')
+      _wait_for(process, log, rf'step \d+/{total}: ')
       time.sleep(rng.uniform(0.0, 0.5))
     finally:
       process.send_signal(signal.SIGKILL)
@@ -738,6 +742,7 @@ def test_ten_seeded_kill9_cycles_end_bit_identical_to_an_uninterrupted_run(
   # Each run started where the last one's newest readable checkpoint was:
   # ten moments of kill, not ten restarts from the beginning.
   assert len({s for s in starts if s > 0}) >= 5, starts
+  assert max(starts) < total - 10, starts  # The tenth still had steps to go.
   assert not [n for n in os.listdir(model) if n.endswith('_temp')]
 
 
