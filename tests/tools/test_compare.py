@@ -171,6 +171,20 @@ def test_bad_flags_fail_in_one_line(tmp_path, fake_data_dir):
     _assert_error_report(tmp_path, result)
 
 
+def test_fail_fast_is_refused_with_a_recording_in_one_line(tmp_path,
+                                                           fake_data_dir):
+  # A bundle keeps every check's answers: a recording runs them all.
+  bundle = tmp_path / 'bundle.npz'
+  result, _ = _compare(tmp_path, fake_data_dir, FAIL_FAST,
+                       f'--record_bundle={bundle}')
+  assert result.returncode == 1
+  assert last_line(result.stderr) == (
+      'error: --fail_fast with --record_bundle: a bundle keeps every '
+      'check\'s answers, so its recording runs them all; leave --fail_fast '
+      'out'), result.stderr[-500:]
+  assert not bundle.exists() and not (tmp_path / 'report.json').exists()
+
+
 def test_legacy_module_with_the_common_absl_flags_compares(tmp_path,
                                                           fake_data_dir):
   """Its flags (data_dir, batch_size, ...) clash with none of the harness's;
