@@ -8,9 +8,9 @@ the same initial state, and returns a ``checks.CheckResult`` for every check of
 the registry (registry.py; the kit's own are in checks/, one file each), in
 the order of its plan. A check that raises is an ERROR with its cause and the
 others still run (unless fail_fast: the first check to fail or raise ends the
-comparison, the rest NOT_RUN); a signal stops the comparison. A line goes to ``progress``
-as each check ends, and while one runs at least every 30 s. ``write_report``
-writes the JSON report and the loss-curve PNG. The command is ``command.py``.
+comparison, the rest NOT_RUN); a signal stops the comparison. A line goes to
+``progress`` as each check ends, and while one runs at least every 30 s.
+``write_report`` writes the JSON report and the loss-curve PNG. The command is ``command.py``.
 """
 from __future__ import annotations
 
