@@ -17,6 +17,10 @@ OUT_DIR/kit_predictions.npz, OUT_DIR/bert_predictions.npz
 OUT_DIR/effnet.npz        a golden bundle of the EfficientNet-style test pair
                           (moving averages, RMSProp, a host_call, a JPEG
                           receiver; 1 and 2 replicas);
+OUT_DIR/albert.npz        a golden bundle of the ALBERT-style test pair (LAMB,
+                          a shared block, clipping at global norm 1.0, the
+                          classifier's dropout masks; 3 steps, 1 and 2
+                          replicas), for its PyTorch and JAX ports;
 OUT_DIR/expected.npz      what each must give: predictions on fixed inputs,
                           and the wide-deep ports' weights, slots and steps.
 
@@ -43,6 +47,7 @@ from migration_tools.pair import optimizers  # pylint: disable=g-import-not-at-t
 from migration_tools.pair import port as port_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common import prepare  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mnist_common import tfrecords  # pylint: disable=g-import-not-at-top,wrong-import-position
+import albert_legacy  # pylint: disable=g-import-not-at-top,wrong-import-position
 import bert_legacy  # pylint: disable=g-import-not-at-top,wrong-import-position
 import effnet_legacy  # pylint: disable=g-import-not-at-top,wrong-import-position
 import wide_deep_port  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -128,6 +133,30 @@ def _effnet(out: str) -> None:
        f'--record_bundle={out}/effnet.npz', f'--report={out}/effnet_live.json')
 
 
+def albert_params(data_dir: str) -> dict:
+  """The ALBERT-style pair's params (tests/tools/test_user_pairs.py's)."""
+  return {'data_dir': data_dir, 'learning_rate': 1e-3, 'num_train_steps': 20,
+          'num_warmup_steps': 2}
+
+
+def _albert(out: str) -> None:
+  """The ALBERT-style pair's bundle, at the defaults (weights of 0.02, where
+  the clip engages at no recorded step: the clipping check's state is
+  recorded too)."""
+  data_dir = os.path.join(out, 'albert_data')
+  os.makedirs(data_dir)
+  albert_legacy.write_data(data_dir)
+  _run('-m', 'migration_tools.compare',
+       '--legacy_model_fn=albert_legacy:model_fn',
+       '--legacy_input_fn=albert_legacy:input_fn',
+       '--legacy_serving_input_fn=albert_legacy:serving_input_receiver_fn',
+       '--port=albert_port:make_port',
+       f'--params={json.dumps(albert_params(data_dir))}', '--batch_size=16',
+       '--steps=3', '--replicas=1,2', '--eval_batches=4', '--notpu_ready',
+       f'--record_bundle={out}/albert.npz',
+       f'--report={out}/albert_live.json')
+
+
 def test_images(count: int) -> np.ndarray:
   """The first `count` raw test images of the kit's default data."""
   info = prepare.prepare(None)
@@ -190,6 +219,7 @@ def main(out: str) -> None:
     expected.update(_wide_deep(out, optimizer))
   expected.update(_bert(out))
   _effnet(out)
+  _albert(out)
   np.savez(os.path.join(out, 'expected.npz'), **expected)
   with open(os.path.join(out, 'versions.json'), 'w', encoding='utf-8') as f:
     json.dump({'tensorflow': tf.__version__}, f)

@@ -3,7 +3,9 @@ bundles TF 2.15 recorded, with no TensorFlow in the process: of the kit's
 pair (its own bundle, kit_pair/golden_bundle.npz, the default there), its own
 Keras 3 port (the default --port there), a plain-JAX port with optax and a
 deliberate bug; of the BERT-shaped pair (KIT_TF215_DIR), a plain-JAX port and
-its seven deliberate bugs, each failing as on TensorFlow."""
+its seven deliberate bugs, each failing as on TensorFlow; of the ALBERT-style
+pair, a plain-JAX port with the classifier's dropout and its two dropout
+bugs."""
 import json
 import os
 import subprocess
@@ -242,3 +244,31 @@ def test_each_bert_bug_fails_on_jax_as_on_tensorflow(port, failing, cause,
   names = list(checks)
   if names.index(failing) > names.index('device_drift'):
     assert checks['device_drift']['passed']
+
+
+# The ALBERT-style pair at its defaults (the bundle TF 2.15 recorded: the
+# classifier's dropout masks, LAMB, clipping), against the team's port in
+# plain JAX (tests/user_code/albert_jax_port.py), on one replica: the
+# dropout check's is one replica's, and the PyTorch port's test covers 2.
+@from_tf215
+@pytest.mark.parametrize('port, said', [
+    ('make_port', ''),
+    # Each passes every check taken with dropout off.
+    ('dropout_at_inference', "the port's predict draws dropout (at "),
+    ('classifier_dropout_left_out', "the port's step made 0 dropout calls "
+     'where the legacy step drew 1 mask; none took dropout/random_uniform/'),
+])
+def test_the_albert_port_on_jax_and_its_dropout_bugs(tmp_path, port, said):
+  result, checks = run_compare(
+      tmp_path / 'report.json', f'--bundle={TF215_DIR}/albert.npz',
+      f'--port=albert_jax_port:{port}', '--replicas=1', '--notpu_ready')
+  if port == 'make_port':
+    assert result.returncode == 0, result.stdout[-3000:]
+    _passed_but_dropout(checks)
+    assert checks['clipping (1 replica)']['state'] == 'made'
+    assert checks['dropout (1 replica)']['mask_ops'] == [
+        'dropout/random_uniform/RandomUniform']
+  else:
+    # Every check before it passed: dropout is the last.
+    failed_first(result, checks, 'dropout (1 replica)', said)
+    assert list(checks)[-1] == 'dropout (1 replica)'

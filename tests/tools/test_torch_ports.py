@@ -1,8 +1,10 @@
 """The torch profile: the kit's PyTorch port (kit_pair/mnist_torch.py)
 checked from the kit's own golden bundle (kit_pair/golden_bundle.npz, the
 default where no tf.estimator runs), with no TensorFlow and no JAX in the
-process; two planted bugs
-(tests/user_code/torch_bugs.py) failing with their cause; the Estimator
+process; its planted bugs (tests/user_code/torch_bugs.py) failing with their
+cause; the ALBERT-style pair's PyTorch port (tests/user_code/
+albert_torch_port.py) passing from its TF 2.15 bundle, its clipping and
+dropout bugs failing there; the Estimator
 checkpoint carried to the port's state_dict and verified; and the
 adapter's layouts, TPU readiness and state file on their own."""
 import json
@@ -123,6 +125,63 @@ def test_a_planted_torch_bug_fails_naming_its_cause(tmp_path, port, first,
     assert "; the shares' gradients summed, where DDP averages them" in (
         result.stdout)
     assert 'all_reduce is a SUM' in checks[first]['message']
+
+
+# The ALBERT-style pair (tests/user_code/albert_legacy.py) on PyTorch, from
+# the bundle TF 2.15 recorded at its defaults (tests/tf215_artifacts.py):
+# weights of 0.02, where the clip engages at no recorded step.
+ALBERT = '--port=albert_torch_port:{}'
+
+
+@from_tf215
+@pytest.mark.e2e
+def test_the_albert_torch_port_passes_with_clipping_and_dropout_exercised(
+    tmp_path):
+  result, checks = run_compare(tmp_path / 'report.json',
+                               f'--bundle={TF215_DIR}/albert.npz',
+                               ALBERT.format('make_port'), '--notpu_ready')
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+  assert all(c['passed'] for c in checks.values()), result.stdout[-3000:]
+  assert {'served_predictions', 'evaluation', 'clipping (1 replica)',
+          'clipping (2 replicas)', 'updates (2 replicas)',
+          'dropout (1 replica)'} <= set(checks)
+  # The clip engaged where the kit made it engage, not at a recorded step.
+  for label in ('1 replica', '2 replicas'):
+    assert checks[f'clipping ({label})']['state'] == 'made'
+  assert checks['dropout (1 replica)']['mask_ops'] == [
+      'dropout/random_uniform/RandomUniform']
+  coverage = json.loads((tmp_path / 'report.json').read_text())['coverage']
+  assert [(b['name'].split(' (')[0], b['exercised'])
+          for b in coverage['behaviours']] == [
+              ('gradient clipping by global norm', True),
+              ('random draws of the step', True)]
+  assert coverage['not_exercised'] == []
+  assert ("random draws of the step (1 op: dropout): drawn by the legacy "
+          "step, its masks handed to the port's dropout calls in order, "
+          'compared by dropout') in result.stdout
+
+
+@from_tf215
+@pytest.mark.e2e
+@pytest.mark.parametrize('port, first, said', [
+    # Both pass every check but clipping: at the recorded steps the clip
+    # stays idle, so the kit compares a step at a state where it engages.
+    ('no_clipping', 'clipping (1 replica)', 'the port clips otherwise (no '
+     'clipping in the port, clipping by another norm'),
+    ('clipping_by_the_dense_norm', 'clipping (1 replica)', "an embedding's "
+     'gradient made dense, whose rows sum their lookups'),
+    # Both pass every check taken with dropout off.
+    ('dropout_at_inference', 'dropout (1 replica)', "the port's predict "
+     'draws dropout (at albert_torch_port.py:'),
+    ('classifier_dropout_left_out', 'dropout (1 replica)', "the port's step "
+     'made 0 dropout calls where the legacy step drew 1 mask'),
+])
+def test_each_albert_torch_bug_fails_at_the_default_recording(tmp_path, port,
+                                                               first, said):
+  result, checks = run_compare(tmp_path / 'report.json',
+                               f'--bundle={TF215_DIR}/albert.npz',
+                               ALBERT.format(port), '--notpu_ready', FAIL_FAST)
+  failed_first(result, checks, first, said)
 
 
 @pytest.mark.e2e

@@ -13,6 +13,9 @@ ALBERT apart from BERT, in a small model.
 - Gradients taken in the model_fn (tf.gradients), clipped by global norm.
 - params['init_range']: the initializers' standard deviation (0.02 as
   ALBERT's; the tests also start from 0.3, weights of a trained scale).
+- No dropout in the encoder (ALBERT v2's configurations train without it),
+  but run_classifier's on the pooled output before the classifier (rate
+  0.1), in training only.
 
 The examples and the input_fn are the BERT-shaped pair's (bert_legacy).
 """
@@ -31,6 +34,7 @@ v1 = tf.compat.v1
 VOCAB, SEQ, LABELS = bert_legacy.VOCAB, bert_legacy.SEQ, bert_legacy.LABELS
 EMBED, HIDDEN, HEADS, LAYERS, INTERMEDIATE = 8, 16, 2, 3, 32
 CLIP_NORM = 1.0
+CLASSIFIER_DROPOUT = 0.1
 WEIGHT_DECAY = 0.01
 EXCLUDED = ('LayerNorm', 'layer_norm', 'bias')
 
@@ -101,13 +105,15 @@ def shared_block(x, mask, params):
                       'output_LayerNorm')
 
 
-def classifier(features, params):
+def classifier(features, params, training=False):
   with v1.variable_scope('albert'):
     x = embeddings(features, params)
     with v1.variable_scope('encoder'):
       for _ in range(LAYERS):
         x = shared_block(x, features['input_mask'], params)
     pooled = dense(x[:, 0], HIDDEN, 'pooler', params, activation=tf.tanh)
+  if training:
+    pooled = tf.nn.dropout(pooled, rate=CLASSIFIER_DROPOUT)
   weights = v1.get_variable('output_weights', [LABELS, HIDDEN],
                             initializer=_initializer(params))
   bias = v1.get_variable('output_bias', [LABELS],
@@ -135,7 +141,8 @@ class LAMBOptimizer(bert_legacy.AdamWeightDecayOptimizer):
 
 def model_fn(features, labels, mode, params):
   del labels  # In the features, as BERT's input_fn yields them.
-  logits = classifier(features, params)
+  logits = classifier(features, params,
+                      training=mode == v1.estimator.ModeKeys.TRAIN)
   spec = v1.estimator.tpu.TPUEstimatorSpec
   if mode == v1.estimator.ModeKeys.PREDICT:
     return spec(mode, predictions={

@@ -112,14 +112,15 @@ class Classifier(tf.keras.Model):
       self.blocks = [Block(params, name=f'layer_{i}', **block_options)
                      for i in range(legacy.LAYERS)]
     self.pooler = _dense(legacy.HIDDEN, 'pooler', params, activation='tanh')
+    # None of the encoder's: only the classifier's dropout, as the legacy.
+    self.dropout = layers.Dropout(legacy.CLASSIFIER_DROPOUT)
     self.head = bert_port.Head(name='classifier')
 
   def call(self, features, training=False):
-    del training  # No dropout: ALBERT trains without it.
     x = self.embeddings(features)
     for block in self.blocks:
       x = block(x, features['input_mask'])
-    return self.head(self.pooler(x[:, 0]))
+    return self.head(self.dropout(self.pooler(x[:, 0]), training=training))
 
 
 def build_model(params, **options):
