@@ -149,6 +149,20 @@ def applied_learning_rate(optimizer) -> float:
   return float(tf.convert_to_tensor(rate).numpy())
 
 
+def rate_at(optimizer, step: int) -> float | None:
+  """The learning rate the optimizer's update applies at this step (its
+  schedule called at the step, a constant rate as it is), or None where it
+  is neither a number nor a LearningRateSchedule."""
+  schedule = getattr(optimizer, '_learning_rate', None)
+  if isinstance(schedule,
+                tf.keras.optimizers.schedules.LearningRateSchedule):
+    return float(tf.convert_to_tensor(schedule(step)).numpy())
+  rate = optimizer.learning_rate
+  if callable(rate) and not isinstance(rate, tf.Variable):
+    return None
+  return float(tf.convert_to_tensor(rate).numpy())
+
+
 def add_to_loss_tracker(model: tf.keras.Model, loss: tf.Tensor,
                         batch_size: tf.Tensor) -> None:
   """Feeds a custom train_step's loss to Keras 3's 'loss' metric.

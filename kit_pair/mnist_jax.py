@@ -95,6 +95,13 @@ class KerasJaxModel:
   def learning_rate(self) -> float:
     return self._rate
 
+  def learning_rate_at(self, step: int) -> float:
+    """The rate at this global step: the optimizer's schedule, which Keras
+    keeps as _learning_rate, called there (the schedule check)."""
+    schedule = self.optimizer._learning_rate  # pylint: disable=protected-access
+    return float(np.asarray(schedule(step) if callable(schedule) else
+                            schedule))
+
   # The steps -------------------------------------------------------------
 
   def _loss(self, trainable, non_trainable, images, labels):

@@ -21,8 +21,6 @@ from migration_tools.compare.verdict import PASSED
 # What the kit does not read yet, said with the coverage (limitations as
 # data: the report carries them).
 NOT_READ = (
-    'the learning-rate schedule beyond the compared steps (warmup and decay '
-    'are compared at those steps only)',
     'each loss term apart (the loss is compared whole)',
     'cross-replica ops inside the model_fn',
 )
@@ -122,8 +120,24 @@ def _host_call(results: list[CheckResult]) -> list[Behaviour]:
                     host_call.message)]
 
 
+def _schedule(results: list[CheckResult]) -> list[Behaviour]:
+  """A learning rate that moves with the global step: compared over its
+  whole range, or not."""
+  schedule = next(iter(_named(results, 'schedule')), None)
+  if schedule is None or 'legacy_shape' not in schedule.figures or (
+      schedule.figures.get('constant')):
+    return []
+  name = f'learning-rate schedule ({schedule.figures["legacy_shape"]})'
+  if _compared(schedule):
+    return [Behaviour(name, True, f'compared at '
+                      f'{schedule.figures["steps_compared"]} global steps '
+                      f'from 0 to {schedule.figures["last_step"]:,} by '
+                      'schedule')]
+  return [Behaviour(name, False, schedule.message)]
+
+
 READERS: tuple[Callable[[list[CheckResult]], list[Behaviour]], ...] = (
-    _clipping, _draws, _host_call)
+    _clipping, _draws, _host_call, _schedule)
 
 
 def read(results: list[CheckResult]) -> list[Behaviour]:

@@ -609,6 +609,25 @@ class LegacyRunner(side.LegacySide):
   def global_step(self) -> int:
     return int(self.train.run(self.train.global_step))
 
+  def schedule(self) -> dict[str, list]:
+    """The rate tensor the optimizer applies, read at each global step of
+    side.SCHEDULE_STEPS (the global step set, nothing trained, then set
+    back); {} where the rate cannot be read, or depends on the batch."""
+    if self.optimizer.rate is None:
+      return {}
+    name = self.train.global_step.op.name
+    before = self.global_step()
+    rates = []
+    try:
+      for step in side.SCHEDULE_STEPS:
+        self.train.write({name: step})
+        rates.append(float(self.train.run(self.optimizer.rate)))
+    except tf.errors.InvalidArgumentError:  # It reads a fed tensor.
+      return {}
+    finally:
+      self.train.write({name: before})
+    return {'steps': list(side.SCHEDULE_STEPS), 'rates': rates}
+
   def averages(self) -> dict[str, np.ndarray]:
     """{variable: its ExponentialMovingAverage shadow} of the TRAIN graph."""
     values = self.train.read(list(self.averages_of.shadows))

@@ -103,6 +103,9 @@ class _Taped(side.LegacySide):
   def slots(self, rate):
     return self._answer('slots', rate)
 
+  def schedule(self):
+    return self._answer('schedule')
+
   def global_step(self):
     return self._answer('global_step')
 
@@ -181,12 +184,17 @@ class NoAnswer(KitError):
   with other options."""
 
 
+class NoRun(KitError):
+  """A replayed legacy run the recording never made (other replica counts,
+  or a check the recording's kit did not have)."""
+
+
 class ReplayedRunner(_Taped):
   """Answers as the recorded legacy run did, without running it."""
 
   def __init__(self, tape: Answers, purpose: str):
     if purpose not in tape.shards:
-      raise KitError(f'the bundle holds no legacy run "{purpose}": record it '
+      raise NoRun(f'the bundle holds no legacy run "{purpose}": record it '
                      'with the replica counts you check')
     self._tape, self._keys = tape, _Keys(purpose)
     self.shards = tape.shards[purpose]

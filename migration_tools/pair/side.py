@@ -177,6 +177,15 @@ class Side(abc.ABC):
     and returns its serving outputs on inputs."""
 
 
+# The global steps a learning-rate schedule is read at (the schedule check):
+# every step to 20, then about 15% apart to 10 million, past the end of a
+# TPU-era schedule (BERT pre-training's 1M steps); a float32 step is exact
+# there.
+SCHEDULE_STEPS = tuple(sorted(set(range(21)) | {
+    int(round(20 * 1.15 ** k)) for k in range(1, 95)
+    if 20 * 1.15 ** k <= 1e7}))
+
+
 class LegacySide(Side):
   """The model_fn's side. Every question but set_state has an answer that
   depends only on the legacy code, its data and the questions asked before
@@ -205,6 +214,12 @@ class LegacySide(Side):
     gives them on what the Estimator restores (a scaffold's Saver may put
     the moving averages in their place): how a port that evaluates its raw
     weights is told apart."""
+
+  def schedule(self) -> dict[str, list]:
+    """The learning rate its step applies at each global step of
+    SCHEDULE_STEPS: {'steps': [...], 'rates': [...]}; {} where its rate
+    cannot be read. This one: none."""
+    return {}
 
 
 class LegacySource(Protocol):
@@ -295,6 +310,13 @@ class PortSide(Side):
   @abc.abstractmethod
   def learning_rate(self) -> float:
     """The learning rate of the last step."""
+
+  def rates_at(self, steps: list[int]) -> list[float] | None:
+    """The learning rate its step would apply at each of these global
+    steps (its schedule read, nothing trained), or None where it cannot be
+    read. This one: none."""
+    del steps
+    return None
 
   @abc.abstractmethod
   def step_as_trained(self, features, labels) -> float:

@@ -61,7 +61,7 @@ def test_port_matches_the_bundle_recorded_on_2_15(tmp_path):
   # Keras 3 cannot draw TF 1's dropout masks; Keras 2 must match them.
   assert skipped == (['dropout (1 replica)'] if keras_compat.is_keras3()
                      else [])
-  assert len(checks) == 20 and all(
+  assert len(checks) == 21 and all(
       c['status'] == 'passed' for n, c in checks.items() if n not in skipped)
   # Where the Keras port ran, from TensorFlow's own settings.
   assert re.search(r'^Ran on: cpu \(CPU\), 2 devices; tensorflow [\d.]+, '

@@ -679,3 +679,78 @@ def test_served_predictions_says_which_side_exports_its_averages():
   assert ('the model_fn exports its raw weights' in port_averages.message and
           'export its raw weights' in port_averages.message)
   assert 'averages' not in neither.message
+
+
+# schedule: the rates over the whole schedule (checks/schedule.py) ----------
+
+def _polynomial_with_warmup(step, decay_steps=1000, warmup=100, peak=1e-3,
+                            after_the_warmup=False):
+  """TF BERT's schedule in float32; after_the_warmup: HF's linear decay
+  over the steps after the warmup instead."""
+  f32 = np.float32
+  if step < warmup:
+    return f32(peak) * f32(step) / f32(warmup)
+  if after_the_warmup:
+    return f32(peak) * f32(max(0, decay_steps - step)) / f32(
+        decay_steps - warmup)
+  return f32(peak) * (f32(1) - f32(min(step, decay_steps)) / f32(decay_steps))
+
+
+def _legacy_schedule(rate_of):
+  from migration_tools.pair import side  # pylint: disable=g-import-not-at-top
+  steps = list(side.SCHEDULE_STEPS)
+  return {'steps': steps, 'rates': [float(rate_of(s)) for s in steps]}
+
+
+def test_schedule_passes_the_same_schedule_and_says_its_shape():
+  from migration_tools.compare.checks import schedule  # pylint: disable=g-import-not-at-top
+  theirs = _legacy_schedule(_polynomial_with_warmup)
+  result = schedule.judge(theirs, list(theirs['rates']))
+  assert result.passed and result.max_abs_diff == 0
+  assert result.figures['legacy_shape'] == (
+      'rises to 0.00093 at step 93, falls to 0 at step 1,001, holds 0 from '
+      'step 1,001')
+  assert not result.figures['constant']
+
+
+def test_schedule_fails_a_decay_after_the_warmup_in_the_decay():
+  from migration_tools.compare.checks import schedule  # pylint: disable=g-import-not-at-top
+  theirs = _legacy_schedule(_polynomial_with_warmup)
+  ours = [float(_polynomial_with_warmup(s, after_the_warmup=True))
+          for s in theirs['steps']]
+  result = schedule.judge(theirs, ours)
+  assert not result.passed
+  assert result.figures['first_step_over_tolerance'] == 107
+  assert result.message.startswith(
+      'the schedules part at global step 107 (0.000893 vs 0.000992222), in '
+      "its decay: compare the decay's length, power and end rate")
+  # Half the decay's length: caught where the rates first part.
+  half = [float(_polynomial_with_warmup(s, decay_steps=500))
+          for s in theirs['steps']]
+  assert schedule.judge(theirs, half).figures[
+      'first_step_over_tolerance'] == 107
+
+
+def test_schedule_holds_float32s_pow_far_into_a_decay():
+  # TF 1's exponential_decay in float32 against a float64 port's, to 8.8
+  # million steps: float32's pow drifts with the decay's depth, and the bar
+  # with it; a decay rate of 0.961 does not pass.
+  from migration_tools.compare.checks import schedule  # pylint: disable=g-import-not-at-top
+  f32 = np.float32
+  theirs = _legacy_schedule(lambda s: f32(0.05) * np.power(
+      f32(0.96), f32(s) / f32(1e5), dtype=np.float32))
+  steps = np.asarray(theirs['steps'], np.float64)
+  assert schedule.judge(theirs, list(0.05 * 0.96 ** (steps / 1e5))).passed
+  assert not schedule.judge(theirs, list(0.05 * 0.961 ** (steps / 1e5))).passed
+
+
+def test_schedule_says_why_it_compared_nothing():
+  from migration_tools.compare.checks import schedule  # pylint: disable=g-import-not-at-top
+  unread = schedule.judge({}, None)
+  assert unread.status == 'skipped' and unread.message.startswith(
+      'the legacy learning rate cannot be read at a given global step')
+  theirs = _legacy_schedule(_polynomial_with_warmup)
+  result = schedule.judge(theirs, None, 'give its model learning_rate_at')
+  assert result.status == 'skipped' and result.message == (
+      "the port's rate cannot be read at a given step: give its model "
+      'learning_rate_at')

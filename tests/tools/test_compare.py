@@ -30,7 +30,7 @@ def test_kit_pair_passes_bit_identical_on_one_replica(tmp_path,
   result, checks = _compare(tmp_path, digits_data_dir, '--steps=30',
                             '--batch_size=32', '--replicas=1,2,4')
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
-  assert len(checks) == 26 and all(c["passed"] for c in checks.values())
+  assert len(checks) == 27 and all(c["passed"] for c in checks.values())
   assert checks['trajectory (1 replica)']['bit_identical']
   assert len(checks['trajectory (1 replica)']['port_losses']) == 30
   assert checks['dropout (1 replica)']['max_abs_diff'] == 0
@@ -196,7 +196,7 @@ def test_legacy_module_with_the_common_absl_flags_compares(tmp_path,
       '--legacy_serving_input_fn=flagged_legacy:serving_input_receiver_fn',
       '--legacy_flags=--nouse_tpu --data_dir=/not/read')
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
-  assert len(checks) == 20
+  assert len(checks) == 21
   assert [n for n, c in checks.items() if not c['passed']] == []
 
 
@@ -226,7 +226,7 @@ def test_a_check_that_raises_fails_alone_and_the_report_lists_all(
       '--port=broken_ports:raises_in_evaluation',
       '--legacy_serving_input_fn=broken_ports:serving_fn_returning_dict')
   assert result.returncode == 1, result.stderr[-2000:]
-  assert len(checks) == 20
+  assert len(checks) == 21
   evaluation = checks['evaluation']
   assert evaluation['status'] == 'error'
   # The cause, and where in the user's code it was raised.
@@ -255,7 +255,7 @@ def test_a_port_with_keras_default_layer_names_gets_one_line(tmp_path,
   assert 'give each Keras layer a fixed name' in inventory['message']
   # Every planned check; host_call, device_drift and clipping among them,
   # as whether they apply is known only when their turn comes.
-  assert len(checks) == 17 and {'host_call', 'device_drift',
+  assert len(checks) == 18 and {'host_call', 'device_drift',
                                 'clipping (1 replica)'} <= set(checks)
   assert {c['status'] for n, c in checks.items() if n != 'inventory'} == {
       'not run'}

@@ -84,3 +84,19 @@ def test_the_engaged_step_is_the_first_with_a_norm_above_its_threshold():
   assert clipping.engaged_step([[[1.0, 1.0]], None]) is None
   # Any of several clips (one per tensor) engaging is a clip compared.
   assert clipping.engaged_step([[[0.1, 1.0], [2.0, 1.0]]]) == 1
+
+
+def test_a_schedule_is_exercised_where_it_was_compared_and_not_when_flat():
+  shape = {'legacy_shape': 'rises to 0.001 at step 2', 'steps_compared': 114,
+           'last_step': 8829358, 'constant': False}
+  [found] = coverage.read([CheckResult('schedule', PASSED, figures=shape)])
+  assert found.exercised and found.name == (
+      'learning-rate schedule (rises to 0.001 at step 2)')
+  assert found.how == ('compared at 114 global steps from 0 to 8,829,358 by '
+                       'schedule')
+  [found] = coverage.read([CheckResult(
+      'schedule', SKIPPED, "the port's rate cannot be read", figures=shape)])
+  assert not found.exercised and found.how == "the port's rate cannot be read"
+  # A constant rate is no schedule to exercise.
+  assert coverage.read([CheckResult('schedule', PASSED, figures={
+      **shape, 'constant': True})]) == []

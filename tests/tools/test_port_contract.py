@@ -267,7 +267,7 @@ def test_recorder_isolates_a_raising_check_and_lists_the_rest():
 def test_planned_checks_match_the_report_of_the_kit_pair():
   names = harness.planned_checks(['1 replica', '2 replicas', '4 replicas'],
                                  serving=True)
-  assert len(names) == 31 and len(set(names)) == 31
+  assert len(names) == 32 and len(set(names)) == 32
   assert names[:5] == ['inventory', 'optimizer', 'inputs', 'inference',
                        'beyond_init']
   assert 'inputs (2 replicas)' in names

@@ -261,7 +261,10 @@ def test_the_command_runs_reports_and_lists_a_check_added_in_one_file(
   assert lines[-3:] == [f'Checks: {len(names)} passed',
                         'Exercised: random draws of the step (1 op: '
                         'dropout): drawn on both sides with the random '
-                        'numbers aligned, compared by dropout',
+                        'numbers aligned, compared by dropout; '
+                        'learning-rate schedule (falls to 0.00136029 at '
+                        'step 8,829,358): compared at 114 global steps '
+                        'from 0 to 8,829,358 by schedule',
                         f'Report: {report}, plot: {tmp_path}/report.png']
 
 

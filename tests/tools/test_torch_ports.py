@@ -154,7 +154,12 @@ def test_the_albert_torch_port_passes_with_clipping_and_dropout_exercised(
   assert [(b['name'].split(' (')[0], b['exercised'])
           for b in coverage['behaviours']] == [
               ('gradient clipping by global norm', True),
-              ('random draws of the step', True)]
+              ('random draws of the step', True),
+              ('learning-rate schedule', True)]
+  # Read over its whole range: the warmup, the decay to 0 at step 20.
+  assert checks['schedule']['legacy_shape'] == (
+      'rises to 0.0009 at step 2, falls to 0 at step 20, holds 0 from step '
+      '20')
   assert coverage['not_exercised'] == []
   assert ("random draws of the step (1 op: dropout): drawn by the legacy "
           "step, its masks handed to the port's dropout calls in order, "

@@ -174,7 +174,7 @@ def test_the_correct_port_passes_on_1_2_and_4_replicas(name, data_dirs,
                             '--replicas=1,2,4')
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
   assert all(c['passed'] for c in checks.values()), result.stdout
-  assert len(checks) == (25 + PAIRS[name].serving + PAIRS[name].host_call +
+  assert len(checks) == (26 + PAIRS[name].serving + PAIRS[name].host_call +
                          3 * PAIRS[name].clips)
   for label in ('1 replica', '2 replicas', '4 replicas'):
     assert checks[f'updates ({label})']['max_abs_diff'] <= 5e-5
@@ -452,8 +452,9 @@ def test_the_albert_port_passes_from_weights_of_a_trained_scale(data_dirs,
     clipping = checks[f'clipping ({label})']
     assert clipping['status'] == 'passed' and clipping['state'] == 'recorded'
   coverage = json.loads((tmp_path / 'report.json').read_text())['coverage']
-  # Clipping, and the classifier's dropout (drawn alike on Keras 2).
-  assert [b['exercised'] for b in coverage['behaviours']] == [True, True]
+  # Clipping, the classifier's dropout (drawn alike on Keras 2), the
+  # schedule.
+  assert [b['exercised'] for b in coverage['behaviours']] == [True] * 3
   assert 'Exercised: gradient clipping by global norm (bert_legacy.py:' in (
       result.stdout)
 
@@ -499,6 +500,23 @@ def _assert_fails_first(name, port, failing, cause, data_dirs, recorded,
   result, checks = _replay(name, bundle, data_dirs, tmp_path, port,
                            '--notpu_ready', FAIL_FAST)
   failed_first(result, checks, failing, cause)
+
+
+def test_a_decay_after_the_warmup_fails_the_schedule_beyond_the_steps_taken(
+    data_dirs, tmp_path):
+  # HF's get_linear_schedule_with_warmup in place of TF's polynomial decay:
+  # with a warmup of 100 in 1,000 steps, the steps compared (3, in the
+  # warmup) agree; the schedule read over its range does not.
+  params = {**PAIRS['bert'].params_in(data_dirs['bert']),
+            'num_train_steps': 1000, 'num_warmup_steps': 100}
+  result, checks = _compare('bert', data_dirs, tmp_path, '--steps=3',
+                            '--replicas=1', '--notpu_ready',
+                            f'--params={json.dumps(params)}', FAIL_FAST,
+                            port='decay_after_the_warmup')
+  failed_first(result, checks, 'schedule', 'the schedules part at global '
+               "step 107 (0.000893 vs 0.000992222), in its decay: compare "
+               "the decay's length")
+  assert checks['learning_rate (1 replica)']['passed']
 
 
 def test_a_bert_port_giving_its_optimizer_the_replicas_sum_passes(

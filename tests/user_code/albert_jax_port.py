@@ -261,6 +261,9 @@ class AlbertJaxModel:
   def learning_rate(self) -> float:
     return self._rate
 
+  def learning_rate_at(self, step: int) -> float:
+    return float(bert.learning_rate(self.params, step, warmup=True))
+
   # The step --------------------------------------------------------------
 
   @property

@@ -240,6 +240,9 @@ class BertJaxModel:
   def learning_rate(self) -> float:
     return self._rate
 
+  def learning_rate_at(self, step: int) -> float:
+    return float(learning_rate(self.params, step, self.config.warmup))
+
   # The step --------------------------------------------------------------
 
   def _replica_gradients(self, weights, batch, key):

@@ -245,10 +245,22 @@ class WarmupPolynomialDecay(tf.keras.optimizers.schedules.LearningRateSchedule):
             'warmup_steps': self.warmup_steps}
 
 
+class DecayAfterTheWarmup(WarmupPolynomialDecay):
+  """HF's get_linear_schedule_with_warmup: the linear decay over the steps
+  after the warmup, where the legacy one runs over every step from 0 (a
+  bug below)."""
+
+  def __init__(self, peak, train_steps, warmup_steps):
+    super().__init__(peak, train_steps, warmup_steps)
+    self.decay = lambda step: peak * tf.maximum(
+        0.0, (train_steps - tf.cast(step, tf.float32)) /
+        (train_steps - warmup_steps))
+
+
 def make_optimizer(params, weight_decay=legacy.WEIGHT_DECAY,
                    exclude=legacy.NO_DECAY, warmup=True,
-                   bias_correction=False):
-  schedule = WarmupPolynomialDecay(
+                   bias_correction=False, schedule_class=WarmupPolynomialDecay):
+  schedule = schedule_class(
       params['learning_rate'], params['num_train_steps'],
       params.get('num_warmup_steps', 0) if warmup else 0)
   return AdamWeightDecay(schedule, weight_decay_rate=weight_decay,
@@ -394,6 +406,11 @@ def layer_norm_epsilon_1e_6() -> port_lib.Port:
 def no_warmup() -> port_lib.Port:
   return dataclasses.replace(make_port(), make_optimizer=lambda params: (
       make_optimizer(params, warmup=False)))
+
+
+def decay_after_the_warmup() -> port_lib.Port:
+  return dataclasses.replace(make_port(), make_optimizer=lambda params: (
+      make_optimizer(params, schedule_class=DecayAfterTheWarmup)))
 
 
 def _erf_gelu(x):

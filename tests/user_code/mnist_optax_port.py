@@ -130,6 +130,9 @@ class OptaxModel:
   def learning_rate(self) -> float:
     return self._rate
 
+  def learning_rate_at(self, step: int) -> float:
+    return float(self.schedule(step))
+
   @functools.cached_property
   def _step(self):
     jax = self._jax

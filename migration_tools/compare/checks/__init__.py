@@ -50,6 +50,7 @@ ORDER = (
     'device_drift',
     'one_step',
     'learning_rate',
+    'schedule',
     'trajectory',
     'evaluation',
     'served_predictions',

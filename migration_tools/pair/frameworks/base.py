@@ -123,6 +123,10 @@ class Framework(abc.ABC):
   # dropout calls (masks_given), its port built with dropout on.
   takes_masks = False
 
+  # Why a port's rate at a given step cannot be read (PortSide.rates_at
+  # gave None), and what to do: the schedule check's line.
+  rates_unread = 'give its model learning_rate_at(step) (docs/MIGRATION.md)'
+
   def masks_given(self, masks: list, names: list[str]
                   ) -> contextlib.AbstractContextManager:
     """A scope in which the port's dropout calls take masks (one step's,

@@ -104,6 +104,9 @@ class ArrayModel(Protocol):
     per-example loss) and each metric by name."""
 
 
+# Optional: learning_rate_at(step) -> the rate its update applies at that
+# global step, its schedule read with nothing trained (the schedule check
+# compares it over the whole schedule; without it, that check says so).
 MODEL_MEMBERS = ('replicas', 'variables', 'trainable',
                  'set_variables', 'slots', 'set_slots', 'step_count',
                  'set_step_count', 'describe_optimizer', 'learning_rate',

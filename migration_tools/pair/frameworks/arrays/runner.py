@@ -187,6 +187,16 @@ class ArrayRunner(side.PortSide):
   def learning_rate(self) -> float:
     return self._rate
 
+  def rates_at(self, steps: list[int]) -> list[float] | None:
+    """The model's learning_rate_at(step) at each step, where it has one
+    (an optional member of ArrayModel)."""
+    rate_at = getattr(self.model, 'learning_rate_at', None)
+    if rate_at is None:
+      return None
+    with self._precision():
+      rates = [rate_at(step) for step in steps]
+    return None if None in rates else [float(r) for r in rates]
+
   def reordered_step(self, features, labels) -> dict:
     # What the step on the same batch, its examples in another order within
     # each replica's share, leaves; then the state it held, as it was.

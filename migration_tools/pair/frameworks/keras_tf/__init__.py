@@ -58,6 +58,9 @@ class KerasOnTensorFlow(base.Framework):
     with port_runner.dropout_disabled(), own_draws.off():
       yield
 
+  rates_unread = ('its optimizer\'s learning rate is neither a number nor a '
+                  'LearningRateSchedule (keras_compat.rate_at)')
+
   def dropout_unaligned(self) -> str:
     if keras_compat.is_keras3():
       return ('Keras 3 draws dropout masks from its own seed generator, '

@@ -382,6 +382,11 @@ class PortRunner(side.PortSide):
     """The rate of the optimizer's last step."""
     return keras_compat.applied_learning_rate(self.optimizer)
 
+  def rates_at(self, steps: list[int]) -> list[float] | None:
+    """Its optimizer's schedule at each step (keras_compat.rate_at)."""
+    rates = [keras_compat.rate_at(self.optimizer, step) for step in steps]
+    return None if None in rates else rates
+
   def step_as_trained(self, features, labels) -> float:
     """Takes the step on this batch (the next one), all of it inside the
     port's step function, and returns the loss that step's metric recorded

@@ -123,6 +123,8 @@ class PyTorch(arrays.Arrays):
   def dots(self, emulate: precision_lib.Rounding | None = None) -> precision_lib.Dots:
     return pytorch_precision.TorchDots(emulate)
 
+  rates_unread = ('its scheduler gives no closed form at a step: give its '
+                  'TorchModel learning_rate_at(step) (docs/MIGRATION.md)')
   programs_are = 'TorchPort.programs: the modules of its loss and predict'
   compiling = 'exporting the loss and predict with torch.export'
 

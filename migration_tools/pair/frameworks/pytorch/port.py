@@ -174,15 +174,38 @@ class TorchModel:
   def set_step_count(self, step: int) -> None:
     self._steps = int(step)
     if self.scheduler is not None:
-      # The schedule's rates at that step (LambdaLR's closed form).
       self.scheduler.last_epoch = self._steps
-      with warnings.catch_warnings():
-        warnings.simplefilter('ignore')  # get_lr outside step() warns.
-        rates = (self.scheduler._get_closed_form_lr()  # pylint: disable=protected-access
-                 if hasattr(self.scheduler, '_get_closed_form_lr') else
-                 self.scheduler.get_lr())
-      for group, rate in zip(self.optimizer.param_groups, rates):
+      for group, rate in zip(self.optimizer.param_groups,
+                             self._scheduled_rates()):
         group['lr'] = rate
+
+  def _scheduled_rates(self) -> list[float]:
+    """The scheduler's rates at its last_epoch (LambdaLR's closed form)."""
+    with warnings.catch_warnings():
+      warnings.simplefilter('ignore')  # get_lr outside step() warns.
+      return (self.scheduler._get_closed_form_lr()  # pylint: disable=protected-access
+              if hasattr(self.scheduler, '_get_closed_form_lr') else
+              self.scheduler.get_lr())
+
+  def learning_rate_at(self, step: int) -> float | None:
+    """The rate the optimizer applies at this step: its scheduler's at
+    that step (the scheduler left as it was), else its constant rate; None
+    for a scheduler whose rate at a step follows from its past (chained:
+    MultiplicativeLR, SequentialLR, ReduceLROnPlateau ...)."""
+    if self.scheduler is None:
+      return float(self.optimizer.param_groups[0]['lr'])
+    import torch  # pylint: disable=g-import-not-at-top
+    closed = (torch.optim.lr_scheduler.LambdaLR,
+              torch.optim.lr_scheduler.OneCycleLR)
+    if not (isinstance(self.scheduler, closed) or
+            hasattr(self.scheduler, '_get_closed_form_lr')):
+      return None
+    saved = self.scheduler.last_epoch
+    try:
+      self.scheduler.last_epoch = int(step)
+      return float(self._scheduled_rates()[0])
+    finally:
+      self.scheduler.last_epoch = saved
 
   def describe_optimizer(self) -> optimizers.Description:
     """Plain SGD as the tables name it; another optimizer by its class
