@@ -91,7 +91,7 @@ def test_bundle_replays_as_the_live_comparison_on_2_15(tmp_path, recorded):
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
   assert re.search(r'recorded with TensorFlow 2\.15\.1 at kit commit '
                    r'[0-9a-f]{12}; replicas 1,2$', result.stdout, re.M)
-  assert list(replayed) == list(live) and len(live) == 20
+  assert list(replayed) == list(live) and len(live) == 21
   for name, check in live.items():
     assert replayed[name]['status'] == check['status'] == 'passed', name
     assert replayed[name].get('max_abs_diff') == check.get('max_abs_diff')
