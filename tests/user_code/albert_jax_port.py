@@ -211,8 +211,10 @@ def _compiled_logits(rate: float, config: Config):
   return jax.jit(logits)
 
 
-class AlbertJaxModel:
+class AlbertJaxModel(bert.NamedArrays):
   """The port on `replicas` devices, as an ArrayModel."""
+
+  names = NAMES
 
   def __init__(self, params: dict, replicas: int, dropout: bool,
                config: Config = Config()):
@@ -224,42 +226,7 @@ class AlbertJaxModel:
     self._batch = jax.sharding.NamedSharding(
         jax.sharding.Mesh(np.array(array_port.replica_devices(replicas)),
                           ('batch',)), jax.sharding.PartitionSpec('batch'))
-    rng = np.random.default_rng(0)
-    self.weights = {name: (0.02 * rng.standard_normal(shape)).astype(
-        np.float32) for name, shape in NAMES}
-    self.adam = {(name, slot): np.zeros(shape, np.float32)
-                 for slot in ('adam_m', 'adam_v') for name, shape in NAMES}
-    self.steps, self._rate = 0, 0.0
-
-  # The arrays ------------------------------------------------------------
-
-  def variables(self) -> dict[str, np.ndarray]:
-    return {name: np.asarray(self.weights[name]) for name, _ in NAMES}
-
-  def trainable(self) -> list[str]:
-    return [name for name, _ in NAMES]
-
-  def set_variables(self, values: dict[str, np.ndarray]) -> None:
-    self.weights.update({k: np.asarray(v, np.float32)
-                         for k, v in values.items()})
-
-  def slots(self) -> dict:
-    return {k: np.asarray(v) for k, v in self.adam.items()}
-
-  def set_slots(self, values: dict) -> None:
-    self.adam.update({k: np.asarray(v, np.float32) for k, v in values.items()})
-
-  def step_count(self) -> int:
-    return self.steps
-
-  def set_step_count(self, step: int) -> None:
-    self.steps = step
-
-  def describe_optimizer(self):
-    return None  # Its own optimizer: compared by what it does.
-
-  def learning_rate(self) -> float:
-    return self._rate
+    self._start()
 
   def learning_rate_at(self, step: int) -> float:
     return float(bert.learning_rate(self.params, step, warmup=True))

@@ -33,6 +33,9 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+# The first batch of examples.tfrecord read without TensorFlow, as the BERT
+# JAX port reads the same file.
+from bert_jax_port import input_batch
 from migration_tools.pair.frameworks import pytorch as torch_port
 
 VOCAB, SEQ, LABELS = 40, 8, 3
@@ -372,23 +375,6 @@ def serve(path: str, inputs: dict) -> dict:
     probabilities, label = program(*(torch.as_tensor(
         np.asarray(inputs[k], np.int32)) for k in INPUTS))
   return {'probabilities': probabilities.numpy(), 'label': label.numpy()}
-
-
-def input_batch(params: dict) -> tuple[dict, None]:
-  """The first global batch of examples.tfrecord, in file order, as int32
-  (the TFRecord and Example formats read without TensorFlow)."""
-  from mnist_common import records  # pylint: disable=g-import-not-at-top
-  rows = []
-  for record in records.read(os.path.join(params['data_dir'],
-                                          'examples.tfrecord')):
-    rows.append({k: v for k, (_, v) in records.decode_example(record).items()})
-    if len(rows) == params['batch_size']:
-      break
-  features = {k: np.array([row[k] for row in rows], np.int32)
-              for k in INPUTS}
-  features['label_ids'] = np.array([row['label_ids'][0] for row in rows],
-                                   np.int32)
-  return features, None
 
 
 def make_port(config: Config = Config()) -> torch_port.TorchPort:

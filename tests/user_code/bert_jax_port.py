@@ -186,37 +186,29 @@ def learning_rate(params: dict, step: int, warmup: bool) -> np.float32:
   return f32(rate)
 
 
-class BertJaxModel:
-  """The port on `replicas` devices, as an ArrayModel."""
+class NamedArrays:
+  """The arrays side of an ArrayModel whose weights are {name: array} and
+  whose Adam-style slots are {(name, 'adam_m' or 'adam_v'): array}, in the
+  order of `names` ([(name, shape)]); its own optimizer, compared by what it
+  does."""
 
-  def __init__(self, params: dict, replicas: int, dropout: bool,
-               config: Config = Config()):
-    import jax  # pylint: disable=g-import-not-at-top
-    # The harness asks for dropout off but in its dropout check.
-    self.dropout = dropout
-    self._jax, self.config, self.params = jax, config, params
-    self.replicas = replicas
-    self._mesh = jax.sharding.Mesh(np.array(array_port.replica_devices(replicas)),
-                                   ('batch',))
-    self._batch = jax.sharding.NamedSharding(
-        self._mesh, jax.sharding.PartitionSpec('batch'))
+  names: list = []
+
+  def _start(self) -> None:
+    """Weights of stddev 0.02 (seed 0), zero slots, no step taken."""
     rng = np.random.default_rng(0)
     self.weights = {name: (0.02 * rng.standard_normal(shape)).astype(
-        np.float32) for name, shape in NAMES}
+        np.float32) for name, shape in self.names}
     self.adam = {(name, slot): np.zeros(shape, np.float32)
-                 for slot in ('adam_m', 'adam_v') for name, shape in NAMES}
-    self.steps = 0
-    self._rate = 0.0
-    self._decays = {name: bool(config.weight_decay) and not any(
-        re.search(p, name) for p in config.exclude) for name, _ in NAMES}
-
-  # The arrays ------------------------------------------------------------
+                 for slot in ('adam_m', 'adam_v')
+                 for name, shape in self.names}
+    self.steps, self._rate = 0, 0.0
 
   def variables(self) -> dict[str, np.ndarray]:
-    return {name: np.asarray(self.weights[name]) for name, _ in NAMES}
+    return {name: np.asarray(self.weights[name]) for name, _ in self.names}
 
   def trainable(self) -> list[str]:
-    return [name for name, _ in NAMES]
+    return [name for name, _ in self.names]
 
   def set_variables(self, values: dict[str, np.ndarray]) -> None:
     self.weights.update({k: np.asarray(v, np.float32)
@@ -239,6 +231,27 @@ class BertJaxModel:
 
   def learning_rate(self) -> float:
     return self._rate
+
+
+class BertJaxModel(NamedArrays):
+  """The port on `replicas` devices, as an ArrayModel."""
+
+  names = NAMES
+
+  def __init__(self, params: dict, replicas: int, dropout: bool,
+               config: Config = Config()):
+    import jax  # pylint: disable=g-import-not-at-top
+    # The harness asks for dropout off but in its dropout check.
+    self.dropout = dropout
+    self._jax, self.config, self.params = jax, config, params
+    self.replicas = replicas
+    self._mesh = jax.sharding.Mesh(np.array(array_port.replica_devices(replicas)),
+                                   ('batch',))
+    self._batch = jax.sharding.NamedSharding(
+        self._mesh, jax.sharding.PartitionSpec('batch'))
+    self._start()
+    self._decays = {name: bool(config.weight_decay) and not any(
+        re.search(p, name) for p in config.exclude) for name, _ in NAMES}
 
   def learning_rate_at(self, step: int) -> float:
     return float(learning_rate(self.params, step, self.config.warmup))
