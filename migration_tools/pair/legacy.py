@@ -612,21 +612,42 @@ class LegacyRunner(side.LegacySide):
   def schedule(self) -> dict[str, list]:
     """The rate tensor the optimizer applies, read at each global step of
     side.SCHEDULE_STEPS (the global step set, nothing trained, then set
-    back); {} where the rate cannot be read, or depends on the batch."""
+    back); {} where the rate cannot be read.
+
+    A rate made under the train_op's control dependencies (a model_fn's
+    `with control_dependencies(UPDATE_OPS)`: batch norm's) needs the batch
+    fed: it is fed zeros, and the statistics those updates move are this
+    run's own (the check reads it on a run of its own)."""
     if self.optimizer.rate is None:
       return {}
     name = self.train.global_step.op.name
     before = self.global_step()
+    feed = None
     rates = []
     try:
       for step in side.SCHEDULE_STEPS:
         self.train.write({name: step})
-        rates.append(float(self.train.run(self.optimizer.rate)))
-    except tf.errors.InvalidArgumentError:  # It reads a fed tensor.
+        try:
+          rates.append(float(self.train.run(self.optimizer.rate, feed)))
+        except tf.errors.InvalidArgumentError:  # It reads the batch.
+          if feed is not None:
+            raise
+          feed = self._zero_feed()
+          rates.append(float(self.train.run(self.optimizer.rate, feed)))
+    except tf.errors.InvalidArgumentError:
       return {}
     finally:
       self.train.write({name: before})
     return {'steps': list(side.SCHEDULE_STEPS), 'rates': rates}
+
+  def _zero_feed(self) -> dict:
+    """Zeros for every placeholder of the TRAIN graph's batch."""
+    holders = tf.nest.flatten(self.train.features) + (
+        [] if self.train.labels is None else
+        tf.nest.flatten(self.train.labels))
+    return {h: np.zeros([d or 1 for d in h.shape.as_list()],
+                        h.dtype.as_numpy_dtype)
+            for h in holders}
 
   def averages(self) -> dict[str, np.ndarray]:
     """{variable: its ExponentialMovingAverage shadow} of the TRAIN graph."""
