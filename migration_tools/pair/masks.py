@@ -11,9 +11,11 @@ with the masks fails with the place named (``DropoutMismatch``).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
+from typing import Iterator
 
 import numpy as np
 
@@ -60,6 +62,29 @@ def calling_site(packages: tuple[str, ...]) -> str:
 class DropoutMismatch(KitError):
   """The port's dropout calls do not pair with the legacy step's masks: the
   line says which call, which mask, and why."""
+
+
+def draws_text(left: dict[str, str]) -> str:
+  """'jax.random.uniform at model.py:12, ...': {call site: draw}."""
+  sites = sorted(left)
+  return ', '.join(f'{left[s]} at {s}' for s in sites[:3]) + (
+      f' and {len(sites) - 3} more' if len(sites) > 3 else '')
+
+
+@contextlib.contextmanager
+def naming(draws, remedy: str) -> Iterator[None]:
+  """A DropoutMismatch raised in the block also names the draws of the
+  port's step that took no mask (draws.left: {call site: draw}, read as it
+  is raised), and what to do (remedy): a mask drawn as uniform < keep is a
+  dropout the kit did not see."""
+  try:
+    yield
+  except DropoutMismatch as e:
+    if not draws.left:
+      raise
+    raise DropoutMismatch(
+        f'{e}; the step also drew with {draws_text(draws.left)}, which takes '
+        f'no mask. {remedy}') from None
 
 
 def fit(mask: np.ndarray, shape: tuple) -> np.ndarray | None:

@@ -159,6 +159,9 @@ def test_a_loss_summed_over_the_batch_fails_one_step_with_its_factor(tmp_path):
      'mnist_optax_port.py:'),
     ('dropout_left_out', "the port's step made 0 dropout calls where the "
      'legacy step drew 1 mask; none took dropout/'),
+    # A draw that takes no mask is named where it is, with what to do.
+    ('dropout_by_uniform', 'the step also drew with jax.random.uniform at '
+     'mnist_optax_port.py:'),
 ])
 def test_a_dropout_bug_of_a_jax_port_fails_dropout_naming_it(tmp_path, port,
                                                              said):
@@ -167,6 +170,18 @@ def test_a_dropout_bug_of_a_jax_port_fails_dropout_naming_it(tmp_path, port,
                                f'--port=mnist_optax_port:{port}',
                                '--replicas=1', '--notpu_ready')
   failed_first(result, checks, 'dropout (1 replica)', said)
+
+
+def test_a_jax_step_that_draws_anew_is_named_by_one_step(tmp_path):
+  # Noise drawn whatever the dropout flag asks: a step the kit cannot take
+  # at identical state, named rather than failed under one_step's hint.
+  result, checks = run_compare(tmp_path / 'report.json',
+                               f'--bundle={_bundle()}',
+                               '--port=mnist_optax_port:noise_always_on',
+                               '--replicas=1', '--notpu_ready', FAIL_FAST)
+  failed_first(result, checks, 'one_step (1 replica)', 'cannot put at their '
+               'expectation: jax.random.normal at mnist_optax_port.py:')
+  assert checks['one_step (1 replica)']['port_draws']['left']
 
 
 @pytest.mark.catalogue

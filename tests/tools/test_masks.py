@@ -1,12 +1,14 @@
 """The legacy step's dropout masks handed to a port's dropout calls
 (pair/masks.py): laid out for each call's input, taken in order, and a call
 or a mask that does not pair named."""
+import contextlib
 import os
 
 import numpy as np
 import pytest
 
 from migration_tools.pair import masks
+from migration_tools.pair import port_draws
 
 
 def test_a_mask_is_laid_out_for_the_input_that_takes_it():
@@ -57,3 +59,41 @@ def test_the_ports_place_is_found_by_where_the_libraries_are_installed():
             ('<frozen runpy>', 88)]
   assert masks.port_site(frames, ('numpy',)) == 'port.py:12'
   assert masks.port_site(frames[1:], ('numpy',)) == 'an unknown place'
+
+
+def test_a_ports_own_draws_are_recorded_in_its_steps_only():
+  seen = []
+
+  @contextlib.contextmanager
+  def watch():  # A framework's: it tells of each draw it sees.
+    seen.append('watching')
+    yield
+
+  assert port_draws.current() is None
+  with port_draws.stepping():  # Outside a scope: nothing watches.
+    port_draws.drew('port.py:1', 'rand')
+  with port_draws.recording(watch, 'draw it otherwise') as draws:
+    port_draws.drew('port.py:2', 'rand')  # Told outside a step, as at init.
+    with port_draws.stepping():
+      port_draws.drew('port.py:3', 'torch.rand')
+    assert seen == ['watching']
+    assert port_draws.current() == {
+        'switched_off': {}, 'left': {'port.py:2': 'rand',
+                                     'port.py:3': 'torch.rand'},
+        'remedy': 'draw it otherwise'}
+  assert port_draws.current() is None and draws.left
+
+
+def test_a_mismatch_names_the_draws_that_took_no_mask():
+  draws = port_draws.Draws('Draw it with F.dropout.')
+  with pytest.raises(masks.DropoutMismatch, match=r'^none$'):
+    with masks.naming(draws, draws.remedy):
+      raise masks.DropoutMismatch('none')  # Nothing drawn: as it was.
+  draws.drawn['port.py:7'] = 'torch.rand_like'
+  with pytest.raises(masks.DropoutMismatch) as raised:
+    with masks.naming(draws, draws.remedy):
+      raise masks.DropoutMismatch('the port\'s step made 0 dropout calls')
+  assert str(raised.value) == (
+      "the port's step made 0 dropout calls; the step also drew with "
+      'torch.rand_like at port.py:7, which takes no mask. Draw it with '
+      'F.dropout.')

@@ -110,6 +110,11 @@ def test_the_kits_torch_port_passes_every_check_on_1_and_2_replicas(
      'dropout calls where the legacy step drew 1 mask; none took dropout/'),
     ('dropout_twice', 'dropout (1 replica)', "the port's dropout at "
      'torch_bugs.py:'),
+    # Draws the kit hands no mask: named where they are, with what to do.
+    ('dropout_by_rand', 'dropout (1 replica)', 'the step also drew with '
+     'torch.rand_like at torch_bugs.py:'),
+    ('noise_always_on', 'one_step (1 replica)', 'cannot put at their '
+     'expectation: torch.randn_like at torch_bugs.py:'),
 ])
 def test_a_planted_torch_bug_fails_naming_its_cause(tmp_path, port, first,
                                                    said):

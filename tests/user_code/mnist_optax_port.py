@@ -36,7 +36,7 @@ def _dropout(x, rate: float, key):
 
 
 def _forward(params: dict, images, offset: float = 0.0, rate: float = 0.0,
-             key=None):
+             key=None, dropout=_dropout):
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
@@ -59,14 +59,15 @@ def _forward(params: dict, images, offset: float = 0.0, rate: float = 0.0,
   y = pool(conv(pool(conv(images, 'conv1')), 'conv2'))
   y = y.reshape(y.shape[0], -1)
   y = jax.nn.relu(y @ params['dense/kernel'] + params['dense/bias'])
-  y = _dropout(y, rate, key)
+  y = dropout(y, rate, key)
   return y @ params['logits/kernel'] + params['logits/bias']
 
 
-def _loss(params: dict, images, labels, rate: float = 0.0, key=None):
+def _loss(params: dict, images, labels, rate: float = 0.0, key=None,
+          dropout=_dropout):
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  logits = _forward(params, images, rate=rate, key=key)
+  logits = _forward(params, images, rate=rate, key=key, dropout=dropout)
   log_probabilities = jax.nn.log_softmax(logits)
   return -jnp.mean(jnp.take_along_axis(
       log_probabilities, labels.astype(jnp.int32)[:, None], axis=1))
@@ -75,6 +76,9 @@ def _loss(params: dict, images, labels, rate: float = 0.0, key=None):
 class OptaxModel:
   """The model's parameters, optax's SGD state and the step on `replicas`
   devices: the batch laid out over them, the parameters replicated."""
+
+  # How its dropout draws (a bug below draws otherwise).
+  dropout_fn = staticmethod(_dropout)
 
   def __init__(self, params: dict, replicas: int, dropout: bool):
     import jax  # pylint: disable=g-import-not-at-top
@@ -139,7 +143,8 @@ class OptaxModel:
 
     def step(params, state, images, labels, key):
       loss, gradients = jax.value_and_grad(_loss)(params, images, labels,
-                                                  self.rate, key)
+                                                  self.rate, key,
+                                                  self.dropout_fn)
       updates, state = self._optimizer.update(gradients, state, params)
       return loss, gradients, self._optax.apply_updates(params, updates), state
 
@@ -299,3 +304,47 @@ class _DropoutLeftOut(OptaxModel):
 def dropout_left_out() -> array_port.ArrayPort:
   import dataclasses  # pylint: disable=g-import-not-at-top
   return dataclasses.replace(make_port(), make=_DropoutLeftOut)
+
+
+# Draws the kit hands no mask, each named where it is.
+def _dropout_by_uniform(x, rate: float, key):
+  """Dropout written as uniform < keep: right in law, but no bernoulli draw
+  the kit can hand a mask to."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  if not rate or key is None:
+    return x
+  keep = 1.0 - rate
+  return jnp.where(jax.random.uniform(key, x.shape) < keep, x / keep, 0.0)
+
+
+class _DropoutByUniform(OptaxModel):
+  dropout_fn = staticmethod(_dropout_by_uniform)
+
+
+def dropout_by_uniform() -> array_port.ArrayPort:
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  return dataclasses.replace(make_port(), make=_DropoutByUniform)
+
+
+class _NoiseAlwaysOn(OptaxModel):
+  """Gaussian noise on the images in every training step, whatever the
+  dropout flag asks: a step that draws anew."""
+
+  @functools.cached_property
+  def _step(self):
+    jax = self._jax
+
+    def step(params, state, images, labels, key):
+      noisy = images + 0.01 * jax.random.normal(key, images.shape)
+      loss, gradients = jax.value_and_grad(_loss)(params, noisy, labels,
+                                                  self.rate, key)
+      updates, state = self._optimizer.update(gradients, state, params)
+      return loss, gradients, self._optax.apply_updates(params, updates), state
+
+    return jax.jit(step)
+
+
+def noise_always_on() -> array_port.ArrayPort:
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  return dataclasses.replace(make_port(), make=_NoiseAlwaysOn)

@@ -131,3 +131,32 @@ def dropout_twice():
       mnist_torch.make_port(), layer_outputs=None,
       make=_with_forward(mnist_torch.MnistTorch,
                          lambda net, y, rate: net.dropout(net.dropout(y))))
+
+
+def _by_rand(net, y, rate):
+  """Dropout drawn by hand, following the module's training flag."""
+  import torch  # pylint: disable=g-import-not-at-top
+  if not net.training or rate == 0:
+    return y
+  return y * (torch.rand_like(y) >= rate) / (1 - rate)
+
+
+def dropout_by_rand():
+  """Dropout written as rand >= rate: right in law, but no dropout call the
+  kit can hand a mask to; named in the dropout check."""
+  return dataclasses.replace(
+      mnist_torch.make_port(), layer_outputs=None,
+      make=_with_forward(mnist_torch.MnistTorch, _by_rand))
+
+
+def noise_always_on():
+  """Gaussian noise added in every training step, whatever the dropout flag
+  asks: a step that draws anew, named by one_step."""
+  import torch  # pylint: disable=g-import-not-at-top
+
+  def noisy(net, y, rate):
+    del rate
+    return y + 0.01 * torch.randn_like(y) if net.training else y
+  return dataclasses.replace(
+      mnist_torch.make_port(), layer_outputs=None,
+      make=_with_forward(mnist_torch.MnistTorch, noisy))

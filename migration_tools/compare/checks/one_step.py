@@ -326,6 +326,9 @@ def drive(run: Run, replicas: Replicas) -> CheckResult:
   # the pass at identical state takes its first step's noise from here.
   replicas.memo.put('reordered first step', None)
   replicas.memo.put('first step noise', noise)
+  # Asked before any return: the checks after read the legacy run in the
+  # order a bundle recorded it.
+  reference = replicas.describe()['reference']
   draws = runner.own_draws()
   if draws and draws['left']:
     # A step that draws anew differs by its draws: said, not judged.
@@ -338,7 +341,7 @@ def drive(run: Run, replicas: Replicas) -> CheckResult:
       f'one_step ({replicas.label})', theirs, ours, legacy.state(),
       port_state, replicas.count,
       legacy.slots(ours['learning_rate']) if both else None, port_slots,
-      reference=replicas.describe()['reference'],
+      reference=reference,
       # The legacy runner takes the whole batch where it cannot take the
       # step as on the cores (legacy.LegacyRunner).
       whole_batch=replicas.count > 1 and legacy.replicas < replicas.count,

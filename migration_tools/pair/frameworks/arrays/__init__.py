@@ -11,6 +11,7 @@ from typing import Any
 from kit_core import progress as progress_lib
 from kit_core.errors import KitError
 from migration_tools.pair.frameworks.arrays import port as array_port
+from migration_tools.pair import port_draws
 from migration_tools.pair import precision as precision_lib
 from migration_tools.pair.frameworks.arrays import ran_on
 from migration_tools.pair.frameworks import base
@@ -62,7 +63,9 @@ class Arrays(base.Framework):
 
   def seeded(self, seed: int):
     del seed  # The port's make seeds its own initialisation.
-    return base.nothing()
+    # Its steps' own draws are named (pair/port_draws.py).
+    from migration_tools.pair.frameworks.arrays import dropout  # pylint: disable=g-import-not-at-top
+    return port_draws.recording(dropout.watching, dropout.REMEDY)
 
   # The dropout check hands the legacy masks to the port's bernoulli draws.
   takes_masks = True

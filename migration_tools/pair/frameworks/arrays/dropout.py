@@ -8,7 +8,10 @@ of the dropout check, that function answers the next legacy mask, fitted to
 the shape asked. The port's jit-compiled step is traced again for each step
 (``jax.clear_caches``): a mask is a constant of the trace that takes it.
 A draw in another form (``jax.random.uniform(key, shape) < keep``) takes no
-mask, and the check says which the legacy drew that no call took.
+mask: the check says which the legacy drew that no call took, and names the
+draw. The same watch of ``jax.random``'s draws, while the deterministic
+checks take the port's steps (dropout built off), names a step that draws
+anew (pair/port_draws.py): it is recorded as the step is traced.
 """
 from __future__ import annotations
 
@@ -18,9 +21,22 @@ from typing import Iterator
 import numpy as np
 
 from migration_tools.pair import masks as masks_lib
+from migration_tools.pair import port_draws
 
 # The libraries a port's dropout is drawn through: never the port's frames.
 _LIBRARIES = ('jax', 'jaxlib', 'keras', 'flax', 'optax')
+
+# The jax.random functions that draw (split, fold_in and key make none).
+_DRAWS = ('uniform', 'normal', 'bernoulli', 'randint', 'truncated_normal',
+          'categorical', 'gumbel', 'choice', 'permutation', 'exponential',
+          'rademacher', 'bits', 'laplace', 'logistic', 'gamma', 'beta',
+          'poisson', 'cauchy', 'dirichlet', 'multivariate_normal')
+
+# What a port whose step draws otherwise does (port_draws' remedy).
+REMEDY = ('Draw a dropout with jax.random.bernoulli(key, keep, shape) (or '
+          'Keras\'s or Flax\'s Dropout), which the dropout check hands the '
+          'legacy masks; leave every draw out when make(params, replicas, '
+          'dropout) is given dropout=False')
 
 
 def _where() -> str:
@@ -55,9 +71,33 @@ def _bernoulli(replacement) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def watching(but: tuple[str, ...] = ()) -> Iterator[None]:
+  """In the block, each jax.random draw (_DRAWS, but those named) the
+  port's code makes is told to port_draws.drew, and then drawn."""
+  import jax  # pylint: disable=g-import-not-at-top
+  saved = {name: getattr(jax.random, name) for name in _DRAWS
+           if name not in but and hasattr(jax.random, name)}
+
+  def told(original, label):
+    def draw(*args, **kwargs):
+      port_draws.drew(_where(), label)
+      return original(*args, **kwargs)
+    return draw
+
+  for name, original in saved.items():
+    setattr(jax.random, name, told(original, f'jax.random.{name}'))
+  try:
+    yield
+  finally:
+    for name, original in saved.items():
+      setattr(jax.random, name, original)
+
+
+@contextlib.contextmanager
 def given(masks: list, names: list[str]) -> Iterator[masks_lib.Handed]:
   """The block's bernoulli draws take masks in order; on leaving, every
-  mask must have been taken (masks_lib.Handed.finish)."""
+  mask must have been taken (masks_lib.Handed.finish). Its other draws take
+  none, and are named where the masks and the calls do not pair."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   handed = masks_lib.Handed(masks, names)
 
@@ -65,9 +105,12 @@ def given(masks: list, names: list[str]) -> Iterator[masks_lib.Handed]:
     del original
     return jnp.asarray(handed.take(_shape(args, kwargs), _where()))
 
-  with _bernoulli(taken):
-    yield handed
-  handed.finish()
+  with port_draws.recording(lambda: watching(but=('bernoulli',)),
+                            REMEDY) as draws:
+    # The runner's step_as_trained watches (port_draws.stepping).
+    with masks_lib.naming(draws, REMEDY), _bernoulli(taken):
+      yield handed
+      handed.finish()
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ import numpy as np
 from kit_core import timing
 from migration_tools.pair.frameworks.arrays import port as array_port
 from migration_tools.pair import optimizers
+from migration_tools.pair import port_draws
 from migration_tools.pair import precision
 from migration_tools.pair import side
 
@@ -170,7 +171,7 @@ class ArrayRunner(side.PortSide):
   def _step(self, features, labels) -> dict:
     self._take(features, labels)
     self._stepped = True
-    with self._precision():
+    with self._precision(), port_draws.stepping():
       taken = self.model.train_step(features, labels)
     self._rate = float(self.model.learning_rate())
     values = {'loss': float(taken['loss']),
@@ -212,7 +213,7 @@ class ArrayRunner(side.PortSide):
     phase = 'port noise steps' if self._stepped else 'port steps'
     self._stepped = True
     try:
-      with timing.spent(phase), self._precision():
+      with timing.spent(phase), self._precision(), port_draws.stepping():
         taken = self.model.train_step(side.reordered(features, index),
                                       side.reordered(labels, index))
       rate = float(self.model.learning_rate())
@@ -231,10 +232,15 @@ class ArrayRunner(side.PortSide):
       if averages is not None:
         self.port.set_averages(self.model, averages)
 
+  def own_draws(self) -> dict | None:
+    # Recorded while the deterministic checks take its steps (its
+    # framework's seeded(): pair/port_draws.py).
+    return port_draws.current()
+
   def step_as_trained(self, features, labels) -> float:
     self._take(features, labels)
     self._stepped = True
-    with self._precision():
+    with self._precision(), port_draws.stepping():
       return float(self.model.train_step(features, labels)['loss'])
 
   def predict(self, features) -> dict[str, np.ndarray]:

@@ -101,8 +101,12 @@ class PyTorch(arrays.Arrays):
   @contextlib.contextmanager
   def seeded(self, seed: int) -> Iterator[None]:
     import torch  # pylint: disable=g-import-not-at-top
+    from migration_tools.pair import port_draws  # pylint: disable=g-import-not-at-top
+    from migration_tools.pair.frameworks.pytorch import dropout  # pylint: disable=g-import-not-at-top
     torch.manual_seed(seed)
-    yield
+    # Its steps' own draws are named (pair/port_draws.py).
+    with port_draws.recording(dropout.watching, dropout.REMEDY):
+      yield
 
   def dropout_unaligned(self) -> str:
     return ('PyTorch draws its dropout masks from its own generator, which '
