@@ -95,6 +95,27 @@ def wrong_dropout_rate() -> port_lib.Port:
   return _kit_port_with(build_model=lambda params: model_lib.build_model(0.5))
 
 
+class _DropoutOnTheImages(custom_loop.Trainer):
+
+  def loss_and_gradients(self, images, labels):
+    # A dropout where the model_fn has none: on the images.
+    return super().loss_and_gradients(tf.nn.dropout(images, rate=0.1),
+                                      labels)
+
+
+def dropout_on_the_images() -> port_lib.Port:
+  return _kit_port_with(trainer_class=_DropoutOnTheImages)
+
+
+def predicts_in_training_mode() -> port_lib.Port:
+  # Its dropout draws at inference: predictions differ call to call.
+  def predict(net, features):
+    logits = net(features, training=True)
+    return {'class_ids': tf.argmax(logits, axis=1),
+            'probabilities': tf.nn.softmax(logits)}
+  return _kit_port_with(predict=predict)
+
+
 class _SparseLabelsAsOneHot(custom_loop.Trainer):
   """With a GradientTape, as most ports take their gradients: the kit's
   gated tf.gradients would stop this bug at trace time with a shape error

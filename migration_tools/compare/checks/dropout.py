@@ -28,24 +28,29 @@ BAR = Bar(atol=tolerances.ONE_STEP_ATOL)
 
 
 def judge(name: str, per_step: np.ndarray, losses: list[float],
-          draws: list[str] | None = None) -> CheckResult:
+          draws: list[str] | None = None, handed: bool = False
+          ) -> CheckResult:
   """Every step with dropout on, at identical state, the random numbers
-  aligned: stepwise's figures, and a hint that names dropout. draws: the
-  legacy step's random ops (the report's coverage)."""
+  aligned (or the legacy masks handed): stepwise's figures, and a hint that
+  names dropout. draws: the legacy step's random ops (the report's
+  coverage)."""
   result = stepwise_check.judge(name, per_step, bar=BAR)
   figures = {**result.figures, 'legacy_losses': losses,
              'legacy_draws': list(draws or [])}
   if result.passed:
     return dataclasses.replace(result, figures=figures)
+  how = ('the legacy step\'s masks handed to the port\'s dropout calls'
+         if handed else 'random numbers aligned')
   return dataclasses.replace(
       result, figures=figures, message=(
-          f'with dropout on (random numbers aligned) step '
+          f'with dropout on ({how}) step '
           f'{figures["first_step_over_tolerance"]} differs by '
           f'{result.max_abs_diff:.3g} at identical state; if stepwise and '
           'one_step pass, dropout is the difference: compare the dropout '
-          'rate and where the dropout layer sits. (Masks align only when '
-          'both draw them with stateful random ops, as tf.compat.v1.layers '
-          'and Keras 2.15 layers do by default.)'))
+          'rate and where the dropout layer sits.' + ('' if handed else (
+              ' (Masks align only when both draw them with stateful random '
+              'ops, as tf.compat.v1.layers and Keras 2.15 layers do by '
+              'default.)'))))
 
 
 def drive(run: Run, replicas: Replicas | None) -> CheckResult:
@@ -79,7 +84,9 @@ def drive(run: Run, replicas: Replicas | None) -> CheckResult:
     draws = _draws(legacy)
     runner = run.port_runner(next(iter(one.values())))
     resynced = passes.resynced_steps(run, legacy, runner, name, dropout=True)
-  return judge(name, resynced.per_step, resynced.losses, draws)
+    drawing = _drawing_at_inference(run, runner, name, {
+        'legacy_draws': draws or []})
+  return drawing or judge(name, resynced.per_step, resynced.losses, draws)
 
 
 # How the masks were drawn, in the report (figures 'masks').
@@ -109,20 +116,30 @@ def _with_the_legacy_masks(run: Run, name: str) -> CheckResult:
     return CheckResult(name, FAILED, str(e),
                        figures={'legacy_draws': draws, 'mask_ops': mask_ops,
                                 'masks': _HANDED})
-  with run.framework.dropout_at_inference() as drawing:
-    runner.predict(run.batches[0][0])
+  drawing = _drawing_at_inference(run, runner, name, {
+      'legacy_draws': draws, 'mask_ops': mask_ops, 'masks': _HANDED})
   if drawing:
-    return CheckResult(
-        name, FAILED, f'the port\'s predict draws dropout (at '
-        f'{", ".join(sorted(set(drawing)))}): dropout is on at inference, '
-        'where the model_fn\'s PREDICT graph has none: make each dropout '
-        'follow the model\'s training mode',
-        figures={'legacy_draws': draws, 'mask_ops': mask_ops,
-                 'masks': _HANDED, 'drawing_at_inference': drawing})
-  result = judge(name, resynced.per_step, resynced.losses, draws)
+    return drawing
+  result = judge(name, resynced.per_step, resynced.losses, draws, handed=True)
   return dataclasses.replace(result, figures={**result.figures,
                                               'mask_ops': mask_ops,
                                               'masks': _HANDED})
+
+
+def _drawing_at_inference(run: Run, runner, name: str,
+                          figures: dict) -> CheckResult | None:
+  """FAILED where the port, built with its dropout on, draws dropout while
+  it predicts (Framework.dropout_at_inference); None where it draws none."""
+  with run.framework.dropout_at_inference() as drawing:
+    runner.predict(run.batches[0][0])
+  if not drawing:
+    return None
+  return CheckResult(
+      name, FAILED, f'the port\'s predict draws dropout (at '
+      f'{", ".join(sorted(set(drawing)))}): dropout is on at inference, '
+      'where the model_fn\'s PREDICT graph has none: make each dropout '
+      'follow the model\'s training mode',
+      figures={**figures, 'drawing_at_inference': drawing})
 
 
 def _described(legacy) -> dict:
@@ -141,8 +158,8 @@ def _draws(legacy) -> list[str] | None:
 CHECK = Check(
     'dropout (1 replica)', 'every step with dropout **on**, at identical '
     'state: the random numbers aligned (Keras 2), or the legacy step\'s '
-    'masks handed to the port\'s dropout calls in order (JAX, PyTorch), '
-    'whose predict must then draw none', AFTER, drive,
+    'masks handed to the port\'s dropout calls in order (Keras 3, JAX, '
+    'PyTorch); then its predict must draw none', AFTER, drive,
     needs=('legacy.step', 'legacy.state', 'port.set_state',
            'port.step_as_trained'),
     bar=BAR)

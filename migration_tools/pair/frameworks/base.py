@@ -137,8 +137,9 @@ class Framework(abc.ABC):
 
   def dropout_at_inference(self) -> contextlib.AbstractContextManager:
     """A scope that gives the list of the dropout calls that draw
-    ('file.py:12') while the port predicts; asked only where takes_masks."""
-    raise NotImplementedError(f'{self.name} takes no masks')
+    ('file.py:12') while the port predicts: asked by the dropout check
+    after its steps, where it ran."""
+    raise NotImplementedError(f'{self.name} does not watch its dropout')
 
   def aligned_draws(self) -> contextlib.AbstractContextManager:
     """A scope in which the legacy graph and the port's run, both built

@@ -41,7 +41,9 @@ class KerasOnTensorFlow(base.Framework):
     return cpu_strategies(counts)
 
   def runner(self, port: Any, placement: Any, params: dict, batches: list,
-             dots=None):
+             dots=None, dropout: bool = False):
+    # Its dropout is on unless built inside seeded(): nothing to switch.
+    del dropout
     # Imported here: its tf.function steps need TensorFlow at import.
     from migration_tools.pair.frameworks.keras_tf import runner as port_runner  # pylint: disable=g-import-not-at-top
     return port_runner.PortRunner(port, placement, params, batches, dots)
@@ -64,9 +66,23 @@ class KerasOnTensorFlow(base.Framework):
   def dropout_unaligned(self) -> str:
     if keras_compat.is_keras3():
       return ('Keras 3 draws dropout masks from its own seed generator, '
-              'which cannot be aligned with TF 1\'s random ops; dropout is '
-              'compared on Keras 2 (TF 2.15) only')
+              'which cannot be aligned with TF 1\'s random ops; the legacy '
+              'step\'s masks are handed to its dropout calls instead')
     return ''
+
+  @property
+  def takes_masks(self) -> bool:
+    # Keras 2 draws as TF 1 does (aligned_draws); Keras 3 takes the legacy
+    # masks (keras_tf/dropout.py).
+    return keras_compat.is_keras3()
+
+  def masks_given(self, masks: list, names: list[str]):
+    from migration_tools.pair.frameworks.keras_tf import dropout  # pylint: disable=g-import-not-at-top
+    return dropout.given(masks, names)
+
+  def dropout_at_inference(self):
+    from migration_tools.pair.frameworks.keras_tf import dropout  # pylint: disable=g-import-not-at-top
+    return dropout.watched()
 
   def aligned_draws(self) -> contextlib.AbstractContextManager:
     # Every stateful random op built inside draws from constant seeds: the

@@ -28,6 +28,7 @@ import dataclasses
 import importlib
 import os
 import traceback
+from typing import Iterator
 
 import tensorflow as tf
 
@@ -66,6 +67,9 @@ REMEDY = ('Draw them as a Keras Dropout layer (which the kit switches off), '
 
 # The record of the current deterministic phase (off()); None outside it.
 CURRENT: Draws | None = None
+# While the dropout check hands the legacy masks (handed()): mask_like(x,
+# where, dtype), the next mask in a mask's place.
+_HANDING = None
 
 
 # The libraries whose frames are not the port's: TensorFlow's (autograph
@@ -135,11 +139,20 @@ def _cast_expectation(x):
   return None
 
 
+def site(op=None) -> str:
+  """'file.py:12': the innermost frame of the port's code that made op,
+  or (None) calling in."""
+  return _site(op)
+
+
 def _put(x, matched, rule: str, dtype=None):
-  """The expectation in x's place, x's shape; the draw recorded off."""
+  """The expectation in x's place, x's shape, the draw recorded off; or,
+  while masks are handed (handed()), the next legacy mask."""
   draw, expectation = matched
-  site = CURRENT.drawn.get(draw.name, (_site(), ''))[0]
-  CURRENT.switched_off[site] = rule
+  where = CURRENT.drawn.get(draw.name, (_site(), ''))[0]
+  CURRENT.switched_off[where] = rule
+  if _HANDING is not None:
+    return _HANDING(x, where, dtype or x.dtype)
   return tf.broadcast_to(tf.cast(expectation, dtype or x.dtype), tf.shape(x))
 
 
@@ -192,7 +205,20 @@ def _draw(original, label: str):
 
 
 @contextlib.contextmanager
-def off():
+def handed(mask_like) -> Iterator[Draws]:
+  """off(), but each mask read takes mask_like(x, where, dtype) (the
+  dropout check's legacy masks) in place of its expectation."""
+  global _HANDING
+  previous, _HANDING = _HANDING, mask_like
+  try:
+    with off() as draws:
+      yield draws
+  finally:
+    _HANDING = previous
+
+
+@contextlib.contextmanager
+def off() -> Iterator[Draws]:
   """While the block runs, the masks of the port's traced steps are put at
   their expectation and every draw is recorded (CURRENT)."""
   global CURRENT
