@@ -413,13 +413,16 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   if failed:
     print(f'First to fix: {failed[0].name} (later failures may follow from '
           'it)')
+  said = coverage.verdict(results, behaviours)
+  figures['verdict'] = said
+  print(printable(coverage.verdict_line(said, behaviours)))
   if lazy.installed('tensorflow'):
     figures.update(tensorflow=tf.__version__,
                    onednn=os.environ.get('TF_ENABLE_ONEDNN_OPTS'))
   written = harness.write_report(results, report, figures)
   print(printable(f'Report: {written}'))
-  if failed:
-    raise SystemExit(1)
+  if coverage.EXIT_CODES[said]:
+    raise SystemExit(coverage.EXIT_CODES[said])
 
 
 def _counts(results: list) -> str:

@@ -156,6 +156,37 @@ def lines(behaviours: list[Behaviour]) -> list[str]:
   return said
 
 
+# The verdicts, and the exit code of each (docs/EQUIVALENCE.md, "The
+# verdict and the exit code").
+PASS, FAIL, NOT_EXERCISED = 'pass', 'fail', 'not exercised'
+EXIT_CODES = {PASS: 0, FAIL: 1, NOT_EXERCISED: 3}
+
+
+def verdict(results: list[CheckResult], behaviours: list[Behaviour]) -> str:
+  """FAIL where a check failed (or raised); else NOT_EXERCISED where a
+  behaviour of the legacy step was compared at no state (no proof of it);
+  else PASS."""
+  if any(r.failed for r in results):
+    return FAIL
+  if any(not b.exercised for b in behaviours):
+    return NOT_EXERCISED
+  return PASS
+
+
+def verdict_line(said: str, behaviours: list[Behaviour]) -> str:
+  """The summary's last word: the verdict and its exit code, and for
+  NOT_EXERCISED what was left and where the line before says why."""
+  code = EXIT_CODES[said]
+  if said != NOT_EXERCISED:
+    return f'Verdict: {said} (exit code {code})'
+  left = [b.name for b in behaviours if not b.exercised]
+  return (f'Verdict: not a pass, no check failed but {len(left)} '
+          f'behaviour{"s" if len(left) != 1 else ""} of the legacy step '
+          f'{"were" if len(left) != 1 else "was"} compared at no state '
+          f'({"; ".join(left)}): "Not exercised" above says why and what to '
+          f'do (exit code {code})')
+
+
 def to_json(behaviours: list[Behaviour]) -> dict:
   """The report's 'coverage'."""
   return {'behaviours': [b.to_json() for b in behaviours],

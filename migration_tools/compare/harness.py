@@ -520,7 +520,7 @@ def cpu_strategies(replica_counts: list[int]) -> dict[str, Any]:
 
 
 # The report's schema (compare/report.schema.json): its name and version.
-REPORT_SCHEMA = {'schema': 'migration-compare report', 'schema_version': 2}
+REPORT_SCHEMA = {'schema': 'migration-compare report', 'schema_version': 3}
 
 
 def write_report(results: list[CheckResult], path: str, figures: dict) -> str:

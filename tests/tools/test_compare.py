@@ -141,7 +141,9 @@ def test_a_plain_comparison_prints_the_kits_lines_and_logs_the_rest(
   # The report holds to its documented, versioned schema.
   report = json.loads((tmp_path / 'report.json').read_text())
   jsonschema.validate(report, _SCHEMA)
-  assert report['schema_version'] == 2 and report['passed']
+  assert report['schema_version'] == 3 and report['passed']
+  assert report['verdict'] == 'pass' and result.returncode == 0
+  assert result.stdout.splitlines()[-2] == 'Verdict: pass (exit code 0)'
 
 
 def test_a_port_that_cannot_load_still_gets_its_report(tmp_path,

@@ -100,3 +100,26 @@ def test_a_schedule_is_exercised_where_it_was_compared_and_not_when_flat():
   # A constant rate is no schedule to exercise.
   assert coverage.read([CheckResult('schedule', PASSED, figures={
       **shape, 'constant': True})]) == []
+
+
+def test_the_verdict_is_fail_then_not_exercised_then_pass():
+  left = coverage.read([_clipping('1 replica', NOT_RUN, None, 'made',
+                                  'never engaged')])
+  engaged = coverage.read([_clipping('1 replica', PASSED, 2)])
+  passing = [CheckResult('one_step (1 replica)', PASSED)]
+  failing = [CheckResult('one_step (1 replica)', FAILED, 'differs')]
+  # A failure is a failure, whatever was exercised.
+  assert coverage.verdict(failing, left) == coverage.FAIL
+  assert coverage.verdict(passing, left) == coverage.NOT_EXERCISED
+  assert coverage.verdict(passing, engaged) == coverage.PASS
+  assert coverage.verdict(passing, []) == coverage.PASS  # Nothing to exercise.
+  assert [coverage.EXIT_CODES[v] for v in (
+      coverage.PASS, coverage.FAIL, coverage.NOT_EXERCISED)] == [0, 1, 3]
+  line = coverage.verdict_line(coverage.NOT_EXERCISED, left)
+  assert line == (
+      'Verdict: not a pass, no check failed but 1 behaviour of the legacy '
+      'step was compared at no state (gradient clipping by global norm '
+      '(model.py:12)): "Not exercised" above says why and what to do (exit '
+      'code 3)')
+  assert coverage.verdict_line(coverage.PASS, engaged) == (
+      'Verdict: pass (exit code 0)')
