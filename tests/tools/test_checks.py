@@ -711,6 +711,13 @@ def test_schedule_passes_the_same_schedule_and_says_its_shape():
       'rises to 0.00093 at step 93, falls to 0 at step 1,001, holds 0 from '
       'step 1,001')
   assert not result.figures['constant']
+  # A staircase (exponential decay, staircase=True, every 2 steps) is said
+  # by its ends and its count.
+  stairs = schedule.shape(list(range(20)), [0.5 ** (s // 2) for s in
+                                            range(20)])
+  assert stairs == ('holds 1 from step 0, falls to 0.5 at step 2, holds 0.5 '
+                    'from step 2, 14 more pieces, falls to 0.00195312 at step '
+                    '18, holds 0.00195312 from step 18')
 
 
 def test_schedule_fails_a_decay_after_the_warmup_in_the_decay():

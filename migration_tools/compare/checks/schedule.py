@@ -64,7 +64,13 @@ def shape(steps: list[int], rates: list[float]) -> str:
     else:
       parts.append(f'holds {rates[start]:.6g} from step {steps[start]:,}')
     start = end
+  if len(parts) > _PIECES_SAID:  # A staircase: its ends, and the count.
+    parts = parts[:3] + [f'{len(parts) - 5} more pieces'] + parts[-2:]
   return ', '.join(parts) or f'holds {rates[0]:.6g}'
+
+
+# The pieces a shape says in full; past them, the first 3 and the last 2.
+_PIECES_SAID = 6
 
 
 _WARMUP = ('compare the warmup\'s length, where it starts and that the port '
