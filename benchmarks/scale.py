@@ -124,8 +124,7 @@ class CompareRow:
   bundle_bytes: int
   phases: dict
   measuring: float = 0.0
-  # The seconds of the states made for coverage (a clip that no recorded
-  # step engaged: the clipping check's own steps).
+  # The seconds of the states made for coverage (_COVERAGE_CHECKS).
   coverage: float = 0.0
 
 
@@ -139,8 +138,10 @@ _NOISE_PHASES = ('port noise steps', 'port noise predictions')
 
 
 # The checks that make states of their own for what the recorded steps did
-# not exercise (docs/EQUIVALENCE.md, "What a comparison exercised").
-_COVERAGE_CHECKS = ('clipping',)
+# not exercise (docs/EQUIVALENCE.md, "What a comparison exercised"): a clip
+# that no recorded step engaged, and the schedule at global steps that no
+# recorded step reached.
+_COVERAGE_CHECKS = ('clipping', 'schedule')
 
 
 def coverage_seconds(report: dict) -> float:
