@@ -4,10 +4,11 @@ report's 'coverage'.
 
 A green that never compared a behaviour is no proof of it: a clip that
 never engaged, dropout switched off on both sides, a host_call nothing
-read. Each reader below finds one kind of behaviour in the results (what the
-legacy step has: inventory's reading of its graph, the clips the clipping
-check found) and says whether a compared state exercised it, by which check,
-or why not and what to do. A new behaviour is a new reader in READERS.
+read, a moving average the port does not keep. Each reader below finds one
+kind of behaviour in the results (what the legacy step has: inventory's
+reading of its graph, the clips the clipping check found) and says whether
+a compared state exercised it, by which check, or why not and what to do. A
+new behaviour is a new reader in READERS.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from migration_tools.compare.verdict import PASSED
 # data: the report carries them).
 NOT_READ = (
     'each loss term apart (the loss is compared whole)',
+    'weight decay and its exclusions apart (updates judges the whole '
+    'update)',
     'cross-replica ops inside the model_fn',
 )
 
@@ -136,8 +139,38 @@ def _schedule(results: list[CheckResult]) -> list[Behaviour]:
   return [Behaviour(name, False, schedule.message)]
 
 
+def _averages(results: list[CheckResult]) -> list[Behaviour]:
+  """The moving averages the step keeps (tf.train.ExponentialMovingAverage:
+  inventory's train_state): compared at each step where the port keeps them
+  too, or not, and why (Port.not_compared)."""
+  inventory = next(iter(_named(results, 'inventory')), None)
+  table = inventory.figures.get('train_state') or {} if inventory else {}
+  averages = {n: e for n, e in table.items()
+              if e.get('role') == 'moving average' and e.get('moved')}
+  if not averages:
+    return []
+  decays = sorted({e['decay'] for e in averages.values() if 'decay' in e})
+  name = (f'moving averages of {len(averages)} variable'
+          f'{"s" if len(averages) > 1 else ""}'
+          f'{" (decay " + ", ".join(f"{d:g}" for d in decays) + ")" if decays else ""}')
+  left = {n: e['not_compared'] for n, e in averages.items()
+          if 'not_compared' in e}
+  if left:
+    first = next(iter(left))
+    return [Behaviour(name, False, f'{len(left)} not compared ({first}: '
+                      f'{left[first]}): keep them in the port and give them '
+                      'to the kit (Port.averages)')]
+  stepped = [r for n in ('updates', 'stepwise') for r in _named(results, n)
+             if _compared(r)]
+  if not stepped:
+    return [Behaviour(name, False, 'no step was compared (updates and '
+                      'stepwise did not run)')]
+  return [Behaviour(name, True, 'kept by the port too, compared at each step '
+                    f'by {", ".join(sorted({r.name.partition(" (")[0] for r in stepped}))}')]
+
+
 READERS: tuple[Callable[[list[CheckResult]], list[Behaviour]], ...] = (
-    _clipping, _draws, _host_call, _schedule)
+    _clipping, _draws, _averages, _host_call, _schedule)
 
 
 def read(results: list[CheckResult]) -> list[Behaviour]:

@@ -123,3 +123,28 @@ def test_the_verdict_is_fail_then_not_exercised_then_pass():
       'code 3)')
   assert coverage.verdict_line(coverage.PASS, engaged) == (
       'Verdict: pass (exit code 0)')
+
+
+def _inventory(entry: dict) -> CheckResult:
+  return CheckResult('inventory', PASSED, figures={'train_state': {
+      'w': {'role': 'weights', 'moved': True},
+      'w/ExponentialMovingAverage': {'role': 'moving average', 'moved': True,
+                                     'of': 'w', 'decay': 0.9999, **entry}}})
+
+
+def test_moving_averages_are_exercised_where_the_port_keeps_them():
+  kept = _inventory({'compared_by': 'inventory (its start), updates'})
+  [found] = coverage.read([kept, CheckResult('updates (1 replica)', PASSED)])
+  assert found.name == 'moving averages of 1 variable (decay 0.9999)'
+  assert found.exercised and found.how.endswith('by updates')
+  # Declared not compared by the port: named, with what to do.
+  declared = _inventory({'not_compared': 'declared by the port: no EMA'})
+  [left] = coverage.read([declared,
+                          CheckResult('updates (1 replica)', PASSED)])
+  assert not left.exercised and left.how.startswith(
+      '1 not compared (w/ExponentialMovingAverage: declared by the port: '
+      'no EMA): keep them')
+  # No step compared (a --fail_fast stop before them): not exercised.
+  [unstepped] = coverage.read([kept, CheckResult('updates (1 replica)',
+                                                 NOT_RUN, 'stopped')])
+  assert not unstepped.exercised
