@@ -21,6 +21,13 @@ A value that is finite in one of the two runs and not in the other (a NaN
 or an infinity in one) is no rounding noise: rounding cannot make a NaN.
 It widens no bar; it is kept apart (``unsteady``) and the checks fail on it,
 naming the port's own output as not deterministic.
+
+Nor may a port widen its own bars by computing something else each time
+(weights jittered at every other step, a predict on jittered weights): the
+same computation is run once more in the same order from the same state,
+and a tensor that moves by more than tolerances.REPEAT_RTOL of its largest
+value between those two runs is no rounding either (``unrepeatable``): it
+widens no bar, and the checks fail naming it.
 """
 from __future__ import annotations
 
@@ -39,6 +46,10 @@ STEP_AGAIN = 'the order of the examples within each replica\'s share'
 # What the two calls of the forward noise differ by, for unsteady_text.
 FORWARD_AGAIN = ('every kernel and embedding moved one float32 unit in the '
                  'last place')
+# What two runs of the same computation share, for unrepeatable_text.
+STEP_REPEATED = ('the port\'s step, taken twice from the same state on the '
+                 'same batch in the same order')
+FORWARD_REPEATED = 'the port\'s outputs, asked twice at the same weights'
 
 
 def _apart(a: dict, b: dict, unsteady: dict | None = None) -> dict:
@@ -70,6 +81,15 @@ def _key_text(key) -> str:
   return '/'.join(key) if isinstance(key, tuple) else str(key)
 
 
+def _flat_text(key) -> str:
+  """'the gradients of dense/kernel', 'the loss' (a step's flat key,
+  _as_run's), or an output's name."""
+  if not isinstance(key, tuple):
+    return str(key)
+  return 'the loss' if key[0] == 'loss' else (
+      f'the {key[0]} of {"/".join(key[1:])}')
+
+
 def _not_finite(a, b) -> str:
   """'NaN (3 of 512 values)': what one run holds that the other does not."""
   a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
@@ -92,6 +112,32 @@ def unsteady_text(unsteady: dict, again: str) -> str:
           'random draw at inference)')
 
 
+def unrepeatable(first: dict, again: dict) -> dict:
+  """{key: 'differs by 0.000123 (0.0025 of its largest value)'} of the
+  tensors of two runs of the same computation (first, again) that differ
+  by more than tolerances.REPEAT_RTOL of their largest value."""
+  found = {}
+  for key, (largest, _) in _apart(first, again).items():
+    scale = float(np.max(np.abs(np.nan_to_num(
+        np.asarray(first[key], np.float64))), initial=0.0))
+    if largest > tolerances.REPEAT_RTOL * max(scale, 1e-20):
+      found[key] = (f'differs by {largest:.3g} ('
+                    f'{largest / max(scale, 1e-20):.2g} of its largest value)')
+  return found
+
+
+def unrepeatable_text(found: dict, what: str) -> str:
+  """The finding of a port whose two runs of one computation differ:
+  'the port is not deterministic: ...'."""
+  key, said = next(iter(found.items()))
+  more = f' (and {len(found) - 1} more)' if len(found) > 1 else ''
+  return (f'the port is not deterministic: in {what}, {_flat_text(key)} '
+          f'{said}{more}, more than rounding gives (tolerances.REPEAT_RTOL '
+          f'{tolerances.REPEAT_RTOL:g}); its noise widens no bar: look for a '
+          'random or stateful op in its step or predict (weights moved at '
+          'some calls, a counter, a cache, a random draw)')
+
+
 @dataclasses.dataclass(frozen=True)
 class Noise:
   """What reordering the examples moved, on the port's side, by group:
@@ -102,15 +148,19 @@ class Noise:
   is not one computation in two orders, and no allowance is made.
   unsteady: {key: what is not finite} of the tensors finite in one run and
     not in the other: no noise (and no allowance); one_step fails on them.
+  unrepeatable: {key: by how much} of the tensors that moved beyond
+    rounding between two runs of the same step in the same order: no
+    allowance at all; one_step fails on them.
   """
   groups: dict[str, dict]
   order_dependent: bool = False
   unsteady: dict = dataclasses.field(default_factory=dict)
+  unrepeatable: dict = dataclasses.field(default_factory=dict)
 
   def allowance(self, group: str) -> dict:
     """{key: tolerances.NOISE_MULTIPLE times its largest elementwise
     noise}: what a difference in that group may reach beyond the bar."""
-    if self.order_dependent:
+    if self.order_dependent or self.unrepeatable:
       return {}
     return {k: tolerances.NOISE_MULTIPLE * largest
             for k, (largest, _) in self.groups.get(group, {}).items()}
@@ -118,7 +168,7 @@ class Noise:
   def norms(self, group: str) -> dict:
     """{key: tolerances.NOISE_MULTIPLE times its noise's norm}: what an
     update's difference (updates) may reach beyond its bar."""
-    if self.order_dependent:
+    if self.order_dependent or self.unrepeatable:
       return {}
     return {k: tolerances.NOISE_MULTIPLE * norm
             for k, (_, norm) in self.groups.get(group, {}).items()}
@@ -140,17 +190,52 @@ class Noise:
     return {'measured_by': MEASURED_BY,
             'multiple': tolerances.NOISE_MULTIPLE,
             'order_dependent': self.order_dependent, 'largest': largest,
-            'unsteady': dict(self.unsteady)}
+            'unsteady': dict(self.unsteady),
+            'unrepeatable': {_flat_text(k): v
+                             for k, v in self.unrepeatable.items()}}
+
+
+def _as_run(answer: dict, state: dict, slots: dict | None,
+            averages: dict | None) -> dict:
+  """A step's tensors by group and key, flat: {('loss',): loss, ('state',
+  key): ...}."""
+  flat = {('loss',): answer['loss']}
+  for group, values in (('gradients', answer.get('gradients') or {}),
+                        ('state', state), ('slots', slots or {}),
+                        ('averages', averages or {})):
+    flat.update({(group, *(k if isinstance(k, tuple) else (k,))): v
+                 for k, v in values.items()})
+  return flat
+
+
+def repeated(again: dict | None, answer: dict, state: dict,
+             slots: dict | None = None, averages: dict | None = None
+             ) -> dict:
+  """unrepeatable() of the step's answer and what it left (answer, state,
+  slots, averages) against the same step taken again in the same order
+  (again: PortSide.reordered_step(..., reorder=False)'s; None: not taken,
+  nothing found)."""
+  if again is None:
+    return {}
+  return unrepeatable(
+      _as_run(answer, state, slots, averages),
+      _as_run(again, again['state'], again.get('slots'),
+              again.get('averages')))
 
 
 def measure(again: dict | None, answer: dict, state: dict,
-            slots: dict | None = None, averages: dict | None = None
-            ) -> Noise | None:
+            slots: dict | None = None, averages: dict | None = None,
+            same_order: dict | None = None) -> Noise | None:
   """The Noise of a step from the reordered step's answer (again:
   PortSide.reordered_step's, None where the side cannot take one) and the
-  step's own answer and state, slots and averages after it."""
+  step's own answer and state, slots and averages after it; same_order: the
+  step taken again in the same order, whose differences beyond rounding
+  make the Noise unrepeatable."""
   if again is None:
     return None
+  unrepeated = repeated(same_order, answer, state, slots, averages)
+  if unrepeated:
+    return Noise({'loss': {}}, unrepeatable=unrepeated)
   unsteady = {}
   losses = {'loss': _apart({'loss': again['loss']}, {'loss': answer['loss']},
                            unsteady)}
@@ -212,6 +297,9 @@ class Forward:
   by_output: dict[str, float]
   seconds: float = 0.0
   unsteady: dict = dataclasses.field(default_factory=dict)
+  # {output: by how much} of the outputs that moved beyond rounding between
+  # two calls at the same weights: no bar is taken from them.
+  unrepeatable: dict = dataclasses.field(default_factory=dict)
 
   def bar(self, name: str, floor: float, scale: float = 1.0) -> float:
     """The bar of an output judged at floor (relative to scale): floor, or
@@ -224,18 +312,23 @@ class Forward:
     return {'measured_by': FORWARD_MEASURED_BY,
             'multiple': tolerances.NOISE_MULTIPLE,
             'by_output': dict(self.by_output), 'seconds': self.seconds,
-            'unsteady': dict(self.unsteady)}
+            'unsteady': dict(self.unsteady),
+            'unrepeatable': dict(self.unrepeatable)}
 
 
-def forward(ours: dict, moved: dict, seconds: float = 0.0) -> Forward:
+def forward(ours: dict, moved: dict, seconds: float = 0.0,
+            again: dict | None = None) -> Forward:
   """The Forward noise of outputs (ours) from the same outputs with the
   weights one unit in the last place apart (moved); float outputs only: an
-  integer one (a class id) is held exact."""
+  integer one (a class id) is held exact. again: the outputs asked again at
+  ours' weights, whose differences beyond rounding make them unrepeatable
+  (their noise then sets no bar)."""
   floats = {k: v for k, v in ours.items() if np.asarray(v).dtype.kind == 'f'}
   unsteady = {}
   apart = _apart(floats, moved, unsteady)
-  return Forward({k: largest for k, (largest, _) in apart.items()}, seconds,
-                 unsteady)
+  found = unrepeatable(floats, again) if again is not None else {}
+  return Forward({k: largest for k, (largest, _) in apart.items()
+                  if k not in found}, seconds, unsteady, found)
 
 
 def forward_figures(found: Forward | None) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 import time
 from typing import Any, Callable
 
@@ -59,12 +60,25 @@ def forward_noise(run: Run, runner, state: dict, ours: dict,
       moved = outputs_of()
     finally:
       runner.set_state(state)
-  return noise_lib.forward(ours, moved, time.monotonic() - began)
+    # Asked again where ours were: a port that computes something else at
+    # each call (a predict on jittered weights) takes no bar from it.
+    again = outputs_of()
+  return noise_lib.forward(ours, moved, time.monotonic() - began, again)
 
 
 # How the bars of one_step, updates and stepwise grow with the port's own
 # rounding noise (compare/noise.py), in the docs' words.
 NOISE_BAR = bars.NOISE_WORDS
+
+
+def repeated_step(runner, features, labels) -> dict | None:
+  """The step on this batch again, in the same order, from the state the
+  runner holds, which it keeps (PortSide.reordered_step(...,
+  reorder=False)); None from a runner whose reordered_step takes no
+  reorder (an adapter written before it)."""
+  if 'reorder' not in inspect.signature(runner.reordered_step).parameters:
+    return None
+  return runner.reordered_step(features, labels, reorder=False)
 
 
 def first_step(run: Run, replicas: Replicas) -> tuple[dict, dict]:
@@ -74,6 +88,10 @@ def first_step(run: Run, replicas: Replicas) -> tuple[dict, dict]:
   # reordered step leaves the port's state as it found it.
   replicas.memo.put('reordered first step',
                     replicas.port.reordered_step(features, labels))
+  # The same step again in the same order: a port that moves its weights
+  # at some calls widens no bar with it (noise.unrepeatable).
+  replicas.memo.put('repeated first step',
+                    repeated_step(replicas.port, features, labels))
   return (replicas.legacy.step(features, labels),
           replicas.port.step(features, labels))
 

@@ -213,6 +213,13 @@ def compare_outputs(name: str, theirs: dict, ours: dict,
     return CheckResult(name, FAILED, noise_lib.unsteady_text(
         unsteady, noise_lib.FORWARD_AGAIN), figures={
             'noise': noise_lib.forward_figures(noise), **(extra or {})})
+  unrepeated = {} if noise is None else {
+      k: noise.unrepeatable[output_map.get(k, k)] for k in pairs
+      if output_map.get(k, k) in noise.unrepeatable}
+  if unrepeated:  # Nor from outputs that differ between two calls.
+    return CheckResult(name, FAILED, noise_lib.unrepeatable_text(
+        unrepeated, noise_lib.FORWARD_REPEATED), figures={
+            'noise': noise_lib.forward_figures(noise), **(extra or {})})
   diffs = {k: outputs.output_diff(*pair) for k, pair in pairs.items()}
   bars = {k: noise.bar(output_map.get(k, k), tolerance) if noise else
           tolerance for k in pairs}

@@ -255,14 +255,16 @@ class PortSide(Side):
   # {legacy slot suffix: port token} once use_slot_map gave one, else None.
   slot_map: dict[str, str] | None
 
-  def reordered_step(self, features, labels) -> dict | None:
+  def reordered_step(self, features, labels, reorder: bool = True
+                     ) -> dict | None:
     """The step on this batch (the one the next step takes) with its
     examples in another order within each replica's share
     (compare/noise.py), from the state it holds, which it keeps after: the
     answer (loss, gradients by legacy name) and the 'state', 'slots' (at
     the step's rate) and 'averages' the step left. None where it cannot
-    take a batch out of the legacy order (this one's)."""
-    del features, labels
+    take a batch out of the legacy order (this one's). reorder=False: the
+    same, its examples in their own order (the same step again)."""
+    del features, labels, reorder
     return None
 
   def own_draws(self) -> dict | None:

@@ -663,6 +663,53 @@ def test_a_prediction_nan_in_one_of_two_calls_is_the_finding_not_a_bar():
   assert both.unsteady == {} and both.by_output == {'probabilities': 0.0}
 
 
+def test_a_step_that_differs_from_itself_is_the_finding_not_a_bar():
+  # A port that moves its weights by 1e-4 at every other step: its
+  # reordered step once made every bar 4e-4 wider, and a weight-decay bug
+  # passed behind it. The same step again in the same order gives it away.
+  from migration_tools.compare import noise as noise_lib  # pylint: disable=import-outside-toplevel
+  answer = _step()
+  jittered = {k: v + 1e-4 for k, v in _state().items()}
+  again = {**answer, 'state': jittered, 'slots': {}, 'averages': {}}
+  noise = noise_lib.measure(again, answer, _state(), same_order=again)
+  first = next(iter(jittered))
+  assert list(noise.unrepeatable) == [('state', k) for k in jittered]
+  assert noise.allowance('gradients') == {} and noise.norms('state') == {}
+  ours = _step()
+  ours['gradients'] = {k: v + 4e-4 for k, v in ours['gradients'].items()}
+  result = checks.one_step.judge('one_step (1 replica)', _step(), ours,
+                                 _state(), _state(), 1, noise=noise)
+  assert result.failed and result.message.startswith(
+      "the port is not deterministic: in the port's step, taken twice from "
+      f'the same state on the same batch in the same order, the state of '
+      f'{first} differs by 0.0001 (')
+  assert noise.figures()['unrepeatable']
+  # Rounding's share of a repeat (a GPU's atomics) is no finding.
+  rounded = {**again, 'state': {k: v * (1 + 1e-7)
+                                for k, v in _state().items()}}
+  assert not noise_lib.measure(again, answer, _state(),
+                               same_order=rounded).unrepeatable
+
+
+def test_outputs_that_differ_between_two_calls_set_no_bar():
+  # A predict on weights jittered at each call: the forward noise once
+  # took the jitter for rounding and passed a softmax of the logits x 1.01.
+  from migration_tools.compare import noise as noise_lib  # pylint: disable=import-outside-toplevel
+  ours = {'probabilities': np.full((4, 3), 0.25, np.float32)}
+  jittered = {'probabilities': ours['probabilities'] + 3e-3}
+  noise = noise_lib.forward(ours, jittered, again=jittered)
+  assert noise.by_output == {} and 'probabilities' in noise.unrepeatable
+  result = checks.inference.judge(ours, {'probabilities': ours[
+      'probabilities'] * 1.01}, {}, noise=noise)
+  assert result.failed and result.message.startswith(
+      "the port is not deterministic: in the port's outputs, asked twice at "
+      'the same weights, probabilities differs by 0.003 (0.012 of its '
+      'largest value)')
+  # Asked again, the same: the noise sets the bar as ever.
+  steady = noise_lib.forward(ours, jittered, again=dict(ours))
+  assert steady.unrepeatable == {} and steady.by_output['probabilities'] > 0
+
+
 def test_served_predictions_says_which_side_exports_its_averages():
   """The hint names the averages when one side serves them: the legacy
   (its scaffold restores them) or the port (its export swaps them in where

@@ -172,6 +172,23 @@ def test_a_dropout_bug_of_a_jax_port_fails_dropout_naming_it(tmp_path, port,
   failed_first(result, checks, 'dropout (1 replica)', said)
 
 
+# Bugs behind a port that differs from itself (weights jittered at every
+# other step; a predict on jittered weights): named, and no bar widened.
+@pytest.mark.parametrize('port, first, said', [
+    ('weight_decay_behind_a_jitter', 'one_step (1 replica)',
+     "in the port's step, taken twice from the same state"),
+    ('logits_scaled_behind_a_jitter', 'inference',
+     "in the port's outputs, asked twice at the same weights"),
+])
+def test_a_jax_port_cannot_widen_its_own_bars(tmp_path, port, first, said):
+  result, checks = run_compare(tmp_path / 'report.json',
+                               f'--bundle={_bundle()}',
+                               f'--port=mnist_optax_port:{port}',
+                               '--replicas=1', '--notpu_ready', FAIL_FAST)
+  failed_first(result, checks, first, 'the port is not deterministic: '
+               + said)
+
+
 def test_a_jax_step_that_draws_anew_is_named_by_one_step(tmp_path):
   # Noise drawn whatever the dropout flag asks: a step the kit cannot take
   # at identical state, named rather than failed under one_step's hint.

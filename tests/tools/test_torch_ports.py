@@ -115,6 +115,13 @@ def test_the_kits_torch_port_passes_every_check_on_1_and_2_replicas(
      'torch.rand_like at torch_bugs.py:'),
     ('noise_always_on', 'one_step (1 replica)', 'cannot put at their '
      'expectation: torch.randn_like at torch_bugs.py:'),
+    # Bugs behind a port that differs from itself: named, no bar widened.
+    ('weight_decay_behind_a_jitter', 'one_step (1 replica)', 'the port is '
+     "not deterministic: in the port's step, taken twice from the same "
+     'state'),
+    ('logits_scaled_behind_a_jitter', 'inference', 'the port is not '
+     "deterministic: in the port's outputs, asked twice at the same "
+     'weights'),
 ])
 def test_a_planted_torch_bug_fails_naming_its_cause(tmp_path, port, first,
                                                    said):

@@ -348,3 +348,55 @@ class _NoiseAlwaysOn(OptaxModel):
 def noise_always_on() -> array_port.ArrayPort:
   import dataclasses  # pylint: disable=g-import-not-at-top
   return dataclasses.replace(make_port(), make=_NoiseAlwaysOn)
+
+
+# A port may not widen its own bars: each bug below hides behind a port that
+# computes something else at some calls, and the kit names that.
+def _jittered(params: dict, size: float, seed: int) -> dict:
+  """params each moved by size times a normal draw of numpy's."""
+  rng = np.random.default_rng(seed)
+  return {k: v + size * rng.standard_normal(v.shape).astype(v.dtype)
+          for k, v in params.items()}
+
+
+class _WeightDecayBehindAJitter(OptaxModel):
+  """SGD with a weight decay of 1e-3 (fails one_step and updates alone),
+  its weights moved by 1e-4 at every other step."""
+
+  calls = 0
+
+  def __init__(self, params: dict, replicas: int, dropout: bool):
+    super().__init__(params, replicas, dropout)
+    self._optimizer = self._optax.chain(
+        self._optax.add_decayed_weights(1e-3), self._optax.sgd(self.schedule))
+    self.state = self._optimizer.init(self.params)
+
+  def train_step(self, features, labels) -> dict:
+    taken = super().train_step(features, labels)
+    self.calls += 1
+    if self.calls % 2:
+      self.params = {k: self._jax.device_put(v, self._replicated) for k, v in
+                     _jittered(self.params, 1e-4, self.calls).items()}
+    return taken
+
+
+def weight_decay_behind_a_jitter() -> array_port.ArrayPort:
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  return dataclasses.replace(make_port(), make=_WeightDecayBehindAJitter)
+
+
+class _LogitsScaledBehindAJitter(OptaxModel):
+  """A softmax of the logits x 1.01 (fails inference alone), predicted on
+  weights jittered by 3e-3 at each call."""
+
+  calls = 0
+
+  def _predicted_logits(self, features) -> np.ndarray:
+    self.calls += 1
+    return 1.01 * np.asarray(self._logits(
+        _jittered(self.params, 3e-3, self.calls), self._on_devices(features)))
+
+
+def logits_scaled_behind_a_jitter() -> array_port.ArrayPort:
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  return dataclasses.replace(make_port(), make=_LogitsScaledBehindAJitter)

@@ -3,6 +3,8 @@ a mistake met in real PyTorch ports of TPU-era models; the checks must fail
 them and name the cause (tests/tools/test_torch_ports.py)."""
 import dataclasses
 
+import numpy as np
+
 from kit_pair import mnist_torch
 
 
@@ -160,3 +162,74 @@ def noise_always_on():
   return dataclasses.replace(
       mnist_torch.make_port(), layer_outputs=None,
       make=_with_forward(mnist_torch.MnistTorch, noisy))
+
+
+# A port may not widen its own bars (the kit's noise is its step again,
+# and its predict on weights one unit apart): each bug below hides behind
+# a port that computes something else at some calls, and the kit names that.
+def _jitter(module, size: float, seed: int) -> None:
+  """Moves every parameter by size times a normal draw of numpy's (not
+  torch's: no draw of the step the kit watches)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  with torch.no_grad():
+    for parameter in module.parameters():
+      parameter.add_(torch.as_tensor(
+          size * rng.standard_normal(tuple(parameter.shape)),
+          dtype=parameter.dtype, device=parameter.device))
+
+class WeightDecayBehindAJitter(mnist_torch.MnistTorch):
+  """SGD with weight_decay=1e-3 (fails one_step and updates alone), its
+  weights moved by 1e-4 at every other step: the reordered step once
+  widened every bar past the decay."""
+
+  calls = 0
+
+  def __init__(self, params, replicas, dropout):
+    import torch  # pylint: disable=g-import-not-at-top
+    super().__init__(params, replicas, dropout)
+    self.optimizer = torch.optim.SGD(self.module.parameters(),
+                                     lr=params['learning_rate'],
+                                     weight_decay=1e-3)
+    self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+        self.optimizer, lambda step: mnist_torch.DECAY_RATE ** (
+            step / mnist_torch.DECAY_STEPS))
+
+  def train_step(self, features, labels):
+    taken = super().train_step(features, labels)
+    self.calls += 1
+    if self.calls % 2:
+      _jitter(self.module, 1e-4, self.calls)
+    return taken
+
+
+def weight_decay_behind_a_jitter():
+  return dataclasses.replace(mnist_torch.make_port(),
+                             make=WeightDecayBehindAJitter)
+
+
+class LogitsScaledBehindAJitter(mnist_torch.MnistTorch):
+  """A softmax of the logits x 1.01 (fails inference alone), predicted on
+  weights jittered by 3e-3 at each call: the forward noise once took the
+  jitter for rounding and passed it."""
+
+  calls = 0
+
+  def predict(self, features):
+    import torch  # pylint: disable=g-import-not-at-top
+    saved = [p.detach().clone() for p in self.module.parameters()]
+    self.calls += 1
+    _jitter(self.module, 3e-3, self.calls)
+    try:
+      logits = self.logits(features) * 1.01
+    finally:
+      with torch.no_grad():
+        for parameter, value in zip(self.module.parameters(), saved):
+          parameter.copy_(value)
+    return {'class_ids': logits.argmax(axis=1), 'probabilities':
+            torch.softmax(torch.as_tensor(logits), dim=1).numpy()}
+
+
+def logits_scaled_behind_a_jitter():
+  return dataclasses.replace(mnist_torch.make_port(),
+                             make=LogitsScaledBehindAJitter)

@@ -68,6 +68,11 @@ def judge(name: str, theirs: dict, ours: dict, legacy_state: dict,
     # A NaN in one of two runs of the same step is no rounding: a finding.
     return CheckResult(name, FAILED, noise_lib.unsteady_text(
         noise.unsteady, noise_lib.STEP_AGAIN), headline, bar.atol, figures)
+  if noise is not None and noise.unrepeatable:
+    # Nor is a step that differs from itself: its noise widens no bar.
+    return CheckResult(name, FAILED, noise_lib.unrepeatable_text(
+        noise.unrepeatable, noise_lib.STEP_REPEATED), headline, bar.atol,
+                       figures)
   if noise is not None:
     # The bar as applied: the fixed one, beyond each tensor's own noise.
     figures['noise_allowance'] = dict(zip(('largest', 'on'), noise.widest()))
@@ -321,7 +326,10 @@ def drive(run: Run, replicas: Replicas) -> CheckResult:
   port_slots = runner.slots(ours['learning_rate']) if both else None
   averages = passes.averages_after(legacy, runner)
   noise = noise_lib.measure(replicas.memo.get('reordered first step'), ours,
-                            port_state, port_slots, averages['port_averages'])
+                            port_state, port_slots, averages['port_averages'],
+                            same_order=replicas.memo.get(
+                                'repeated first step'))
+  replicas.memo.put('repeated first step', None)
   # Measured: the reordered step's state and slots (BERT-base: 1.8 GB) go;
   # the pass at identical state takes its first step's noise from here.
   replicas.memo.put('reordered first step', None)

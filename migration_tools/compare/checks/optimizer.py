@@ -107,16 +107,22 @@ def drive(run: Run, replicas: Replicas) -> CheckResult:
   theirs, ours = legacy.describe_optimizer(), runner.describe_optimizer()
   by_tables = theirs is not None and ours is not None and (
       ours.kind in optimizers.KERAS_KINDS)
+  # Before any step; a slot a rate scales (momentum's) starts at 0 on both
+  # sides, whatever the rate it is read at. The legacy side is asked the
+  # same whatever the port (a bundle answers in the order its recording
+  # asked): once where its optimizer is in the tables, twice (the slot
+  # map's reading, then the starts') where it is read by what it does.
+  legacy_slots = legacy.slots(0.0)
+  if theirs is None:
+    legacy_slots = legacy.slots(0.0)
   if not by_tables:
     slot_map = optimizers.resolve_slot_map(
-        optimizers.slot_tokens(legacy.slots(0.0)), runner.slot_tokens(),
+        optimizers.slot_tokens(legacy_slots), runner.slot_tokens(),
         run.port.slot_map)
     run.slot_map = slot_map.pairs
     runner.use_slot_map(slot_map.pairs)
-  # Before any step; a slot a rate scales (momentum's) starts at 0 on both
-  # sides, whatever the rate it is read at.
   starts = optimizers.initial_slot_differences(
-      legacy.slots(0.0), runner.slots(1.0)) if (
+      legacy_slots, runner.slots(1.0)) if (
           not by_tables or theirs.kind == ours.kind) else []
   if by_tables:
     return judge(theirs, ours, starts)

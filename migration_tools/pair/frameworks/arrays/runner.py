@@ -198,10 +198,13 @@ class ArrayRunner(side.PortSide):
       rates = [rate_at(step) for step in steps]
     return None if None in rates else [float(r) for r in rates]
 
-  def reordered_step(self, features, labels) -> dict:
+  def reordered_step(self, features, labels, reorder: bool = True) -> dict:
     # What the step on the same batch, its examples in another order within
-    # each replica's share, leaves; then the state it held, as it was.
-    index = side.example_order(side.batch_size(features), self.replicas)
+    # each replica's share (or in their own), leaves; then the state it
+    # held, as it was.
+    examples = side.batch_size(features)
+    index = (side.example_order(examples, self.replicas) if reorder else
+             np.arange(examples))
     # Copies: a model may hand out views of its own buffers (PyTorch's
     # .numpy()), which its step then writes over.
     saved = (_copied(self.model.variables()), _copied(self.model.slots()),

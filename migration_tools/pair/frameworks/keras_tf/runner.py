@@ -340,11 +340,13 @@ class PortRunner(side.PortSide):
       values['host_call'] = logged
     return values
 
-  def reordered_step(self, features, labels) -> dict:
+  def reordered_step(self, features, labels, reorder: bool = True) -> dict:
     # The same batch, its examples in another order within each replica's
-    # share, through a dataset of its own; then every variable of the
-    # model, the optimizer and the averages as it was.
-    index = side.example_order(side.batch_size(features), self.replicas)
+    # share (or in their own), through a dataset of its own; then every
+    # variable of the model, the optimizer and the averages as it was.
+    examples = side.batch_size(features)
+    index = (side.example_order(examples, self.replicas) if reorder else
+             np.arange(examples))
     dataset = distribute_batches(
         self.strategy, [(side.reordered(features, index),
                          side.reordered(labels, index))], self.global_batch)
