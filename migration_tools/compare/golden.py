@@ -36,10 +36,13 @@ from migration_tools.pair import stored
 # the state beyond the weights (train_variables, averages), the evaluation
 # on the weights, the serving inputs (strings as base64).
 # 4: float arrays coded as differences from earlier ones (array_codec).
-FORMAT = 4
+# 5: the slots before any step read as many times whatever the port (once
+# where the legacy optimizer is in the tables, twice where it is read by
+# what it does: checks/optimizer.py); 3 and 4 are asked as they were.
+FORMAT = 5
 # The formats this kit reads: a bundle recorded on TF 2.15 must stay
 # readable once TF 2.15 is gone.
-READS = (3, 4)
+READS = (3, 4, 5)
 # A bundle's size in model-sized arrays (the model_fn's variables' bytes),
 # format 4 (each float array coded against earlier ones): at --steps=1 on the
 # first replica count, for each further step, and for each further replica
@@ -144,8 +147,11 @@ class _Stored:
   """A loaded bundle's tape (recorded.Answers): each answer decoded from
   the file when it is asked."""
 
-  def __init__(self, answers: dict, arrays, shards: dict):
+  def __init__(self, answers: dict, arrays, shards: dict,
+               recorded_format: int | None = None):
     self._answers, self._arrays, self.shards = answers, arrays, shards
+    # The format it was recorded in: the questions its recording asked.
+    self.recorded_format = recorded_format
 
   def answer(self, key: str):
     with timing.spent('reading the bundle'):
@@ -195,7 +201,7 @@ def load(path: str) -> Bundle:
                     manifest['replica_counts'], manifest['serving'],
                     stored.decode(manifest['batches'], arrays),
                     _Stored(manifest['answers'], arrays,
-                            dict(manifest['shards'])),
+                            dict(manifest['shards']), manifest['format']),
                     manifest['versions'])
     _check_options(bundle)
     return bundle

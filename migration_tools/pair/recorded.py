@@ -198,6 +198,9 @@ class ReplayedRunner(_Taped):
                      'with the replica counts you check')
     self._tape, self._keys = tape, _Keys(purpose)
     self.shards = tape.shards[purpose]
+    # The bundle format its recording asked in (golden.FORMAT's history);
+    # None: this kit's.
+    self.recorded_format = getattr(tape, 'recorded_format', None)
 
   def set_state(self, values) -> None:
     del values  # The recorded run started from the same state.

@@ -808,3 +808,19 @@ def test_schedule_says_why_it_compared_nothing():
   assert result.status == 'skipped' and result.message == (
       "the port's rate cannot be read at a given step: give its model "
       'learning_rate_at')
+
+
+def test_the_legacy_slots_are_read_as_often_whatever_the_port():
+  # A bundle answers in the order its recording asked: a port read by what
+  # it does (a PyTorch SGD with weight decay) once asked twice what a Keras
+  # port asked once, and met "the bundle holds no answer".
+  import types  # pylint: disable=import-outside-toplevel
+  readings = checks.optimizer._slot_readings  # pylint: disable=protected-access
+  sgd, odd = types.SimpleNamespace(kind='SGD'), types.SimpleNamespace(kind='x')
+  live = types.SimpleNamespace()  # A live or recording run: no format.
+  assert readings(live, sgd, sgd, True) == readings(live, sgd, odd, False) == 1
+  assert readings(live, None, sgd, False) == 2  # Read by what it does.
+  # Format 3 and 4 bundles were asked as their port made the check ask.
+  old = types.SimpleNamespace(recorded_format=4)
+  assert [readings(old, sgd, sgd, True), readings(old, sgd, odd, True),
+          readings(old, sgd, odd, False)] == [1, 0, 2]
