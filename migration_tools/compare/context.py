@@ -119,6 +119,10 @@ class Run:
   # The port's outputs' own rounding noise (noise.Forward), from inference;
   # None before it ran.
   forward_noise: Any = None
+  # {replica label: the port's own noise on its first step (noise.Noise,
+  # or None where none was measured)}, from one_step: the bar of the
+  # dropout check's steps, which measure none of their own.
+  step_noise: dict = dataclasses.field(default_factory=dict)
   # speed.Options when --speed times the steps, else None.
   speed: Any = None
   # The replica counts the port runs on, in order.

@@ -76,7 +76,8 @@ def repeated_step(runner, features, labels) -> dict | None:
   runner holds, which it keeps (PortSide.reordered_step(...,
   reorder=False)); None from a runner whose reordered_step takes no
   reorder (an adapter written before it)."""
-  if 'reorder' not in inspect.signature(runner.reordered_step).parameters:
+  taking = inspect.signature(runner.reordered_step).parameters
+  if taking.get('reorder') is None:
     return None
   return runner.reordered_step(features, labels, reorder=False)
 
@@ -156,6 +157,8 @@ class Resynced:
   # Each step's legacy clipping ([norm, threshold] per clip: legacy_clipping;
   # None where the model_fn clips nothing, or the bundle predates it).
   clipping: list = dataclasses.field(default_factory=list)
+  # The noise.Noise its bars allowed for (None: none).
+  allowed: Any = None
 
 
 # Why a dropout pass measures no noise: reordering the examples moves the
@@ -169,7 +172,8 @@ def resynced_steps(run: Run, legacy, runner, label: str,
                    states: Callable[[int], dict] | None = None,
                    batches: list | None = None,
                    until: Callable[[dict], bool] | None = None,
-                   given: Callable[[dict], Any] | None = None) -> Resynced:
+                   given: Callable[[dict], Any] | None = None,
+                   held_noise: noise_lib.Noise | None = None) -> Resynced:
   """Every step of the legacy trajectory at identical state: before each
   step the port takes the legacy state (weights, slots, step, averages), so
   no difference can grow.
@@ -189,6 +193,10 @@ def resynced_steps(run: Run, legacy, runner, label: str,
     given: with dropout, given(the legacy step's answer): a context in
       which the port takes its step (the legacy's masks handed to its
       dropout calls: Framework.masks_given).
+    held_noise: with dropout, the port's own noise on the same model
+      without it (one_step's, Run.step_noise), held for every step: a step
+      with dropout is not taken in another order (its masks would move),
+      and each tensor's bar still scales with its own rounding.
   """
   per_step, losses, steps, host_calls, trainable = [], [], [], [], set()
   clipping = []
@@ -197,7 +205,7 @@ def resynced_steps(run: Run, legacy, runner, label: str,
   both = slots_compared(legacy, runner)
   # The port's own noise (compare/noise.py), measured at the steps up to
   # the first that moves the weights, and held for the steps after.
-  noise, noise_moved = None, False
+  noise, noise_moved = (held_noise if dropout else None), False
   for number, (features, labels) in enumerate(batches, 1):
     run.progress.now(f'{label}: step {number} of {len(batches)}')
     if states is not None:
@@ -246,7 +254,7 @@ def resynced_steps(run: Run, legacy, runner, label: str,
       break
   return Resynced(np.array(per_step), losses, steps, host_calls,
                   noise_lib.figures(noise, _BY_ORDER if dropout else ''),
-                  clipping)
+                  clipping, allowed=noise)
 
 
 def _start_from_the_legacy_state(legacy, runner, rate: float) -> tuple:

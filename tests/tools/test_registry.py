@@ -257,14 +257,16 @@ def test_the_command_runs_reports_and_lists_a_check_added_in_one_file(
   assert len(waiting) >= 3, result.stdout
   assert lines.index(waiting[-1]) < lines.index(ended[-1])
   assert ended[-1].startswith('PASS toy_wait: waited 3 s (3.')
-  # The counts, what the comparison exercised of the legacy step, the files.
-  assert lines[-3:] == [f'Checks: {len(names)} passed',
+  # The counts, what the comparison exercised of the legacy step, the
+  # verdict, the files.
+  assert lines[-4:] == [f'Checks: {len(names)} passed',
                         'Exercised: random draws of the step (1 op: '
                         'dropout): drawn on both sides with the random '
                         'numbers aligned, compared by dropout; '
                         'learning-rate schedule (falls to 0.00136029 at '
                         'step 8,829,358): compared at 114 global steps '
                         'from 0 to 8,829,358 by schedule',
+                        'Verdict: pass (exit code 0)',
                         f'Report: {report}, plot: {tmp_path}/report.png']
 
 

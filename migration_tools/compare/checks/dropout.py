@@ -9,6 +9,7 @@ import numpy as np
 
 from migration_tools import tolerances
 from migration_tools.compare.bars import Bar
+from migration_tools.compare import noise as noise_lib
 from migration_tools.compare import passes
 from migration_tools.compare.checks import stepwise as stepwise_check
 from migration_tools.compare.context import Replicas
@@ -23,20 +24,30 @@ from migration_tools.pair import masks as masks_lib
 from migration_tools.pair import recorded
 
 # The bar: each step with dropout on within an absolute bar (stepwise's
-# judge, with no noise measured: the masks differ on a reordered batch).
-BAR = Bar(atol=tolerances.ONE_STEP_ATOL)
+# judge) beyond the port's own noise, as stepwise's: measured by one_step
+# on one replica with dropout off (a reordered batch would move the masks)
+# and held for every step.
+BAR = Bar(atol=tolerances.ONE_STEP_ATOL, noise='beyond')
+# Why no noise scales the bar, where none does.
+_NO_NOISE = 'one_step measured none on one replica; the fixed bar holds'
 
 
 def judge(name: str, per_step: np.ndarray, losses: list[float],
-          draws: list[str] | None = None, handed: bool = False
-          ) -> CheckResult:
+          draws: list[str] | None = None, handed: bool = False,
+          noise: noise_lib.Noise | None = None) -> CheckResult:
   """Every step with dropout on, at identical state, the random numbers
   aligned (or the legacy masks handed): stepwise's figures, and a hint that
   names dropout. draws: the legacy step's random ops (the report's
-  coverage)."""
+  coverage); noise: the port's own noise without dropout (one_step's),
+  which per_step's differences are already beyond."""
   result = stepwise_check.judge(name, per_step, bar=BAR)
   figures = {**result.figures, 'legacy_losses': losses,
-             'legacy_draws': list(draws or [])}
+             'legacy_draws': list(draws or []),
+             'noise': noise_lib.figures(noise, _NO_NOISE)}
+  if noise is not None and noise.widest()[0]:
+    # The bar as applied: the fixed one, beyond each tensor's own noise.
+    figures['noise_allowance'] = dict(zip(('largest', 'on'),
+                                          noise.widest()))
   if result.passed:
     return dataclasses.replace(result, figures=figures)
   how = ('the legacy step\'s masks handed to the port\'s dropout calls'
@@ -83,10 +94,12 @@ def drive(run: Run, replicas: Replicas | None) -> CheckResult:
     # it so too.
     draws = _draws(legacy)
     runner = run.port_runner(next(iter(one.values())))
-    resynced = passes.resynced_steps(run, legacy, runner, name, dropout=True)
+    resynced = passes.resynced_steps(run, legacy, runner, name, dropout=True,
+                                     held_noise=_held(run, one))
     drawing = _drawing_at_inference(run, runner, name, {
         'legacy_draws': draws or []})
-  return drawing or judge(name, resynced.per_step, resynced.losses, draws)
+  return drawing or judge(name, resynced.per_step, resynced.losses, draws,
+                          noise=resynced.allowed)
 
 
 # How the masks were drawn, in the report (figures 'masks').
@@ -111,7 +124,7 @@ def _with_the_legacy_masks(run: Run, name: str) -> CheckResult:
     resynced = passes.resynced_steps(
         run, legacy, runner, name, dropout=True,
         given=lambda theirs: run.framework.masks_given(
-            theirs.get('masks', []), mask_ops))
+            theirs.get('masks', []), mask_ops), held_noise=_held(run, one))
   except masks_lib.DropoutMismatch as e:
     return CheckResult(name, FAILED, str(e),
                        figures={'legacy_draws': draws, 'mask_ops': mask_ops,
@@ -120,10 +133,19 @@ def _with_the_legacy_masks(run: Run, name: str) -> CheckResult:
       'legacy_draws': draws, 'mask_ops': mask_ops, 'masks': _HANDED})
   if drawing:
     return drawing
-  result = judge(name, resynced.per_step, resynced.losses, draws, handed=True)
+  result = judge(name, resynced.per_step, resynced.losses, draws, handed=True,
+                 noise=resynced.allowed)
   return dataclasses.replace(result, figures={**result.figures,
                                               'mask_ops': mask_ops,
                                               'masks': _HANDED})
+
+
+def _held(run: Run, one: dict):
+  """The port's own noise one_step measured on one replica (its first
+  step, dropout off): the dropout steps' bars scale with it, as stepwise's
+  do (a tensor of raw pixels' batch-norm statistics rounds by far more than
+  1e-6); None where it was not measured."""
+  return run.step_noise.get(next(iter(one)))
 
 
 def _drawing_at_inference(run: Run, runner, name: str,

@@ -334,6 +334,7 @@ def drive(run: Run, replicas: Replicas) -> CheckResult:
   # the pass at identical state takes its first step's noise from here.
   replicas.memo.put('reordered first step', None)
   replicas.memo.put('first step noise', noise)
+  run.step_noise = {**run.step_noise, replicas.label: noise}
   # Asked before any return: the checks after read the legacy run in the
   # order a bundle recorded it.
   reference = replicas.describe()['reference']
@@ -374,4 +375,4 @@ CHECK = Check(
            'legacy.describe_optimizer', 'legacy.describe_run', 'port.step',
            'port.state', 'port.slots', 'port.describe_optimizer',
            'legacy.averages', 'port.averages', 'port.reordered_step'),
-    bar=BAR)
+    leaves=('step_noise',), bar=BAR)
