@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from absl import logging
+import numpy as np
 
 from kit_core import atomic
 from kit_core import progress as progress_lib
@@ -118,7 +119,13 @@ def verify(path: str, port: array_port.ArrayPort,
   model = array_port.check_model(
       port.make(legacy.model_params(params or {}, theirs.batch), 1, False), '--port')
   frameworks.framework_of(port).load_state(port, model, path)
-  ours = outputs_lib.in_batches(model.predict, theirs.features,
-                                theirs.batch,
-                                verify_lib.counted(progress, 'the port'))
-  return verify_lib.judge(theirs, ours, port.output_map)
+  def predict_all(side: str):
+    return outputs_lib.in_batches(model.predict, theirs.features,
+                                  theirs.batch,
+                                  verify_lib.counted(progress, side))
+  ours = predict_all('the port')
+  noise = verify_lib.measured_noise(
+      ours, lambda: {k: np.array(v) for k, v in model.variables().items()},
+      model.set_variables, lambda: predict_all('the port, its own noise'),
+      progress)
+  return verify_lib.judge(theirs, ours, port.output_map, noise)

@@ -1,9 +1,14 @@
 """--verify: the same batches predicted by the legacy model_fn on the old
 checkpoint (now, or recorded: predictions.py) and by the port on the
 converted one; every output must agree (floats within
-tolerances.CONVERSION_ATOL, integers exactly; a NaN, or an infinity the
-other side does not hold, never agrees). ``judge`` needs numpy alone: a
-port on JAX is verified with it (arrays.py)."""
+tolerances.CONVERSION_ATOL, or NOISE_MULTIPLE times the port's own rounding
+noise on them where that is larger, as the comparison's forward checks
+measure it (compare/noise.py: the outputs again with every kernel and
+embedding one unit in the last place apart); integers exactly; a NaN, or
+an infinity the other side does not hold, never agrees). Trained weights
+are larger than a start's, and so is their rounding: a fixed 1e-6 once
+failed the default job's trained checkpoint at 1.01e-6. ``judge`` needs
+numpy alone: a port on JAX is verified with it (arrays.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,10 +21,12 @@ from kit_core.errors import KitError
 from kit_core.lazy import tensorflow as tf
 from migration_tools import outputs as outputs_lib
 from migration_tools import tolerances
+from migration_tools.compare import noise as noise_lib
 from migration_tools.checkpoint import files
 from migration_tools.checkpoint import predictions
 from migration_tools.pair import legacy
 from migration_tools.pair import port as port_lib
+from migration_tools.pair import precision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,18 +103,47 @@ def verify(output: str, port: port_lib.Port, theirs: predictions.Recorded,
   def predict(features):
     return (port.predict(model, features) if port.predict else
             model(features, training=False))
-  ours = outputs_lib.in_batches(predict, theirs.features, theirs.batch,
-                                counted(progress, 'the port'))
-  return judge(theirs, ours, port.output_map)
+  def predict_all(side: str):
+    return outputs_lib.in_batches(predict, theirs.features, theirs.batch,
+                                  counted(progress, side))
+  ours = predict_all('the port')
+  variables = {v.name + str(i): v for i, v in enumerate(model.variables)}
+  noise = measured_noise(
+      ours, lambda: {k: v.numpy() for k, v in variables.items()},
+      lambda values: [variables[k].assign(a) for k, a in values.items()],
+      lambda: predict_all('the port, its own noise'), progress)
+  return judge(theirs, ours, port.output_map, noise)
+
+
+def measured_noise(ours: dict, state, set_state, predict_all,
+                   progress: progress_lib.Progress) -> noise_lib.Forward:
+  """The port's own rounding noise on its outputs (ours): predicted
+  again with every kernel and embedding of state() one unit in the last
+  place apart, and again at state() itself (noise.forward); set_state puts
+  a state, predict_all predicts every example."""
+  progress.now('verify: the port\'s own rounding noise')
+  held = state()
+  kernels = [k for k, v in held.items()
+             if np.ndim(v) >= 2 and np.asarray(v).dtype.kind == 'f']
+  try:
+    set_state(precision.one_ulp_apart(held, kernels))
+    moved = predict_all()
+  finally:
+    set_state(held)
+  return noise_lib.forward(ours, moved, again=predict_all())
 
 
 def judge(theirs: predictions.Recorded, ours: dict[str, np.ndarray],
-          output_map: dict[str, str]) -> Verification:
+          output_map: dict[str, str],
+          noise: noise_lib.Forward | None = None) -> Verification:
   """Every output of the legacy side against the port's (ours, by the
-  port's names; output_map pairs them).
+  port's names; output_map pairs them), each float within the larger of
+  CONVERSION_ATOL and its measured noise's bar (noise, by the port's
+  names; None: the fixed bar).
 
   Raises:
-    KitError: an output differs, or the port lacks one.
+    KitError: an output differs, the port lacks one, or the port's own
+      outputs differ between two calls at the same weights (noise).
   """
   pairs, missing = outputs_lib.paired_outputs(theirs.outputs, ours,
                                               output_map)
@@ -115,11 +151,20 @@ def judge(theirs: predictions.Recorded, ours: dict[str, np.ndarray],
     raise KitError(f'verification failed: the port has no output '
                    f'{", ".join(missing)} (port: {sorted(ours)}); map it '
                    '(Port.output_map)')
+  if noise is not None and (noise.unsteady or noise.unrepeatable):
+    raise KitError('verification failed: ' + (
+        noise_lib.unsteady_text(noise.unsteady, noise_lib.FORWARD_AGAIN)
+        if noise.unsteady else noise_lib.unrepeatable_text(
+            noise.unrepeatable, noise_lib.FORWARD_REPEATED)))
   diffs = {k: outputs_lib.output_diff(*pair) for k, pair in pairs.items()}
   floats = {k for k, pair in pairs.items() if pair[0].dtype.kind == 'f'}
 
   def allowed(name):
-    return tolerances.CONVERSION_ATOL if name in floats else 0
+    if name not in floats:
+      return 0
+    if noise is None:
+      return tolerances.CONVERSION_ATOL
+    return noise.bar(output_map.get(name, name), tolerances.CONVERSION_ATOL)
 
   worst = outputs_lib.worst_output(pairs, diffs, allowed)
   if not diffs[worst] <= allowed(worst):
@@ -129,5 +174,8 @@ def judge(theirs: predictions.Recorded, ours: dict[str, np.ndarray],
                  *pairs[worst]) else
              'is a variable mis-paired or a kernel transposed?')
     raise KitError(f'verification failed: {said} on {theirs.examples} '
-                   f'examples (allowed {allowed(worst):.0e}); {cause}')
+                   f'examples (allowed {allowed(worst):.3g}: '
+                   f'{tolerances.CONVERSION_ATOL:.0e}, or '
+                   f'{tolerances.NOISE_MULTIPLE:g}x the port\'s own rounding '
+                   f'noise there); {cause}')
   return Verification(theirs.examples, diffs)

@@ -220,3 +220,27 @@ def test_an_array_port_refuses_what_it_cannot_carry(tmp_path):
   path = arrays.convert(str(tmp_path / 'ckpt'), str(tmp_path / 'out'),
                         _array_port(), {'learning_rate': RATE}, slots=False)
   assert os.path.basename(path) == 'state-7.npz'
+
+
+def test_verify_holds_each_output_to_its_own_rounding_noise():
+  # Trained weights round by more than a fresh start's: a fixed 1e-6 once
+  # failed the default job's trained checkpoint at 1.01e-6. The bar is the
+  # larger of 1e-6 and 4x the port's own noise on that output.
+  from migration_tools.checkpoint import predictions  # pylint: disable=import-outside-toplevel
+  from migration_tools.checkpoint import verify  # pylint: disable=import-outside-toplevel
+  from migration_tools.compare import noise  # pylint: disable=import-outside-toplevel
+  theirs_p = np.full((4, 3), 0.25, np.float32)
+  theirs = predictions.Recorded({'name': 'ckpt'}, np.zeros((4, 1)),
+                                {'probabilities': theirs_p}, False, 4, {})
+  ours = {'probabilities': theirs_p + np.float32(2e-6)}
+  with pytest.raises(KitError, match=r'\(allowed 1e-06: 1e-06, or 4x'):
+    verify.judge(theirs, ours, {})
+  rounding = noise.forward(ours, {'probabilities': ours['probabilities'] +
+                                  np.float32(1e-6)}, again=dict(ours))
+  assert verify.judge(theirs, ours, {}, rounding).examples == 4
+  # A port that differs from itself between two calls takes no bar from it.
+  jittered = noise.forward(ours, dict(ours), again={
+      'probabilities': ours['probabilities'] + np.float32(1e-3)})
+  with pytest.raises(KitError, match=r'verification failed: the port is not '
+                     r'deterministic: in the port\'s outputs, asked twice'):
+    verify.judge(theirs, ours, {}, jittered)
