@@ -26,7 +26,6 @@ from migration_tools.checkpoint import files
 from migration_tools.checkpoint import predictions
 from migration_tools.pair import legacy
 from migration_tools.pair import port as port_lib
-from migration_tools.pair import precision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,12 +124,8 @@ def measured_noise(ours: dict, state, set_state, predict_all,
   held = state()
   kernels = [k for k, v in held.items()
              if np.ndim(v) >= 2 and np.asarray(v).dtype.kind == 'f']
-  try:
-    set_state(precision.one_ulp_apart(held, kernels))
-    moved = predict_all()
-  finally:
-    set_state(held)
-  return noise_lib.forward(ours, moved, again=predict_all())
+  return noise_lib.measure_forward(ours, held, kernels, set_state,
+                                   predict_all)
 
 
 def judge(theirs: predictions.Recorded, ours: dict[str, np.ndarray],

@@ -32,11 +32,15 @@ widens no bar, and the checks fail naming it.
 from __future__ import annotations
 
 import dataclasses
+import time
+from typing import Callable
 
 import numpy as np
 
+from kit_core import timing
 from migration_tools import outputs
 from migration_tools import tolerances
+from migration_tools.pair import precision
 
 MEASURED_BY = ('the port\'s step again from the same state on the same '
                'batch, its examples in another order within each replica\'s '
@@ -181,6 +185,11 @@ class Noise:
               f'the {group} of {_key_text(key)}') for group in self.groups
              for key, amount in self.allowance(group).items()]
     return max(found, default=(0.0, ''))
+
+  def applied(self) -> dict:
+    """The report's 'noise_allowance' of a check whose bar it widened
+    (the line prints it): {'largest': amount, 'on': the tensor}."""
+    return dict(zip(('largest', 'on'), self.widest()))
 
   def figures(self) -> dict:
     """The report's: how it was measured, the multiple and each group's
@@ -329,6 +338,28 @@ def forward(ours: dict, moved: dict, seconds: float = 0.0,
   found = unrepeatable(floats, again) if again is not None else {}
   return Forward({k: largest for k, (largest, _) in apart.items()
                   if k not in found}, seconds, unsteady, found)
+
+
+def measure_forward(ours: dict, state: dict, kernels: list[str],
+                    set_state: Callable[[dict], None],
+                    outputs_of: Callable[[], dict], seed: int = 0) -> Forward:
+  """The Forward noise of outputs (ours, at state): outputs_of() again
+  with every element of kernels one unit in the last place apart, then
+  again at state itself (a port that computes something else at each
+  call takes no bar from it); set_state puts a state, and puts state back
+  at the end."""
+  # Copies of what is moved: state may hold views of the model's own
+  # buffers (PyTorch's .numpy()), which setting the moved state writes over.
+  state = {**state, **{n: np.array(state[n]) for n in kernels}}
+  began = time.monotonic()
+  with timing.spent(FORWARD_PHASE):
+    try:
+      set_state(precision.one_ulp_apart(state, kernels, seed))
+      moved = outputs_of()
+    finally:
+      set_state(state)
+    again = outputs_of()
+  return forward(ours, moved, time.monotonic() - began, again)
 
 
 def forward_figures(found: Forward | None) -> dict:

@@ -14,12 +14,10 @@ import contextlib
 import dataclasses
 import functools
 import inspect
-import time
 from typing import Any, Callable
 
 import numpy as np
 
-from kit_core import timing
 from kit_core.errors import Interrupted
 from kit_core.errors import one_line
 from migration_tools import tolerances
@@ -31,7 +29,6 @@ from migration_tools.compare.context import Run
 from migration_tools.compare.context import Upstream
 from migration_tools.compare.verdict import CheckResult
 from migration_tools.compare.verdict import max_diff
-from migration_tools.pair import precision
 
 
 def slots_compared(legacy, runner) -> bool:
@@ -49,21 +46,8 @@ def forward_noise(run: Run, runner, state: dict, ours: dict,
   embedding of state one unit in the last place apart (noise.forward);
   outputs_of(): the outputs again. The port is set back to state."""
   kernels = [n for n in run.weights if np.ndim(state[n]) >= 2]
-  # Copies of what is moved: state may hold views of the model's own
-  # buffers (PyTorch's .numpy()), which setting the moved state writes over.
-  state = {**state, **{n: np.array(state[n]) for n in kernels}}
-  began = time.monotonic()
-  with timing.spent(noise_lib.FORWARD_PHASE):
-    try:
-      runner.set_state(precision.one_ulp_apart(state, kernels,
-                                               run.options.seed))
-      moved = outputs_of()
-    finally:
-      runner.set_state(state)
-    # Asked again where ours were: a port that computes something else at
-    # each call (a predict on jittered weights) takes no bar from it.
-    again = outputs_of()
-  return noise_lib.forward(ours, moved, time.monotonic() - began, again)
+  return noise_lib.measure_forward(ours, state, kernels, runner.set_state,
+                                   outputs_of, run.options.seed)
 
 
 # How the bars of one_step, updates and stepwise grow with the port's own

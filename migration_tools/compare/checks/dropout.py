@@ -46,8 +46,7 @@ def judge(name: str, per_step: np.ndarray, losses: list[float],
              'noise': noise_lib.figures(noise, _NO_NOISE)}
   if noise is not None and noise.widest()[0]:
     # The bar as applied: the fixed one, beyond each tensor's own noise.
-    figures['noise_allowance'] = dict(zip(('largest', 'on'),
-                                          noise.widest()))
+    figures['noise_allowance'] = noise.applied()
   if result.passed:
     return dataclasses.replace(result, figures=figures)
   how = ('the legacy step\'s masks handed to the port\'s dropout calls'

@@ -75,7 +75,7 @@ def judge(name: str, theirs: dict, ours: dict, legacy_state: dict,
                        figures)
   if noise is not None:
     # The bar as applied: the fixed one, beyond each tensor's own noise.
-    figures['noise_allowance'] = dict(zip(('largest', 'on'), noise.widest()))
+    figures['noise_allowance'] = noise.applied()
   result = judged(name, headline, bar.atol, figures,
                   _one_step_hint(figures, replicas))
   said = [result.message] if result.message else []
