@@ -35,6 +35,13 @@ def compute_dtype(model) -> str:
   return str(getattr(model, 'compute_dtype', None) or 'float32')
 
 
+def backing_variable(variable):
+  """The tf.Variable that holds a Keras 3 variable's value (Keras 3 wraps
+  one); None for a tf.Variable (Keras 2's are tf.Variables)."""
+  inner = getattr(variable, '_value', None)
+  return inner if isinstance(inner, tf.Variable) else None
+
+
 def variable_path(variable) -> str:
   """'conv1/kernel' on both Keras versions.
 

@@ -160,8 +160,19 @@ class Run:
       return self._port_runner(placement, dropout)
 
   def _port_runner(self, placement, dropout: bool = False) -> side.PortSide:
-    runner = self.framework.build_runner(self.port, placement, self.params(),
-                                         self.batches, self.dots, dropout)
+    return self._from_the_start(self.framework.build_runner(
+        self.port, placement, self.params(), self.batches, self.dots,
+        dropout))
+
+  def port_rewound(self, runner: side.PortSide) -> side.PortSide | None:
+    """runner (a port run of this comparison) as port_runner would build
+    it again, its compiled steps kept (PortSide.rewind); None where it
+    cannot be rewound."""
+    with timing.spent('port building'):
+      return self._from_the_start(runner) if runner.rewind() else None
+
+  def _from_the_start(self, runner: side.PortSide) -> side.PortSide:
+    """runner at the start state, paired as the early checks resolved."""
     if self.pairs:
       runner.use_map(self.pairs)
       runner.set_state(self.start)
@@ -192,6 +203,8 @@ class Replicas:
   legacy: Any = None
   port: Any = None
   memo: _Memo = dataclasses.field(default_factory=_Memo)
+  # The port run last handed out, kept for port_again.
+  _spare: Any = None
 
   def describe(self) -> dict:
     """The legacy run's describe_run(), asked once: it holds for the run,
@@ -205,8 +218,27 @@ class Replicas:
     (read first unless described is False: the replica count is over)."""
     if described:
       self.describe()
+      self._spare = self.port or self._spare
+    else:
+      self._spare = None
     self.legacy = self.port = None
     gc.collect()
+
+  def port_again(self, run: Run) -> side.PortSide:
+    """A port run on this placement from the start state, for a pass of
+    its own: this count's last one (its first run, or the pass before's)
+    rewound, as building it again would give but with its compiled steps
+    kept (PortSide.rewind); else a fresh one. port is None after: the run
+    handed out may be the first one."""
+    runner, self.port, self._spare = self.port or self._spare, None, None
+    rewound = None if runner is None else run.port_rewound(runner)
+    if rewound is None:
+      # Gone before the next is built: the model is held once.
+      runner = None
+      gc.collect()
+      rewound = run.port_runner(self.placement)
+    self._spare = rewound
+    return rewound
 
   @property
   def count(self) -> int:

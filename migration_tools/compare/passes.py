@@ -276,13 +276,13 @@ def resynced(run: Run, replicas: Replicas):
 
   def compute():
     # The free run is done with (the checks on it ran before this pass;
-    # those after read the passes' results): let it go before this pass
-    # builds its own, or the model is held twice as many times (BERT-base:
-    # 4 GB more at the peak).
+    # those after read the passes' results): its legacy graphs go before
+    # this pass builds its own (BERT-base: 4 GB more at the peak), and its
+    # port run is rewound for this pass (Replicas.port_again).
     replicas.release()
     return resynced_steps(run, run.legacy(name, replicas.count,
                                           gradients=False),
-                          run.port_runner(replicas.placement),
+                          replicas.port_again(run),
                           f'updates and stepwise ({replicas.label})',
                           first_noise=replicas.memo.get('first step noise'))
   return replicas.memo.once('resynced', compute,

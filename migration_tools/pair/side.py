@@ -267,6 +267,14 @@ class PortSide(Side):
     del features, labels, reorder
     return None
 
+  def rewind(self) -> bool:
+    """Back to the port as it was built: every variable it made then (its
+    model's, optimizer's, trainer's) set to its value then, the next step
+    taking the first batch again, its compiled steps kept (what building it
+    again would spend most of its time on). False, with nothing changed,
+    where it cannot (this one's): the caller builds a fresh one."""
+    return False
+
   def own_draws(self) -> dict | None:
     """The random numbers the port's own steps drew outside its framework's
     dropout: {'switched_off': {call site: rule}, 'left': {call site: the

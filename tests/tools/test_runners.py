@@ -2,6 +2,7 @@
 runner answers every question of its side, a question left unanswered stops
 the runner from being made, and a tape records and replays exactly the
 legacy side's questions."""
+import dataclasses
 import inspect
 
 import numpy as np
@@ -102,3 +103,82 @@ def test_a_keras_ports_reordered_step_leaves_its_result_and_restores_all():
   assert abs(answer['loss'] - again['loss']) < 1e-6
   for name, value in runner.state().items():
     np.testing.assert_allclose(again['state'][name], value, atol=1e-6)
+
+
+def _mnist_runner(batches, port=None):
+  from kit_pair import mnist  # pylint: disable=import-outside-toplevel
+  with port_runner.dropout_disabled():
+    runner = port_runner.PortRunner(
+        port or mnist.make_port(), cpu_strategy(2),
+        {'learning_rate': 0.05, 'batch_size': 8}, batches)
+  runner.use_map(mnist.VARIABLE_MAP)
+  return runner
+
+
+def _steps(runner, batches):
+  with port_runner.dropout_disabled():
+    return [runner.step(*batch) for batch in batches]
+
+
+def test_a_rewound_keras_runner_steps_as_a_fresh_one_to_the_bit():
+  # A pass of its own (Replicas.port_again) takes the count's runner
+  # rewound rather than built again: its traced steps kept, every variable
+  # made with it (weights, slots, step, metrics) as it was made.
+  generator = np.random.default_rng(1)
+  batches = [(generator.uniform(size=(8, 28, 28, 1)).astype(np.float32),
+              generator.integers(0, 10, 8).astype(np.int64))
+             for _ in range(3)]
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from kit_pair import mnist  # pylint: disable=import-outside-toplevel
+  # Adam: slots to set back.
+  port = dataclasses.replace(mnist.make_port(), make_optimizer=lambda params:
+                             tf.keras.optimizers.Adam(1e-3))
+  runner = _mnist_runner(batches, port)
+  start = runner.state()
+  first = _steps(runner, batches)
+  assert runner.global_step() == 3 and any(
+      np.any(v) for v in runner.slots(0.05).values())
+  assert runner.rewind()
+  for name, value in runner.state().items():
+    np.testing.assert_array_equal(value, start[name])
+  assert runner.global_step() == 0
+  assert not any(np.any(v) for v in runner.slots(0.05).values())
+  again = _steps(runner, batches)  # From the first batch again.
+  for ours, theirs in zip(again, first):
+    assert ours['loss'] == theirs['loss']
+    for name, gradient in ours['gradients'].items():
+      np.testing.assert_array_equal(gradient, theirs['gradients'][name])
+  # Its metrics too: an evaluation from the start as a fresh runner's.
+  assert runner.rewind()
+  fresh = _mnist_runner(batches, port)
+  fresh.set_state(start)
+  assert runner.evaluate(batches) == fresh.evaluate(batches)
+
+
+def test_a_keras_runner_whose_trainer_made_a_variable_later_is_not_rewound():
+  # A variable made by a first trace was never recorded at its made value:
+  # a rewound runner could not be the fresh one, so the caller builds one.
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from kit_pair import mnist  # pylint: disable=import-outside-toplevel
+
+  class Later(mnist.make_port().trainer_class):
+    counted = None
+
+    @tf.function
+    def train_steps(self, iterator, steps):
+      if self.counted is None:
+        self.counted = tf.Variable(0)
+      self.counted.assign_add(steps)
+      return super().train_steps(iterator, steps)
+
+  port = dataclasses.replace(mnist.make_port(), trainer_class=Later)
+  generator = np.random.default_rng(2)
+  batches = [(generator.uniform(size=(8, 28, 28, 1)).astype(np.float32),
+              generator.integers(0, 10, 8).astype(np.int64))]
+  runner = _mnist_runner(batches, port)
+  _steps(runner, batches)
+  state, step = runner.state(), runner.global_step()
+  assert not runner.rewind()
+  assert runner.global_step() == step  # Nothing was changed.
+  for name, value in runner.state().items():
+    np.testing.assert_array_equal(value, state[name])

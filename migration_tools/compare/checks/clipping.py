@@ -166,7 +166,7 @@ class _Climb:
 def _at_a_made_state(run: Run, replicas: Replicas, name: str,
                      clips: list[dict]) -> CheckResult:
   legacy = run.legacy(name, replicas.count, gradients=False)
-  runner = run.port_runner(replicas.placement)
+  runner = replicas.port_again(run)
   climb = _Climb(run)
   # The run's batches in order, as the port's runner takes them: each step
   # of the climb takes the next.

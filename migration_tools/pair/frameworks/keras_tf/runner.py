@@ -9,6 +9,7 @@ the examples step k of the other sees, and the checks compare what they
 compute.
 """
 import contextlib
+import functools
 from typing import Any, Iterator
 
 import numpy as np
@@ -69,6 +70,13 @@ def local_concat(strategy: tf.distribute.Strategy, value):
       *strategy.experimental_local_results(value))
 
 
+def _values(variables: list) -> dict[int, tuple]:
+  """{id: (variable, its value now, or None where it is all zeros: an
+  optimizer's slots before its first step)}, each variable once."""
+  return {id(v): (v, v.numpy() if tf.math.count_nonzero(v) else None)
+          for v in variables}
+
+
 def _owning_layers(model) -> dict[str, Any]:
   """{scope: layer} of every layer (nested ones too) that owns variables
   itself, not through a sub-layer; its scope is its first variable's."""
@@ -87,6 +95,20 @@ def _owning_layers(model) -> dict[str, Any]:
 
   walk(model)
   return found
+
+
+def _watched(method):
+  """A method that calls the port's trainer: a variable made in it (by a
+  first trace) was not made with the runner, and rewind() could not set it
+  back."""
+  @functools.wraps(method)
+  def call(self, *args, **kwargs):
+    def made(next_creator, **kw):
+      self._made_later = True
+      return next_creator(**kw)
+    with tf.variable_creator_scope(made):
+      return method(self, *args, **kwargs)
+  return call
 
 
 class PortRunner(side.PortSide):
@@ -111,25 +133,60 @@ class PortRunner(side.PortSide):
     self._batches = batches
     self._next = 0  # The batch the next step takes.
     self._endless = None  # train_window's iterator, made when first timed.
+    self._made_later = False  # Whether its trainer made a variable since.
     self.global_batch = len(tf.nest.flatten(batches[0][0])[0])
-    with strategy.scope():
-      self.model = port.build_model(dict(params))
-      self.optimizer = port.make_optimizer(dict(params))
-      # Slots exist before the first step, so they can be set and read.
-      self.optimizer.build(self.model.trainable_variables)
-    self.trainer = port.trainer_class(self.model, self.optimizer, strategy,
-                                      self.global_batch)
+    made = []  # Every variable made with it, for rewind().
+
+    def recorded(next_creator, **kwargs):
+      made.append(next_creator(**kwargs))
+      return made[-1]
+    with tf.variable_creator_scope(recorded):
+      with strategy.scope():
+        self.model = port.build_model(dict(params))
+        self.optimizer = port.make_optimizer(dict(params))
+        # Slots exist before the first step, so they can be set and read.
+        self.optimizer.build(self.model.trainable_variables)
+      self.trainer = port.trainer_class(self.model, self.optimizer, strategy,
+                                        self.global_batch)
     self._variables = port_lib.state_variables(self.model)
     self.pairs: dict[str, str] = {}
     self._legacy_name: dict[str, str] = {}
     # {legacy slot suffix: port token} when the legacy optimizer is read by
     # what it does (legacy_optimizer), else None: the tables' slots.
     self.slot_map: dict[str, str] | None = None
-    dataset = distribute_batches(strategy, batches, self.global_batch)
+    self._dataset = distribute_batches(strategy, batches, self.global_batch)
+    self._iterators()
+    # A variable made in strategy.scope() reaches the recorder as each of
+    # its replicas' copies, and a Keras 3 one as the tf.Variable inside it:
+    # one the runner reads stands for those.
+    known = self._all_variables()
+    held = [keras_compat.backing_variable(v) for v in known]
+    copies = {id(c) for v in known + [h for h in held if h is not None]
+              for c in (v, *strategy.experimental_local_results(v))}
+    self._as_made = _values(known + [v for v in made if id(v) not in copies])
+
+  def _iterators(self) -> None:
+    """The steps' and the probe's iterators, from the first batch."""
     # Kept: dropping a distributed iterator can block for a minute on TF 2.15
     # (kit_core/process.py), and a comparison makes many.
-    self._iterator = process.keep_alive(iter(dataset))
-    self._probe = process.keep_alive(iter(dataset))
+    self._iterator = process.keep_alive(iter(self._dataset))
+    self._probe = process.keep_alive(iter(self._dataset))
+    self._next = 0
+
+  def rewind(self) -> bool:
+    # Every variable made with the runner (the model's, the optimizer's, the
+    # trainer's: metrics, logged values, averages) back to its value then;
+    # its traced step functions are kept, which is what a fresh runner would
+    # spend seconds on. One made since (by a first trace) could not be set
+    # back: a fresh runner is needed.
+    if self._made_later or (
+        {id(v) for v in self._all_variables()} - set(self._as_made)):
+      return False
+    for variable, value in self._as_made.values():
+      variable.assign(tf.zeros_like(variable) if value is None else value)
+    self._iterators()
+    self._endless = None
+    return True
 
   @property
   def replicas(self) -> int:
@@ -308,6 +365,7 @@ class PortRunner(side.PortSide):
     self._take(features, labels)
     return self._answer(self._probe, self._iterator)
 
+  @_watched
   def _answer(self, probe, steps) -> dict:
     """The step on the next batch of probe and of steps (the same batch):
     its loss, gradients and rate, once taken."""
@@ -389,6 +447,7 @@ class PortRunner(side.PortSide):
     rates = [keras_compat.rate_at(self.optimizer, step) for step in steps]
     return None if None in rates else rates
 
+  @_watched
   def step_as_trained(self, features, labels) -> float:
     """Takes the step on this batch (the next one), all of it inside the
     port's step function, and returns the loss that step's metric recorded
@@ -397,6 +456,7 @@ class PortRunner(side.PortSide):
     self.trainer.train_steps(self._iterator, tf.constant(1))
     return self.trainer.reset()['loss']
 
+  @_watched
   def evaluate(self, batches: list) -> dict[str, float]:
     """The port's evaluation over the legacy batches."""
     dataset = distribute_batches(self.strategy, batches, self.global_batch)
@@ -416,6 +476,7 @@ class PortRunner(side.PortSide):
     return (local_concat(self.strategy, features),
             None if labels is None else local_concat(self.strategy, labels))
 
+  @_watched
   def train_window(self, steps: int) -> None:
     """steps training steps in one call of the port's train_steps (as
     steps_per_execution runs them), on the legacy batches again and again;
