@@ -52,6 +52,26 @@ def test_batches_are_taken_in_the_legacy_order():
     runner.step(*BATCHES[0])
 
 
+def test_a_rewound_runner_steps_as_a_fresh_one_from_the_first_batch():
+  # A pass of its own (Replicas.port_again) takes the count's runner
+  # rewound, its compiled programs kept: what a step moves is as made.
+  runner = _runner()
+  first = [runner.step(*batch) for batch in BATCHES]
+  assert runner.global_step() == 2 and np.any(runner.model.velocity)
+  assert runner.rewind()
+  assert runner.global_step() == 0 and not np.any(runner.model.velocity)
+  assert runner.learning_rate() == 0.0
+  again = [runner.step(*batch) for batch in BATCHES]  # From the first batch.
+  fresh = _runner()
+  for ours, theirs, new in zip(again, first,
+                               [fresh.step(*batch) for batch in BATCHES]):
+    assert ours['loss'] == theirs['loss'] == new['loss']
+    np.testing.assert_array_equal(ours['gradients']['legacy/kernel'],
+                                  new['gradients']['legacy/kernel'])
+  np.testing.assert_array_equal(runner.state()['legacy/kernel'],
+                                fresh.state()['legacy/kernel'])
+
+
 def test_a_model_without_the_contracts_methods_is_one_line():
   port = array_port.ArrayPort(make=lambda params, replicas, dropout: object())
   with pytest.raises(KitError, match=r'lacks replicas, variables, trainable'):

@@ -44,6 +44,32 @@ class ArrayRunner(side.PortSide):
     self._rate = 0.0
     # Whether a step ran: the first compiles the model's programs.
     self._stepped = False
+    self._as_made = self._held()
+
+  def _held(self) -> tuple:
+    """Copies of what a step moves and reordered_step sets back: the
+    variables, slots, step and averages. Copies: a model may hand out views
+    of its own buffers (PyTorch's .numpy()), which its step writes over."""
+    return (_copied(self.model.variables()), _copied(self.model.slots()),
+            self.model.step_count(),
+            None if self.port.averages is None else
+            _copied(self.port.averages(self.model)))
+
+  def _set_back(self, held: tuple) -> None:
+    variables, slots, steps, averages = held
+    self.model.set_variables(variables)
+    self.model.set_slots(slots)
+    self.model.set_step_count(steps)
+    if averages is not None:
+      self.port.set_averages(self.model, averages)
+
+  def rewind(self) -> bool:
+    # Its state as made, as reordered_step sets it back after each noise
+    # step (a model whose other state moves with a step fails one_step
+    # there), the next step the first batch; its compiled programs kept.
+    self._set_back(self._as_made)
+    self._next, self._rate = 0, 0.0
+    return True
 
   @property
   def replicas(self) -> int:
@@ -205,12 +231,7 @@ class ArrayRunner(side.PortSide):
     examples = side.batch_size(features)
     index = (side.example_order(examples, self.replicas) if reorder else
              np.arange(examples))
-    # Copies: a model may hand out views of its own buffers (PyTorch's
-    # .numpy()), which its step then writes over.
-    saved = (_copied(self.model.variables()), _copied(self.model.slots()),
-             self.model.step_count(), self._rate,
-             None if self.port.averages is None else
-             _copied(self.port.averages(self.model)))
+    saved, held_rate = self._held(), self._rate
     # What the noise adds: a runner's first step compiles its programs,
     # whichever step it is, and is the port's own (its next would have).
     phase = 'port noise steps' if self._stepped else 'port steps'
@@ -228,12 +249,8 @@ class ArrayRunner(side.PortSide):
               'slots': _copied(self.slots(rate)),
               'averages': _copied(self.averages())}
     finally:
-      variables, slots, steps, self._rate, averages = saved
-      self.model.set_variables(variables)
-      self.model.set_slots(slots)
-      self.model.set_step_count(steps)
-      if averages is not None:
-        self.port.set_averages(self.model, averages)
+      self._set_back(saved)
+      self._rate = held_rate
 
   def own_draws(self) -> dict | None:
     # Recorded while the deterministic checks take its steps (its
