@@ -11,14 +11,18 @@ BERT_BUGS = [
      'which variables the weight decay skips (e.g. LayerNorm and bias)'),
     ('no_clipping', 'one_step (1 replica)', 'clipping by global norm missing'),
     # The port names its layer otherwise on each framework: what follows
-    # 'port: ' is its own ('bert_classifier/...' in Keras).
-    ('layer_norm_epsilon_1e_6', 'updates (1 replica)',
+    # 'port: ' is its own ('bert_classifier/...' in Keras). The outputs
+    # agree; the layer does not (0.0011 of its scale).
+    ('layer_norm_epsilon_1e_6', 'inference',
      'they part at bert/embeddings/LayerNorm (port: '),
     ('no_warmup', 'one_step (1 replica)',
      "the legacy rate is 0 there, as a warmup from 0 starts: compare the "
      "port's warmup"),
     ('bias_corrected_adam', 'updates (1 replica)', "Adam's bias correction"),
-    # Equal at the start state (3e-8 apart at the pair's small activations).
-    ('erf_gelu', 'beyond_init', 'the activations now leave their '
-     'near-linear range, and one differs (e.g. erf GELU for tanh GELU'),
+    # The outputs agree at the start state (3e-8 apart at the pair's small
+    # activations); the second layer's GELU does not (1.6e-5 of its scale,
+    # where the bar is 1e-5: erf and tanh GELU part by a function, not by
+    # rounding).
+    ('erf_gelu', 'inference', 'they part at bert/encoder/layer_1/'
+     'intermediate/dense (port: '),
 ]

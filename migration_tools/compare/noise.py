@@ -309,6 +309,11 @@ class Forward:
   # {output: by how much} of the outputs that moved beyond rounding between
   # two calls at the same weights: no bar is taken from them.
   unrepeatable: dict = dataclasses.field(default_factory=dict)
+  # Each layer's output's largest movement, by the port's layer
+  # (PortSide.layer_outputs), where they were measured too; a layer whose
+  # output is not finite in one call, or moved between two calls at the
+  # same weights, is left out: no bar is taken from it.
+  by_layer: dict = dataclasses.field(default_factory=dict)
 
   def bar(self, name: str, floor: float, scale: float = 1.0) -> float:
     """The bar of an output judged at floor (relative to scale): floor, or
@@ -317,12 +322,20 @@ class Forward:
     return max(floor, tolerances.NOISE_MULTIPLE *
                self.by_output.get(name, 0.0) / scale)
 
+  def layer_bar(self, layer: str, scale: float) -> float:
+    """The bar of a port layer's output relative to its scale:
+    tolerances.LAYER_RTOL, or NOISE_MULTIPLE times its noise where that is
+    larger."""
+    return max(tolerances.LAYER_RTOL, tolerances.NOISE_MULTIPLE *
+               self.by_layer.get(layer, 0.0) / max(scale, 1e-30))
+
   def figures(self) -> dict:
     return {'measured_by': FORWARD_MEASURED_BY,
             'multiple': tolerances.NOISE_MULTIPLE,
             'by_output': dict(self.by_output), 'seconds': self.seconds,
             'unsteady': dict(self.unsteady),
-            'unrepeatable': dict(self.unrepeatable)}
+            'unrepeatable': dict(self.unrepeatable),
+            'by_layer': dict(self.by_layer)}
 
 
 def forward(ours: dict, moved: dict, seconds: float = 0.0,
@@ -340,26 +353,42 @@ def forward(ours: dict, moved: dict, seconds: float = 0.0,
                   if k not in found}, seconds, unsteady, found)
 
 
+def _layer_noise(layers: dict, moved: dict, again: dict) -> dict:
+  """{layer: largest movement} of the float layer outputs (layers) with
+  the weights apart (moved), less those not finite in one call or moved
+  beyond rounding between two calls at the same weights (again)."""
+  found = forward(layers, moved, again=again)
+  return dict(found.by_output)
+
+
 def measure_forward(ours: dict, state: dict, kernels: list[str],
                     set_state: Callable[[dict], None],
-                    outputs_of: Callable[[], dict], seed: int = 0) -> Forward:
+                    outputs_of: Callable[[], dict], seed: int = 0,
+                    layers: dict | None = None,
+                    layers_of: Callable[[], dict] | None = None) -> Forward:
   """The Forward noise of outputs (ours, at state): outputs_of() again
   with every element of kernels one unit in the last place apart, then
   again at state itself (a port that computes something else at each
   call takes no bar from it); set_state puts a state, and puts state back
-  at the end."""
+  at the end. layers, layers_of: each layer's output at state, and a
+  function that gives them again: their noise too (Forward.by_layer)."""
   # Copies of what is moved: state may hold views of the model's own
   # buffers (PyTorch's .numpy()), which setting the moved state writes over.
   state = {**state, **{n: np.array(state[n]) for n in kernels}}
+  both = lambda: (outputs_of(), layers_of() if layers_of else {})
   began = time.monotonic()
   with timing.spent(FORWARD_PHASE):
     try:
       set_state(precision.one_ulp_apart(state, kernels, seed))
-      moved = outputs_of()
+      moved, moved_layers = both()
     finally:
       set_state(state)
-    again = outputs_of()
-  return forward(ours, moved, time.monotonic() - began, again)
+    again, again_layers = both()
+  found = forward(ours, moved, time.monotonic() - began, again)
+  if layers_of is None:
+    return found
+  return dataclasses.replace(found, by_layer=_layer_noise(
+      layers or {}, moved_layers, again_layers))
 
 
 def forward_figures(found: Forward | None) -> dict:

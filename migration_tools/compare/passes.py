@@ -41,13 +41,16 @@ def slots_compared(legacy, runner) -> bool:
 
 
 def forward_noise(run: Run, runner, state: dict, ours: dict,
-                  outputs_of) -> noise_lib.Forward:
+                  outputs_of, layers: dict | None = None,
+                  layers_of=None) -> noise_lib.Forward:
   """What the port's outputs (ours, at state) move by with every kernel and
   embedding of state one unit in the last place apart (noise.forward);
-  outputs_of(): the outputs again. The port is set back to state."""
+  outputs_of(): the outputs again; layers, layers_of(): each layer's
+  output, and again, for theirs. The port is set back to state."""
   kernels = [n for n in run.weights if np.ndim(state[n]) >= 2]
   return noise_lib.measure_forward(ours, state, kernels, runner.set_state,
-                                   outputs_of, run.options.seed)
+                                   outputs_of, run.options.seed, layers,
+                                   layers_of)
 
 
 # How the bars of one_step, updates and stepwise grow with the port's own

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import inspect
 import os
+import re
 import tempfile
 from typing import Any, Callable
 
@@ -957,12 +958,32 @@ _NOT_OUTPUTS = ('VarHandleOp', 'VariableV2', 'ReadVariableOp', 'Const',
                 'Placeholder', 'NoOp', 'AssignVariableOp', 'Assign')
 
 
+def _variable_scope_path(op_name: str, prefixes: set[str]) -> list[str]:
+  """The variable scopes an op's name lies in: its name's parts, each
+  read as a variable scope's where it is one, else without the '_1' that
+  TF 1 appends to a name scope entered again (a variable scope re-entered,
+  reuse=AUTO_REUSE: ALBERT's shared layer; 'encoder_1' of 'encoder'),
+  as far as they lead into a scope of prefixes."""
+  path = []
+  for part in op_name.split('/')[:-1]:
+    for name in (part, re.sub(r'_\d+$', '', part)):
+      if '/'.join([*path, name]) in prefixes:
+        path.append(name)
+        break
+    else:
+      break
+  return ['/'.join(path[:end]) for end in range(1, len(path) + 1)]
+
+
 def _layer_tensors(graph: tf.Graph, names: list[str], batch: int) -> dict:
-  """{scope: tensor} of each variable's name scope: the last float tensor
-  made inside it (nested scopes included) whose first dimension counts
-  examples (batch, or batch times a sequence), ordered by that tensor, the
-  deeper scope first when two end on the same one."""
+  """{scope: tensor} of each variable's scope: the last float tensor made
+  inside it (nested scopes included; a scope entered again, its last call's)
+  whose first dimension counts examples (batch, or batch times a sequence),
+  ordered by that tensor, the deeper scope first when two end on the same
+  one."""
   scopes = {name.rpartition('/')[0] for name in names} - {''}
+  prefixes = {'/'.join(s.split('/')[:end]) for s in scopes
+              for end in range(1, s.count('/') + 2)}
   last = {}
   for index, op in enumerate(graph.get_operations()):
     if (op.type in _NOT_OUTPUTS or not op.outputs or '/Initializer/' in op.name
@@ -973,9 +994,7 @@ def _layer_tensors(graph: tf.Graph, names: list[str], batch: int) -> dict:
     if (not tensor.dtype.is_floating or shape.rank is None or
         shape.rank < 1 or shape[0] is None or shape[0] % batch):
       continue
-    parts = op.name.split('/')
-    for end in range(1, len(parts)):
-      prefix = '/'.join(parts[:end])
+    for prefix in _variable_scope_path(op.name, prefixes):
       if prefix in scopes:
         last[prefix] = (index, tensor)
   ordered = sorted(last, key=lambda s: (last[s][0], -s.count('/')))

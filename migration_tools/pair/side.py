@@ -165,7 +165,7 @@ class Side(abc.ABC):
   @abc.abstractmethod
   def layer_outputs(self, features) -> dict[str, np.ndarray]:
     """Each layer's output on the first example, by name scope, in the
-    model's order (compare/layers.py)."""
+    model's order, at the layer's last call (compare/layers.py)."""
 
   @abc.abstractmethod
   def evaluate(self, batches: list) -> dict[str, float]:

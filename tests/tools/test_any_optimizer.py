@@ -129,7 +129,7 @@ def test_layers_part_at_the_first_layer_over_the_bar_in_legacy_order():
   assert figures['parting'] == 'enc/dense'
   assert layers.parting_text(figures) == (
       'equal up to enc/LayerNorm; they part at enc/dense (port: e/d) by '
-      '0.0005 of its scale')
+      '0.0005 of its scale (bar 1e-05)')
   assert layers.compare(theirs, theirs, {k: k for k in theirs})[
       'parting'] is None
   # A NaN in a layer's output is where they part, not a layer that agrees.
@@ -141,6 +141,27 @@ def test_layers_part_at_the_first_layer_over_the_bar_in_legacy_order():
   figures = layers.compare(theirs, wider, pairs)
   assert figures['parting'] is None
   assert figures['other_sizes'] == {'enc/dense': [4, 8]}
+
+
+def test_a_legacy_layer_called_again_in_its_scope_gives_its_last_call():
+  # ALBERT: one block's variable scope entered at every layer (reuse), its
+  # name scopes 'encoder_1/block', 'encoder_2/block': each call is the
+  # block's, and the last is its output, as a port's shared layer's last
+  # call; a scope named 'layer_1' of its own stays its own.
+  from migration_tools.pair import legacy  # pylint: disable=import-outside-toplevel
+  graph = tf.Graph()
+  with graph.as_default():
+    x = v1.placeholder(tf.float32, [2, 3])
+    for _ in range(3):
+      with v1.variable_scope('encoder', reuse=v1.AUTO_REUSE):
+        x = v1.layers.dense(x, 3, name='block')
+    with v1.variable_scope('layer_1'):
+      out = v1.layers.dense(x, 3, name='block')
+    names = [v.op.name for v in v1.global_variables()]
+  found = legacy._layer_tensors(graph, names, 2)  # pylint: disable=protected-access
+  assert list(found) == ['encoder/block', 'layer_1/block']
+  assert found['layer_1/block'] is out
+  assert found['encoder/block'].op.name.startswith('encoder_2/block/')
 
 
 def test_an_error_in_a_tf_function_shows_its_cause_and_the_users_frame():

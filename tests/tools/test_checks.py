@@ -824,3 +824,79 @@ def test_the_legacy_slots_are_read_as_often_whatever_the_port():
   old = types.SimpleNamespace(recorded_format=4)
   assert [readings(old, sgd, sgd, True), readings(old, sgd, odd, True),
           readings(old, sgd, odd, False)] == [1, 0, 2]
+
+
+def _attention_layers(query_kernel):
+  """A legacy and a port layer output of one example: an embedding, a
+  square query kernel applied, a dense whose GELU the legacy applies
+  inside its layer and the port after it."""
+  from migration_tools.compare import layers  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(8, 16)).astype(np.float32)
+  kernel = rng.normal(scale=0.3, size=(16, 16)).astype(np.float32)
+  inner = (x @ kernel).astype(np.float32)
+  gelu = layers.ACTIVATIONS['gelu (tanh)']
+  theirs = {'emb': x.ravel(), 'attention/query': (x @ kernel).ravel(),
+            'ffn': gelu(inner.astype(np.float64)).astype(np.float32).ravel()}
+  ours = {'e': x.ravel(), 'a/q': (x @ query_kernel).ravel(),
+          'f': inner.ravel()}
+  pairs = layers.pairs({'emb/table': 'e/table', 'attention/query/kernel':
+                        'a/q/kernel', 'ffn/kernel': 'f/kernel'})
+  return theirs, ours, pairs, kernel
+
+
+def test_a_square_kernel_read_untransposed_fails_inference_at_its_layer():
+  # The outputs agree (a softmax of near-zero scores hides the query), but
+  # the query layer does not: inference fails, naming it.
+  from migration_tools.compare import layers  # pylint: disable=import-outside-toplevel
+  _, _, _, kernel = _attention_layers(np.eye(16, dtype=np.float32))
+  theirs, ours, pairs, _ = _attention_layers(kernel.T)
+  figures = layers.compare(theirs, ours, pairs)
+  assert figures['parting'] == 'attention/query'
+  outputs = {'probabilities': np.full((2, 3), 1 / 3, np.float32)}
+  result = checks.inference.judge(outputs, dict(outputs), {}, figures,
+                                  layers.parting_text(figures))
+  assert result.failed and result.figures['worst_layer'] == 'attention/query'
+  assert result.message.startswith(
+      'the outputs agree within their bars, but inside the model equal up '
+      'to emb; they part at attention/query (port: a/q) by ')
+  assert 'a square kernel untransposed' in result.message
+  assert result.tolerance == tolerances.LAYER_RTOL
+  assert result.max_abs_diff > 0.1
+
+
+def test_an_activation_one_side_applies_after_its_layer_is_no_parting():
+  # A legacy dense with its GELU inside, a port's Dense and a GELU after
+  # it (TF Model Garden's BERT): grouped otherwise, said, and passed.
+  from migration_tools.compare import layers  # pylint: disable=import-outside-toplevel
+  _, _, _, kernel = _attention_layers(np.eye(16, dtype=np.float32))
+  theirs, ours, pairs, _ = _attention_layers(kernel)
+  figures = layers.compare(theirs, ours, pairs)
+  assert figures['parting'] is None
+  assert figures['by_layer']['ffn'] > tolerances.LAYER_RTOL
+  assert figures['grouped_otherwise'] == {
+      'ffn': "gelu (tanh): the legacy layer applies it, the port after its "
+             'layer'}
+  outputs = {'probabilities': np.full((2, 3), 1 / 3, np.float32)}
+  assert checks.inference.judge(outputs, dict(outputs), {}, figures).passed
+
+
+def test_a_layers_bar_grows_with_its_own_measured_noise():
+  # A layer of large values rounds by more than 1e-5 of its scale in the
+  # port's own float32: its bar is 4x what one unit in the last place of
+  # the weights moves it by, not the fixed bar.
+  from migration_tools.compare import layers  # pylint: disable=import-outside-toplevel
+  from migration_tools.compare import noise as noise_lib  # pylint: disable=import-outside-toplevel
+  theirs = {'bn': np.array([1000.0, -500.0, 250.0])}
+  ours = {'b': theirs['bn'] + np.array([0.02, 0.0, 0.0])}
+  pairs = {'bn': 'b'}
+  assert layers.compare(theirs, ours, pairs)['parting'] == 'bn'
+  moved = {'b': ours['b'] + np.array([0.01, 0.0, 0.0])}
+  found = noise_lib.Forward(
+      {}, by_layer=noise_lib._layer_noise(ours, moved, dict(ours)))  # pylint: disable=protected-access
+  figures = layers.compare(theirs, ours, pairs, found)
+  assert figures['parting'] is None
+  assert figures['bar_by_layer']['bn'] == pytest.approx(4 * 0.01 / 1000)
+  # A layer that moved between two calls at the same weights sets no bar.
+  jittered = {'b': ours['b'] + np.array([0.5, 0.0, 0.0])}
+  assert noise_lib._layer_noise(ours, moved, jittered) == {}  # pylint: disable=protected-access

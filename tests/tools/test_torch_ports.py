@@ -192,6 +192,11 @@ def test_the_albert_torch_port_passes_with_clipping_and_dropout_exercised(
      'draws dropout (at albert_torch_port.py:'),
     ('classifier_dropout_left_out', 'dropout (1 replica)', "the port's step "
      'made 0 dropout calls where the legacy step drew 1 mask'),
+    # The outputs agree within their bar at the fresh initialisation (a
+    # softmax of near-zero scores): the query layer's own output does not.
+    ('query_kernel_as_stored', 'inference', 'they part at albert/encoder/'
+     'transformer/layer_shared/attention/query (port: albert/encoder/'
+     'transformer/layer_shared/attention/query)'),
 ])
 def test_each_albert_torch_bug_fails_at_the_default_recording(tmp_path, port,
                                                                first, said):

@@ -59,6 +59,10 @@ class Config:
   # eval()), 'functional' (F.dropout, whose training defaults to True), or
   # 'none'.
   dropout: str = 'module'
+  # Whether the attention's query multiplies by its weight as nn.Linear
+  # does (x @ W.T), or by the weight as stored (x @ W: a square kernel
+  # loaded untransposed, which no shape check sees).
+  query_as_stored: bool = False
 
 
 def _initialised(module: nn.Module) -> nn.Module:
@@ -168,6 +172,10 @@ class Classifier(nn.Module):
     self.rate = CLASSIFIER_DROPOUT if dropout else 0.0
     self.dropout = nn.Dropout(self.rate)
     self.config = config
+    if config.query_as_stored:  # The bug: still an nn.Linear, by its name.
+      query = self.albert.encoder.transformer.layer_shared.attention.query
+      query.forward = lambda x: functional.linear(x, query.weight.T,
+                                                  query.bias)
 
   def _classifier_dropout(self, pooled):
     if self.config.dropout == 'functional':  # The bug: on at inference.
@@ -377,11 +385,33 @@ def serve(path: str, inputs: dict) -> dict:
   return {'probabilities': probabilities.numpy(), 'label': label.numpy()}
 
 
+def layer_outputs(model: AlbertTorch, features) -> dict[str, np.ndarray]:
+  """Each module that owns weights: its output on the first example, by
+  its weights' TF scope, at its last call (the shared block is called
+  LAYERS times)."""
+  taps, hooks = {}, []
+  for path, sub in model.module.named_modules():
+    if path and any(True for _ in sub.parameters(recurse=False)):
+      def tap(_, __, output, scope=path.replace('.', '/')):
+        taps[scope] = output[0] if isinstance(output, tuple) else output
+      hooks.append(sub.register_forward_hook(tap))
+  model.module.eval()
+  try:
+    with torch.no_grad():
+      model.module(model.tensor(features))
+  finally:
+    for hook in hooks:
+      hook.remove()
+  batch = len(np.asarray(features['input_ids']))
+  flat = {scope: output.cpu().numpy().ravel() for scope, output in taps.items()}
+  return {scope: value[:value.size // batch] for scope, value in flat.items()}
+
+
 def make_port(config: Config = Config()) -> torch_port.TorchPort:
   return torch_port.TorchPort(
       make=functools.partial(AlbertTorch, config=config),
       framework=f'PyTorch {torch.__version__}', export=export, serve=serve,
-      input_batch=input_batch)
+      input_batch=input_batch, layer_outputs=layer_outputs)
 
 
 # The deliberate bugs, each one Config field away from the port.
@@ -399,3 +429,7 @@ def dropout_at_inference() -> torch_port.TorchPort:
 
 def classifier_dropout_left_out() -> torch_port.TorchPort:
   return make_port(Config(dropout='none'))
+
+
+def query_kernel_as_stored() -> torch_port.TorchPort:
+  return make_port(Config(query_as_stored=True))

@@ -17,6 +17,7 @@ from migration_tools.compare.context import Run
 from migration_tools.compare.registry import Check
 from migration_tools.compare.registry import ONCE
 from migration_tools.compare.verdict import CheckResult
+from migration_tools.compare.verdict import FAILED
 from migration_tools.compare.verdict import judged
 from migration_tools.compare.verdict import NOT_RUN
 from migration_tools.compare.verdict import SKIPPED
@@ -78,7 +79,20 @@ def judge(theirs: dict, ours: dict, output_map: dict[str, str],
           'hard-sigmoid, a softmax or layer norm computed otherwise)')
   if parting:
     hint += f'; inside the model, {parting}'
-  return judged('beyond_init', relative[worst], bars[worst], figures, hint)
+  result = judged('beyond_init', relative[worst], bars[worst], figures, hint)
+  layer = (layers or {}).get('parting')
+  if not result.passed or layer is None:
+    return result
+  # The outputs agree, but a layer does not: the layers are judged too.
+  return CheckResult(
+      'beyond_init', FAILED, f'with the kernels and embeddings of the start '
+      f'state scaled up to a gain of {gain:g} ({factor:.3g}x, median), the '
+      f'outputs agree within their bars, but inside the model {parting}: '
+      'that layer computes otherwise where activations leave their '
+      'near-linear range (e.g. erf GELU for tanh GELU, a softmax or layer '
+      'norm computed otherwise, a kernel read in another layout)',
+      layers['by_layer'][layer], layers['bar_by_layer'][layer],
+      {**figures, 'worst_layer': layer})
 
 
 def scaled_start(start: dict, weights, gain: float) -> dict:
@@ -138,11 +152,12 @@ def drive(run: Run, replicas: Replicas) -> CheckResult:
                          'such state is one the model computes')
     runner.set_state(scaled[gain])
     ours = runner.predict(features)
+    our_layers = runner.layer_outputs(features)
     found = passes.forward_noise(run, runner, scaled[gain], ours,
-                                 lambda: runner.predict(features))
-    figures = layers_lib.compare(legacy.layer_outputs(features),
-                                 runner.layer_outputs(features),
-                                 layers_lib.pairs(run.pairs))
+                                 lambda: runner.predict(features), our_layers,
+                                 lambda: runner.layer_outputs(features))
+    figures = layers_lib.compare(legacy.layer_outputs(features), our_layers,
+                                 layers_lib.pairs(run.pairs), found)
   finally:
     legacy.set_state(run.start)
     runner.set_state(run.start)

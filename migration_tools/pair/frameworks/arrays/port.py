@@ -129,7 +129,9 @@ class ArrayPort:
     set_averages (model, {name: value}); the port's counterpart of the
     model_fn's ExponentialMovingAverage.
   layer_outputs: optional (model, features) -> {layer scope: its output on
-    the first example, flattened}, in the model's order.
+    the first example, flattened, at the layer's last call (a layer called
+    again, as ALBERT's shared one)}, in the model's order; inference and
+    beyond_init judge each.
   input_batch: optional (params) -> (features, labels): the first global
     batch of the port's own input pipeline, over the examples and in the
     order of the legacy input_fn given those params (the inputs check).

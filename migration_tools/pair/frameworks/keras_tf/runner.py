@@ -311,6 +311,8 @@ class PortRunner(side.PortSide):
     for name, layer in _owning_layers(self.model).items():
       def call(*args, _call=layer.call, _name=name, **kwargs):
         output = _call(*args, **kwargs)
+        # Its last call, as the legacy side's scope entered again (ALBERT's
+        # shared layer) gives its last call's (legacy._layer_tensors).
         recorded[_name] = output
         return output
       wrapped.append((layer, 'call' in vars(layer), layer.call))
