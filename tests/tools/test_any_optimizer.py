@@ -149,14 +149,18 @@ def test_a_legacy_layer_called_again_in_its_scope_gives_its_last_call():
   # block's, and the last is its output, as a port's shared layer's last
   # call; a scope named 'layer_1' of its own stays its own.
   from migration_tools.pair import legacy  # pylint: disable=import-outside-toplevel
+  def dense(x, name):  # As tf.compat.v1.layers.dense (gone in Keras 3).
+    with v1.variable_scope(name):
+      return tf.matmul(x, v1.get_variable('kernel', [3, 3]))
+
   graph = tf.Graph()
   with graph.as_default():
     x = v1.placeholder(tf.float32, [2, 3])
     for _ in range(3):
       with v1.variable_scope('encoder', reuse=v1.AUTO_REUSE):
-        x = v1.layers.dense(x, 3, name='block')
+        x = dense(x, 'block')
     with v1.variable_scope('layer_1'):
-      out = v1.layers.dense(x, 3, name='block')
+      out = dense(x, 'block')
     names = [v.op.name for v in v1.global_variables()]
   found = legacy._layer_tensors(graph, names, 2)  # pylint: disable=protected-access
   assert list(found) == ['encoder/block', 'layer_1/block']
