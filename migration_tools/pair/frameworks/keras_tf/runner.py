@@ -72,9 +72,16 @@ def local_concat(strategy: tf.distribute.Strategy, value):
 
 def _values(variables: list) -> dict[int, tuple]:
   """{id: (variable, its value now, or None where it is all zeros: an
-  optimizer's slots before its first step)}, each variable once."""
+  optimizer's slots before its first step, at BERT-base Adam's two slots
+  0.9 GB)}, each variable once."""
   return {id(v): (v, v.numpy() if tf.math.count_nonzero(v) else None)
           for v in variables}
+
+
+def _set_back(values: dict[int, tuple]) -> None:
+  """Each variable of _values(...) to the value it held then."""
+  for variable, value in values.values():
+    variable.assign(tf.zeros_like(variable) if value is None else value)
 
 
 def _owning_layers(model) -> dict[str, Any]:
@@ -182,8 +189,7 @@ class PortRunner(side.PortSide):
     if self._made_later or (
         {id(v) for v in self._all_variables()} - set(self._as_made)):
       return False
-    for variable, value in self._as_made.values():
-      variable.assign(tf.zeros_like(variable) if value is None else value)
+    _set_back(self._as_made)
     self._iterators()
     self._endless = None
     return True
@@ -411,10 +417,7 @@ class PortRunner(side.PortSide):
         self.strategy, [(side.reordered(features, index),
                          side.reordered(labels, index))], self.global_batch)
     probe, steps = (process.keep_alive(iter(dataset)) for _ in range(2))
-    # A variable all zeros (an optimizer's slots before its first step) is
-    # kept as None: at BERT-base Adam's two slots are 0.9 GB.
-    saved = [(v, v.numpy() if tf.math.count_nonzero(v) else None)
-             for v in self._all_variables()]
+    saved = _values(self._all_variables())
     try:
       with timing.spent('port noise steps'):
         answer = self._answer(probe, steps)
@@ -423,8 +426,7 @@ class PortRunner(side.PortSide):
               'slots': self.slots(answer['learning_rate']),
               'averages': self.averages()}
     finally:
-      for variable, value in saved:
-        variable.assign(tf.zeros_like(variable) if value is None else value)
+      _set_back(saved)
 
   def _all_variables(self) -> list:
     """The model's, the optimizer's (its step, slots, averages) and the
