@@ -106,6 +106,15 @@ def rows(features, start: int, end: int):
   return features[start:end]
 
 
+def first_batch(features, batch: int):
+  """The first batch examples of features, padded as in_batches pads
+  (where the layers of both sides of --verify are read)."""
+  chunk = rows(features, 0, batch)
+  count = len(next(iter(chunk.values())) if isinstance(chunk, dict) else
+              chunk)
+  return chunk if count == batch else _padded(chunk, batch)
+
+
 def _padded(features, batch: int):
   """features grown to batch examples with copies of its last one."""
   def pad(v):

@@ -21,6 +21,10 @@ OUT_DIR/albert.npz        a golden bundle of the ALBERT-style test pair (LAMB,
                           a shared block, clipping at global norm 1.0, the
                           classifier's dropout masks; 3 steps, 1 and 2
                           replicas), for its PyTorch and JAX ports;
+OUT_DIR/albert_estimator/, OUT_DIR/albert_predictions.npz
+                          its TPUEstimator checkpoint after 3 steps, and what
+                          it predicts (with each layer's output), for --verify
+                          of its PyTorch port's conversion;
 OUT_DIR/expected.npz      what each must give: predictions on fixed inputs,
                           and the wide-deep ports' weights, slots and steps.
 
@@ -155,6 +159,17 @@ def _albert(out: str) -> None:
        '--steps=3', '--replicas=1,2', '--eval_batches=4', '--notpu_ready',
        f'--record_bundle={out}/albert.npz',
        f'--report={out}/albert_live.json')
+  _run(os.path.join(REPO, 'tests', 'user_code', 'estimator_train.py'),
+       '--pair_module=albert_legacy', f'--estimator_dir={out}/albert_estimator',
+       f'--pair_params={json.dumps(albert_params(data_dir))}',
+       '--train_steps=3', '--global_batch=16')
+  _run('-m', 'migration_tools.checkpoint',
+       '--legacy_model_fn=albert_legacy:model_fn',
+       '--legacy_input_fn=albert_legacy:input_fn',
+       f'--estimator_dir={out}/albert_estimator',
+       f'--params={json.dumps(albert_params(data_dir))}',
+       '--verify_examples=32',
+       f'--record_predictions={out}/albert_predictions.npz')
 
 
 def test_images(count: int) -> np.ndarray:

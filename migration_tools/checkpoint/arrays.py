@@ -106,13 +106,16 @@ def convert(estimator_dir: str, output: str, port: array_port.ArrayPort,
 
 def verify(path: str, port: array_port.ArrayPort,
            theirs: predictions.Recorded, params: dict | None,
-           progress: progress_lib.Progress | None = None
+           progress: progress_lib.Progress | None = None,
+           pair_variables: verify_lib.PairVariables | None = None
            ) -> verify_lib.Verification:
   """The port, restored from path (convert's), predicts the recorded
-  features; every output must agree with the recorded ones (verify.judge).
+  features; every output, and every layer the port gives
+  (ArrayPort.layer_outputs) that pair_variables pairs, must agree with the
+  recorded ones (verify.judge).
 
   Raises:
-    KitError: an output differs, or the port lacks one.
+    KitError: an output or a layer differs, or the port lacks an output.
   """
   progress = progress or progress_lib.Progress(None)
   progress.now(f'verify: the port predicting on {path}')
@@ -124,8 +127,14 @@ def verify(path: str, port: array_port.ArrayPort,
                                   theirs.batch,
                                   verify_lib.counted(progress, side))
   ours = predict_all('the port')
+  first = outputs_lib.first_batch(theirs.features, theirs.batch)
+  layers = verify_lib.Layers(
+      theirs, lambda: {k: np.asarray(v).ravel() for k, v in (
+          port.layer_outputs(model, first).items() if port.layer_outputs
+          else ())},
+      pair_variables and pair_variables(model.variables()))
   noise = verify_lib.measured_noise(
       ours, lambda: {k: np.array(v) for k, v in model.variables().items()},
       model.set_variables, lambda: predict_all('the port, its own noise'),
-      progress)
-  return verify_lib.judge(theirs, ours, port.output_map, noise)
+      progress, layers)
+  return verify_lib.judge(theirs, ours, port.output_map, noise, layers)

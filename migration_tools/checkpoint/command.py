@@ -79,7 +79,8 @@ from migration_tools.pair import legacy
 # framework on it (Framework.on_tensorflow), else through the port's model
 # and its framework's save_state and load_state (checkpoint/arrays.py):
 # convert(estimator_dir, output, port, params, slots, order, averages), and
-# verify(written path, output folder, port, recorded, params, progress).
+# verify(written path, output folder, port, recorded, params, progress,
+# pair_variables).
 _ON_TENSORFLOW = {
     True: (estimator.convert,
            lambda path, output, *rest: verify.verify(output, *rest)),
@@ -182,7 +183,8 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   with progress.heartbeat(), exits.interruptible(
       'nothing was written to --output; run the same command again'):
     progress.now('converting: reading, pairing and writing the variables')
-    path = _convert(tool_flags, port, params, fns)
+    order = _creation_order(tool_flags, port, params, fns)
+    path = _convert(tool_flags, port, params, order)
   print(printable(f'Checkpoint: {path}'))
   if (tool_flags.estimator_dir and on_tensorflow and
       not keras_compat.is_keras3()):
@@ -193,7 +195,8 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
           f'--keras2_dir={tool_flags.output} --output=NEW_DIR')
   if tool_flags.verify:
     with progress.heartbeat():
-      _verify(tool_flags, port, params, fns, theirs, path, existed, progress)
+      _verify(tool_flags, port, params, fns, theirs, path, existed, progress,
+              _pairing(tool_flags.estimator_dir, port, order))
 
 
 def _check_conversion_flags(tool_flags: flags.FlagValues) -> None:
@@ -267,20 +270,36 @@ def _record(tool_flags: flags.FlagValues) -> None:
         f'--port=... --verify --predictions={output}')
 
 
+def _creation_order(tool_flags: flags.FlagValues, port, params: dict,
+                    fns: tuple | None) -> list[str] | None:
+  """The legacy variables in creation order, where a map is inferred by
+  shape and order and the legacy model_fn is at hand (fns); else None."""
+  if tool_flags.keras2_dir or port.variable_map is not None or fns is None:
+    return None
+  # A map inferred by shape and order follows the legacy creation order,
+  # which the checkpoint (sorted by name) does not keep.
+  return legacy.creation_order(*fns, params)
+
+
+def _pairing(estimator_dir: str | None, port, order: list[str] | None
+             ) -> verify.PairVariables:
+  """The conversion's pairs again, given the port's variables as --verify
+  restored them: its layers are paired by them."""
+  def pair_variables(ours: dict) -> dict:
+    shapes = estimator.read_checkpoint(estimator_dir).model.shapes
+    return files.pairs(shapes, ours, port.variable_map, order)
+  return pair_variables
+
+
 def _convert(tool_flags: flags.FlagValues, port, params: dict,
-             fns: tuple | None) -> str:
+             order: list[str] | None) -> str:
   """Writes the converted checkpoint into --output; returns its path.
-  fns: the legacy model_fn and input_fn, or None."""
+  order: _creation_order's."""
   if tool_flags.keras2_dir:
     # It reads TensorFlow's object graph: imported where TensorFlow is due.
     from migration_tools.checkpoint import keras2  # pylint: disable=g-import-not-at-top
     return keras2.convert_keras2(tool_flags.keras2_dir, tool_flags.output,
                                  port, params)
-  order = None
-  if port.variable_map is None and fns is not None:
-    # A map inferred by shape and order follows the legacy creation order,
-    # which the checkpoint (sorted by name) does not keep.
-    order = legacy.creation_order(*fns, params)
   convert, _ = _ON_TENSORFLOW[frameworks.framework_of(port).on_tensorflow]
   return convert(tool_flags.estimator_dir, tool_flags.output, port, params,
                  not tool_flags.no_slots, order,
@@ -290,14 +309,15 @@ def _convert(tool_flags: flags.FlagValues, port, params: dict,
 
 def _verify(tool_flags: flags.FlagValues, port, params: dict,
             fns: tuple | None, theirs: predictions.Recorded | None,
-            path: str, existed: bool,
-            progress: progress_lib.Progress) -> None:
+            path: str, existed: bool, progress: progress_lib.Progress,
+            pair_variables: verify.PairVariables) -> None:
   """--verify: every output of both sides agrees, or what this run wrote
   into --output is removed (also when a signal stops the verification).
 
   theirs: the recorded legacy predictions, or None: the legacy model_fn
     (fns) predicts now. path: what the conversion wrote.
   existed: --output was there (empty) before the run: it stays, emptied.
+  pair_variables: the conversion's variable pairs, for the layers.
   """
   output = tool_flags.output
   removed = f'what was written to {output} was removed' if existed else (
@@ -312,7 +332,8 @@ def _verify(tool_flags: flags.FlagValues, port, params: dict,
             tool_flags.averages_as_weights)
       _, check = _ON_TENSORFLOW[
           frameworks.framework_of(port).on_tensorflow]
-      result = check(path, output, port, theirs, params, progress)
+      result = check(path, output, port, theirs, params, progress,
+                     pair_variables)
   except Interrupted:
     _remove_written(output, existed)
     raise
@@ -322,7 +343,8 @@ def _verify(tool_flags: flags.FlagValues, port, params: dict,
   shown = ', '.join(f'{k} {v:.2e}' for k, v in
                     sorted(result.max_diff_by_output.items()))
   print(printable(f'Verified on {result.examples} examples: every output '
-                  f'agrees (max differences: {shown})'))
+                  f'agrees (max differences: {shown}); '
+                  f'{verify.layers_text(result)}'))
 
 
 def _remove_written(output: str, existed: bool) -> None:

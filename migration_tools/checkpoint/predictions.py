@@ -8,7 +8,10 @@ the newest TensorFlow):
       --verify --predictions=P.npz                          # anywhere
 
 A recording is one ``.npz`` (pair/stored.py): the features the legacy
-input_fn gave, every output the model_fn predicted on them, and which
+input_fn gave, every output the model_fn predicted on them, each layer's
+output on the first example (compare/layers; a recording made before
+layers were kept holds none, and --verify then compares the outputs
+alone, as it says), and which
 checkpoint predicted them (its file name, step and the SHA-256 of its index,
 which holds every tensor's CRC), so that a recording of another checkpoint
 is refused rather than compared.
@@ -41,6 +44,8 @@ class Recorded:
   averages: predicted on the checkpoint's moving averages.
   batch: the batch size the model_fn predicted with.
   versions: what recorded it ({'tensorflow': ...}).
+  layers: {legacy scope: its output on the first example, flattened}, in
+    the legacy model's order ({}: not recorded).
   """
   checkpoint: dict
   features: object
@@ -48,6 +53,7 @@ class Recorded:
   averages: bool
   batch: int
   versions: dict
+  layers: dict = dataclasses.field(default_factory=dict)
 
   @property
   def examples(self) -> int:
@@ -73,7 +79,8 @@ def save(path: str, recorded: Recorded) -> str:
               'checkpoint': recorded.checkpoint,
               'averages': recorded.averages, 'batch': recorded.batch,
               'features': stored.encode(recorded.features, arrays),
-              'outputs': stored.encode(recorded.outputs, arrays)}
+              'outputs': stored.encode(recorded.outputs, arrays),
+              'layers': stored.encode(recorded.layers, arrays)}
   return stored.save(path, manifest, arrays)
 
 
@@ -98,7 +105,8 @@ def load(path: str) -> Recorded:
                         stored.decode(manifest['features'], arrays),
                         stored.decode(manifest['outputs'], arrays),
                         manifest['averages'], manifest['batch'],
-                        manifest['versions'])
+                        manifest['versions'],
+                        stored.decode(manifest.get('layers', {}), arrays))
     _check_examples(recorded)
   except (KeyError, TypeError, ValueError, AttributeError,
           RecursionError) as e:
@@ -115,6 +123,8 @@ def _check_examples(recorded: Recorded) -> None:
   if not features or not recorded.outputs or not isinstance(
       recorded.outputs, dict):
     raise ValueError('it holds no features or no outputs')
+  if not isinstance(recorded.layers, dict):
+    raise ValueError(f'layers {type(recorded.layers).__name__}')
   rows = {name: np.shape(value)[0] if np.ndim(value) else None
           for name, value in {**features, **recorded.outputs}.items()}
   counts = set(rows.values())

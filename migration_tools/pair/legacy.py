@@ -137,6 +137,18 @@ def predict(model_fn, checkpoint_path: str, features, params: dict,
   ('<variable>/ExponentialMovingAverage'); {name: array}. The graph is
   built once for params['batch_size'] examples and run a batch at a time
   (outputs.in_batches; done is told as each batch ends)."""
+  return predict_and_layers(model_fn, checkpoint_path, features, params,
+                            averages, done, layers=False)[0]
+
+
+def predict_and_layers(model_fn, checkpoint_path: str, features,
+                       params: dict, averages: bool = False,
+                       done: Callable[[int, int], None] | None = None,
+                       layers: bool = True) -> tuple[dict, dict]:
+  """predict's outputs, and {scope: the first example's output, flattened}
+  of each layer (a variable's name scope, compare/layers) on the first
+  batch (outputs.first_batch), in graph order, as the comparison's
+  inference check reads them; {} for layers=False."""
   modes = tf.compat.v1.estimator.ModeKeys
   batch = params['batch_size']
   with tf.Graph().as_default():
@@ -154,12 +166,22 @@ def predict(model_fn, checkpoint_path: str, features, params: dict,
           (v.op.name + shadow if v.op.name + shadow in stored else
            v.op.name): v for v in tf.compat.v1.global_variables()})
     fetches = outputs.as_dict(spec.predictions)
+    step = tf.compat.v1.train.get_global_step()
+    names = [v.op.name for v in tf.compat.v1.global_variables()
+             if step is None or v.op.name != step.op.name]
+    layer_tensors = (_layer_tensors(tf.compat.v1.get_default_graph(), names,
+                                    batch) if layers else {})
     with tf.compat.v1.Session() as sess:
       saver.restore(sess, checkpoint_path)
-      return outputs.in_batches(
-          lambda chunk: sess.run(fetches, dict(zip(
-              tf.nest.flatten(inputs), tf.nest.flatten(chunk)))),
-          features, batch, done)
+      run = lambda wanted, chunk: sess.run(wanted, dict(zip(
+          tf.nest.flatten(inputs), tf.nest.flatten(chunk))))
+      predicted = outputs.in_batches(lambda chunk: run(fetches, chunk),
+                                     features, batch, done)
+      if not layer_tensors:
+        return predicted, {}
+      values = run(layer_tensors, outputs.first_batch(features, batch))
+  return predicted, {name: _first_example(value, batch)
+                     for name, value in values.items()}
 
 
 def creation_order(model_fn, input_fn, params: dict) -> list[str]:

@@ -328,3 +328,6 @@ def test_a_bert_checkpoint_verifies_here_against_predictions_from_2_15(
   assert ('Carried: 41 variables, the step (5, as optimizer.iterations), 82 '
           'optimizer slots (adam_m x41, adam_v x41;') in result.stdout
   assert 'Verified on 64 examples: every output agrees' in result.stdout
+  # Each layer too, paired by the map (on Keras 3 as on Keras 2).
+  assert re.search(r'; [1-9]\d* layers agree on the first example',
+                   result.stdout), result.stdout

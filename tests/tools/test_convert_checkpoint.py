@@ -52,6 +52,10 @@ def test_converts_and_verifies_on_the_whole_test_split(estimator_dir,
                     r'differences: class_ids 0.00e\+00, probabilities '
                     r'([\d.e+-]+)\)', result.stdout)
   assert match and float(match.group(1)) <= 1e-6, result.stdout
+  # Every layer the map pairs, too (the model_fn's four, each on the first
+  # example).
+  assert '4 layers agree on the first example (closest to its bar: ' in (
+      result.stdout), result.stdout
   # Already converted: said so, in one line.
   again = run_module('migration_tools.checkpoint',
                      f'--estimator_dir={output}', f'--output={tmp_path / "x"}')

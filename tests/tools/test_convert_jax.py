@@ -5,6 +5,7 @@ process: the kit's model to Keras 3's .weights.h5, the BERT-shaped pair's
 (41 variables, 82 Adam slots) to its plain-JAX port's named arrays."""
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -51,6 +52,7 @@ def test_the_kits_checkpoint_becomes_keras3_weights_that_predict_alike(
   assert f'Checkpoint: {output}/model.weights.h5' in result.stdout
   # 496: the test set's 497 images in whole batches of 16 (verify.BATCH).
   assert 'Verified on 496 examples: every output agrees' in result.stdout
+  assert '; 4 layers agree on the first example' in result.stdout
   # Keras itself restores it, the optimizer's step with the weights.
   from migrate_jax import model as model_lib  # pylint: disable=g-import-not-at-top
   model = model_lib.build_model()
@@ -76,6 +78,8 @@ def test_the_bert_checkpoint_carries_its_82_slots_to_a_plain_jax_port(
   assert ('Carried: 41 variables, the step (5, as optimizer.iterations), 82 '
           'optimizer slots (adam_m x41, adam_v x41;') in result.stdout
   assert 'Verified on 64 examples: every output agrees' in result.stdout
+  assert re.search(r'; [1-9]\d* layers agree on the first example',
+                   result.stdout), result.stdout
   model = bert_jax_port.BertJaxModel({}, 1, False)
   array_port.read_state(model, str(output / 'state-5.npz'))
   legacy = _legacy('bert_estimator')

@@ -244,3 +244,40 @@ def test_verify_holds_each_output_to_its_own_rounding_noise():
   with pytest.raises(KitError, match=r'verification failed: the port is not '
                      r'deterministic: in the port\'s outputs, asked twice'):
     verify.judge(theirs, ours, {}, jittered)
+
+
+def test_verify_names_the_first_layer_that_parts_when_the_outputs_agree():
+  # A square kernel loaded untransposed can move a model's outputs by less
+  # than their rounding: its layer's output moves by far more.
+  from migration_tools.checkpoint import predictions  # pylint: disable=import-outside-toplevel
+  from migration_tools.checkpoint import verify  # pylint: disable=import-outside-toplevel
+  outputs = {'probabilities': np.full((4, 3), 0.25, np.float32)}
+  hidden = np.linspace(-1, 1, 8).astype(np.float32)
+  legacy = {'embed': hidden, 'dense': hidden * 2}
+  theirs = predictions.Recorded({'name': 'ckpt'}, np.zeros((4, 1)), outputs,
+                                False, 4, {}, legacy)
+  pairs = {'embed/w': 'emb/w', 'dense/kernel': 'query/kernel'}
+  agreeing = verify.Layers(theirs, lambda: {'emb': hidden,
+                                            'query': hidden * 2}, pairs)
+  result = verify.judge(theirs, dict(outputs), {}, None, agreeing)
+  assert result.layers['compared'] == ['embed', 'dense']
+  assert verify.layers_text(result).startswith(
+      '2 layers agree on the first example (closest to its bar: ')
+  parting = verify.Layers(theirs, lambda: {'emb': hidden,
+                                           'query': hidden[::-1] * 2}, pairs)
+  with pytest.raises(KitError, match=(
+      r'^verification failed: the outputs agree within their bars on 4 '
+      r'examples, but inside the model, on the first example, equal up to '
+      r'embed; they part at dense \(port: query\) by 2 of its scale \(bar '
+      r'1e-05\): is a variable of that layer mis-paired, or a square kernel '
+      r'loaded untransposed')):
+    verify.judge(theirs, dict(outputs), {}, None, parting)
+  # A recording made before layers were kept: the outputs alone, said so.
+  old = predictions.Recorded({'name': 'ckpt'}, np.zeros((4, 1)), outputs,
+                             False, 4, {})
+  result = verify.judge(old, dict(outputs), {}, None, verify.Layers(
+      old, lambda: {'emb': hidden}, pairs))
+  assert verify.layers_text(result) == (
+      'no layer compared: the recording holds none (recorded before '
+      '--verify compared layers): record it again on TF 2.15 with '
+      'migration-convert-checkpoint --record_predictions')

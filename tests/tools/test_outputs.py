@@ -37,6 +37,27 @@ def test_a_single_array_in_and_out_is_named_output():
   np.testing.assert_array_equal(got['output'], np.ones((5, 2)))
 
 
+def test_a_recording_keeps_its_layers_in_order_and_reads_without_them(
+    tmp_path):
+  path = str(tmp_path / 'predictions.npz')
+  layers = {'b/dense': np.arange(3, dtype=np.float32),
+            'a/query': np.ones(5, np.float32)}
+  predictions.save(path, _recording(layers=layers))
+  read = predictions.load(path)
+  assert list(read.layers) == ['b/dense', 'a/query']
+  np.testing.assert_array_equal(read.layers['a/query'], layers['a/query'])
+  predictions.save(path, _recording())
+  assert predictions.load(path).layers == {}
+
+
+def test_the_first_batch_is_padded_as_in_batches_pads():
+  features = {'x': np.arange(3 * 2).reshape(3, 2)}
+  first = outputs.first_batch(features, 4)
+  np.testing.assert_array_equal(first['x'], [[0, 1], [2, 3], [4, 5], [4, 5]])
+  np.testing.assert_array_equal(outputs.first_batch(features, 2)['x'],
+                                [[0, 1], [2, 3]])
+
+
 def _recording(**changes):
   fields = dict(checkpoint={'name': 'model.ckpt-5', 'step': 5,
                             'index_sha256': 'ab'},

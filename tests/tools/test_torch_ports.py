@@ -239,6 +239,7 @@ def test_the_estimator_checkpoint_becomes_a_state_dict_that_predicts_alike(
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
   assert f'Checkpoint: {output}/model-30.pt' in result.stdout
   assert 'Verified on 496 examples: every output agrees' in result.stdout
+  assert '; 4 layers agree on the first example' in result.stdout
   # PyTorch itself restores it: the module's, optimizer's and scheduler's
   # state_dicts, in PyTorch's layout.
   state = torch.load(output / 'model-30.pt', weights_only=True)
@@ -253,6 +254,44 @@ def test_the_estimator_checkpoint_becomes_a_state_dict_that_predicts_alike(
                                 legacy['dense/kernel'].T)
   rate = state['optimizer']['param_groups'][0]['lr']
   assert rate == pytest.approx(0.05 * 0.96 ** (30 / 100000), rel=1e-12)
+
+
+ALBERT_CONVERSION = [f'--estimator_dir={TF215_DIR}/albert_estimator',
+                     f'--predictions={TF215_DIR}/albert_predictions.npz',
+                     '--verify', '--params=' + json.dumps({
+                         'data_dir': f'{TF215_DIR}/albert_data',
+                         'learning_rate': 1e-3, 'num_train_steps': 20,
+                         'num_warmup_steps': 2})]
+
+
+@from_tf215
+@pytest.mark.e2e
+def test_a_square_kernel_loaded_untransposed_fails_verify_at_its_layer(
+    tmp_path):
+  # The ALBERT-style port's query kernel (hidden x hidden) as stored: its
+  # outputs agree within their bars, its query layer's does not.
+  correct = run_module('migration_tools.checkpoint',
+                       f'--output={tmp_path / "right"}', *ALBERT_CONVERSION,
+                       '--port=albert_torch_port:make_port',
+                       env={'PYTHONPATH': TOOLS_PYTHONPATH})
+  assert correct.returncode == 0, correct.stderr[-3000:]
+  assert 'Verified on 32 examples: every output agrees' in correct.stdout
+  assert '; 11 layers agree on the first example (closest to its bar: ' in (
+      correct.stdout), correct.stdout
+  broken = run_module('migration_tools.checkpoint',
+                      f'--output={tmp_path / "wrong"}', *ALBERT_CONVERSION,
+                      '--port=albert_torch_port:query_kernel_as_stored',
+                      env={'PYTHONPATH': TOOLS_PYTHONPATH})
+  assert broken.returncode == 1
+  line = broken.stderr.strip().splitlines()[-1]
+  assert line.startswith('error: verification failed: the outputs agree '
+                         'within their bars on 32 examples, but inside the '
+                         'model, on the first example, equal up to '
+                         'albert/encoder/embedding_hidden_mapping_in; they '
+                         'part at albert/encoder/transformer/layer_shared/'
+                         'attention/query (port: '), line
+  assert 'a square kernel loaded untransposed' in line
+  assert not (tmp_path / 'wrong').exists()
 
 
 def test_a_file_that_is_no_state_dict_is_refused_in_one_line(tmp_path):

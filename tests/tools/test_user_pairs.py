@@ -12,6 +12,7 @@ cause, first."""
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -560,6 +561,9 @@ def test_the_converter_carries_weights_slots_and_step_and_verifies(
   examples = 256 if name == 'bert' else 300  # All its file holds.
   assert f'Verified on {examples} examples: every output agrees' in (
       result.stdout), result.stdout
+  # And each layer the map pairs, on the first example.
+  assert re.search(r'; [1-9]\d* layers agree on the first example',
+                   result.stdout), result.stdout
   assert ('Written by Keras 2: on TF 2.16 and later (Keras 3), carry it over '
           'first: migration-convert-checkpoint --keras2_dir=') in result.stdout
   carried = next(line for line in result.stdout.splitlines()
@@ -656,6 +660,8 @@ def test_moving_averages_convert_as_the_weights_the_estimator_served(
                         '--averages_as_weights', env=ENV)
   assert averaged.returncode == 0, averaged.stderr[-2000:]
   assert 'Verified on 64 examples: every output agrees' in averaged.stdout
+  assert re.search(r'; [1-9]\d* layers agree on the first example',
+                   averaged.stdout), averaged.stdout
   assert 'Carried: 31 variables as their moving averages' in averaged.stdout
   # The two differ: after 5 steps an average is not its weight.
   theirs, ours = (tf.train.load_checkpoint(tf.train.latest_checkpoint(

@@ -66,6 +66,8 @@ import dataclasses
 import inspect
 from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
+import numpy as np
+
 
 from kit_core import keras_compat
 from kit_core.errors import KitError
@@ -221,3 +223,53 @@ def state_variables(model: tf.keras.Model) -> dict[str, tf.Variable]:
                  f'{said}; the kit keys variables by path, and Keras lets '
                  'sibling layers share a name: give each layer a name of its '
                  'own (e.g. Dense(64, name=\'dense_2\'))')
+
+
+def _owning_layers(model) -> dict[str, Any]:
+  """{scope: layer} of every layer (nested ones too) that owns variables
+  itself, not through a sub-layer; its scope is its first variable's."""
+  found = {}
+
+  def walk(layer):
+    children = list(layer._flatten_layers(  # pylint: disable=protected-access
+        include_self=False, recursive=False))
+    inherited = {id(w) for child in children for w in child.weights}
+    own = [w for w in layer.weights if id(w) not in inherited]
+    if own:
+      found.setdefault(keras_compat.variable_path(own[0]).rpartition('/')[0],
+                       layer)
+    for child in children:
+      walk(child)
+
+  walk(model)
+  return found
+
+
+def layer_outputs(model: tf.keras.Model, features) -> dict[str, np.ndarray]:
+  """Each layer that owns variables: its output in inference on the first
+  example, flattened, by the scope of its variables (compare/layers); the
+  model called on features as a whole."""
+  recorded, wrapped = {}, []
+  for name, layer in _owning_layers(model).items():
+    def call(*args, _call=layer.call, _name=name, **kwargs):
+      output = _call(*args, **kwargs)
+      # Its last call, as the legacy side's scope entered again (ALBERT's
+      # shared layer) gives its last call's (legacy._layer_tensors).
+      recorded[_name] = output
+      return output
+    wrapped.append((layer, 'call' in vars(layer), layer.call))
+    layer.call = call
+  try:
+    model(tf.nest.map_structure(tf.constant, features), training=False)
+  finally:
+    for layer, own, original in wrapped:
+      if own:
+        layer.call = original
+      else:
+        del layer.call
+  batch = len(tf.nest.flatten(features)[0])
+  result = {}
+  for name, output in recorded.items():
+    flat = np.asarray(tf.nest.flatten(output)[0]).ravel()
+    result[name] = flat[:flat.size // batch]
+  return result

@@ -84,26 +84,6 @@ def _set_back(values: dict[int, tuple]) -> None:
     variable.assign(tf.zeros_like(variable) if value is None else value)
 
 
-def _owning_layers(model) -> dict[str, Any]:
-  """{scope: layer} of every layer (nested ones too) that owns variables
-  itself, not through a sub-layer; its scope is its first variable's."""
-  found = {}
-
-  def walk(layer):
-    children = list(layer._flatten_layers(  # pylint: disable=protected-access
-        include_self=False, recursive=False))
-    inherited = {id(w) for child in children for w in child.weights}
-    own = [w for w in layer.weights if id(w) not in inherited]
-    if own:
-      found.setdefault(keras_compat.variable_path(own[0]).rpartition('/')[0],
-                       layer)
-    for child in children:
-      walk(child)
-
-  walk(model)
-  return found
-
-
 def _watched(method):
   """A method that calls the port's trainer: a variable made in it (by a
   first trace) was not made with the runner, and rewind() could not set it
@@ -311,32 +291,7 @@ class PortRunner(side.PortSide):
     return {k: np.asarray(v) for k, v in outputs_lib.as_dict(outputs).items()}
 
   def layer_outputs(self, features) -> dict[str, np.ndarray]:
-    """Each layer that owns variables: its output in inference on the first
-    example, flattened, by the scope of its variables (compare/layers)."""
-    recorded, wrapped = {}, []
-    for name, layer in _owning_layers(self.model).items():
-      def call(*args, _call=layer.call, _name=name, **kwargs):
-        output = _call(*args, **kwargs)
-        # Its last call, as the legacy side's scope entered again (ALBERT's
-        # shared layer) gives its last call's (legacy._layer_tensors).
-        recorded[_name] = output
-        return output
-      wrapped.append((layer, 'call' in vars(layer), layer.call))
-      layer.call = call
-    try:
-      self.model(tf.nest.map_structure(tf.constant, features), training=False)
-    finally:
-      for layer, own, original in wrapped:
-        if own:
-          layer.call = original
-        else:
-          del layer.call
-    batch = len(tf.nest.flatten(features)[0])
-    result = {}
-    for name, output in recorded.items():
-      flat = np.asarray(tf.nest.flatten(output)[0]).ravel()
-      result[name] = flat[:flat.size // batch]
-    return result
+    return port_lib.layer_outputs(self.model, features)
 
   @tf.function
   def _probe_step(self, iterator):
