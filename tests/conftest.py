@@ -14,6 +14,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 
 import pytest
@@ -46,6 +47,18 @@ elif HAS_JAX:
   os.environ['KERAS_BACKEND'] = 'jax'
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_force_'
                              f'host_platform_device_count={NUM_CPU_DEVICES}')
+# JAX compiles a function once per process, and the commands the tests run
+# are processes of their own, each compiling the same ports again: they
+# share XLA's persistent compilation cache, every compilation kept however
+# short (a cached executable is the one compiled: the same HLO, flags and
+# device). One folder per run, made by the first process (pytest-xdist's
+# controller; workers and commands inherit it), removed as the run ends.
+_JAX_CACHE = 'JAX_COMPILATION_CACHE_DIR'
+_OWN_JAX_CACHE = HAS_JAX and _JAX_CACHE not in os.environ
+if _OWN_JAX_CACHE:
+  os.environ[_JAX_CACHE] = tempfile.mkdtemp(prefix='kit_tests_jax_cache_')
+  os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0'
+  os.environ['JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES'] = '0'
 if _QUIET_HERE:
   del os.environ['TF_CPP_MIN_LOG_LEVEL']
 
@@ -261,6 +274,8 @@ def cpu_strategy(replicas: int) -> 'tf.distribute.Strategy':
 
 def pytest_sessionfinish(session, exitstatus):
   session.config.kit_exit_status = int(exitstatus)
+  if _OWN_JAX_CACHE:  # Only the process that made it: the others are done.
+    shutil.rmtree(os.environ[_JAX_CACHE], ignore_errors=True)
 
 
 @pytest.hookimpl(trylast=True)
