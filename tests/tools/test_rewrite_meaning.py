@@ -13,8 +13,7 @@ the tf-slim package keeps it.
 """
 import ast
 import json
-import subprocess
-import sys
+import multiprocessing
 
 import pytest
 import tensorflow as tf
@@ -25,19 +24,31 @@ from migration_tools.scanner import rewrite
 
 pytestmark = pytest.mark.e2e  # Each version of each snippet is a process.
 
+# Each runs in a fresh process, as a file would: forked from a server that
+# has imported TensorFlow and run nothing (its runtime starts in the child),
+# so that the import, 6 s on 2 cores, is paid once per test process.
+_PROCESSES = multiprocessing.get_context('forkserver')
+_PROCESSES.set_forkserver_preload(['tensorflow', 'numpy'])
+
 _PLAIN = 'import tensorflow as tf\n'
 _V1 = 'import tensorflow.compat.v1 as tf\ntf.disable_v2_behavior()\n'
 # TF 1's meaning of a file that imports tensorflow plainly.
 _AS_TF1 = 'import tensorflow.compat.v1 as tf\ntf.disable_v2_behavior()\n'
 
+# Run in the child, given `source`, `repo` and `pipe`: sends ('result', its
+# JSON) or ('raised', the traceback).
 _RUN = """
-import json, sys
+import json, os, traceback
 import numpy as np
-namespace = {'__name__': 'snippet'}
-exec(compile(sys.stdin.read(), 'snippet.py', 'exec'), namespace)
 def plain(v):  # A TF 1 Dimension by its value; arrays as lists.
   return v.value if type(v).__name__ == 'Dimension' else np.asarray(v).tolist()
-print(json.dumps(namespace['result'], default=plain))
+os.chdir(repo)
+try:
+  namespace = {'__name__': 'snippet'}
+  exec(compile(source, 'snippet.py', 'exec'), namespace)
+  pipe.send(('result', json.dumps(namespace['result'], default=plain)))
+except BaseException:
+  pipe.send(('raised', traceback.format_exc()))
 """
 
 SNIPPETS = {
@@ -136,11 +147,22 @@ with g.as_default():
 
 
 def _run(source: str) -> str:
-  ran = subprocess.run([sys.executable, '-c', _RUN], input=source,
-                       capture_output=True, text=True, check=False,
-                       cwd=REPO, timeout=300)
-  assert ran.returncode == 0, (source, ran.stderr[-3000:])
-  return ran.stdout.strip().splitlines()[-1]
+  """source's `result`, as JSON, computed in a process of its own."""
+  receiver, sender = _PROCESSES.Pipe(duplex=False)
+  child = _PROCESSES.Process(target=exec, args=(_RUN, {
+      'source': source, 'repo': REPO, 'pipe': sender}))
+  child.start()
+  sender.close()
+  try:
+    assert receiver.poll(300), (source, 'no result in 300 s')
+    how, said = receiver.recv()
+  except EOFError:
+    how, said = 'died', f'exit code {child.join(60) or child.exitcode}'
+  finally:
+    child.kill()
+    child.join(60)
+  assert how == 'result', (source, said[-3000:])
+  return said
 
 
 def _as_tf1(source: str) -> str:
