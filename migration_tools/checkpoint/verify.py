@@ -147,8 +147,9 @@ class Layers:
     self.of, self.theirs = of, theirs.layers
     self.scope_pairs = layers_lib.pairs(variable_pairs or {})
     self.why_not = (
-        'the recording holds none (recorded before --verify compared '
-        f'layers): {predictions.RECORD_AGAIN}' if not theirs.layers else
+        'the legacy predictions hold no layer outputs (a recording made '
+        f'before --verify compared layers: {predictions.RECORD_AGAIN}; or '
+        'no legacy variable lies in a name scope)' if not theirs.layers else
         'no variable pairs were given' if variable_pairs is None else '')
     self.ours = self.of() if not self.why_not else {}
     if not self.why_not and not self.ours:

@@ -278,6 +278,7 @@ def test_verify_names_the_first_layer_that_parts_when_the_outputs_agree():
   result = verify.judge(old, dict(outputs), {}, None, verify.Layers(
       old, lambda: {'emb': hidden}, pairs))
   assert verify.layers_text(result) == (
-      'no layer compared: the recording holds none (recorded before '
-      '--verify compared layers): record it again on TF 2.15 with '
-      'migration-convert-checkpoint --record_predictions')
+      'no layer compared: the legacy predictions hold no layer outputs (a '
+      'recording made before --verify compared layers: record it again on '
+      'TF 2.15 with migration-convert-checkpoint --record_predictions; or no '
+      'legacy variable lies in a name scope)')
