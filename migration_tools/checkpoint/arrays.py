@@ -128,10 +128,14 @@ def verify(path: str, port: array_port.ArrayPort,
                                   verify_lib.counted(progress, side))
   ours = predict_all('the port')
   first = outputs_lib.first_batch(theirs.features, theirs.batch)
+
+  def port_layers() -> dict:
+    if port.layer_outputs is None:  # Optional in the contract.
+      return {}
+    return {k: np.asarray(v).ravel()
+            for k, v in port.layer_outputs(model, first).items()}
   layers = verify_lib.Layers(
-      theirs, lambda: {k: np.asarray(v).ravel() for k, v in (
-          port.layer_outputs(model, first).items() if port.layer_outputs
-          else ())},
+      theirs, port_layers,
       pair_variables and pair_variables(model.variables()))
   noise = verify_lib.measured_noise(
       ours, lambda: {k: np.array(v) for k, v in model.variables().items()},

@@ -68,7 +68,6 @@ from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
-
 from kit_core import keras_compat
 from kit_core.errors import KitError
 from kit_core.lazy import tensorflow as tf
