@@ -55,24 +55,38 @@ def write_data(data_dir: str, examples: int = 320, seed: int = 0) -> None:
           feature=feature)).SerializeToString())
 
 
+def raw_image(encoded):
+  """JPEG bytes to a float image of raw pixels (0 to 255), as
+  tensorflow/tpu's EfficientNet feeds its model_fn."""
+  image = tf.io.decode_jpeg(encoded, channels=CHANNELS)
+  return tf.cast(tf.reshape(image, [SIZE, SIZE, CHANNELS]), tf.float32)
+
+
 def preprocess(encoded):
   """JPEG bytes to a normalised float image."""
-  image = tf.io.decode_jpeg(encoded, channels=CHANNELS)
-  image = tf.reshape(image, [SIZE, SIZE, CHANNELS])
-  return (tf.cast(image, tf.float32) - MEAN) / STDDEV
+  return (raw_image(encoded) - MEAN) / STDDEV
 
 
-def parse(record):
+def parse(record, image=preprocess):
   parsed = tf.io.parse_single_example(record, {
       'image/encoded': tf.io.FixedLenFeature([], tf.string),
       'image/class/label': tf.io.FixedLenFeature([], tf.int64)})
-  return (preprocess(parsed['image/encoded']),
+  return (image(parsed['image/encoded']),
           tf.cast(parsed['image/class/label'], tf.int32))
+
+
+def parser(params):
+  """parse, or with params['raw_pixels'] its images left unnormalised
+  (the stem's batch-norm statistics then run into the thousands)."""
+  if params.get('raw_pixels'):
+    return lambda record: parse(record, raw_image)
+  return parse
 
 
 def input_fn(params):
   dataset = tf.data.TFRecordDataset(os.path.join(params['data_dir'], RECORDS))
-  return dataset.map(parse).batch(params['batch_size'], drop_remainder=True)
+  return dataset.map(parser(params)).batch(params['batch_size'],
+                                           drop_remainder=True)
 
 
 def serving_examples(params, count=64):

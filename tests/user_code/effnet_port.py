@@ -266,7 +266,7 @@ def host_call(trainer):
 def input_pipeline(strategy, params):
   return team_trainer.distribute_records(
       strategy, params['batch_size'],
-      os.path.join(params['data_dir'], legacy.RECORDS), legacy.parse)
+      os.path.join(params['data_dir'], legacy.RECORDS), legacy.parser(params))
 
 
 def predict(model, images):
