@@ -330,6 +330,27 @@ def test_a_hand_written_optimizer_of_the_same_update_passes(data_dirs,
   assert checks['one_step (1 replica)']['slots_diff'] is not None
 
 
+def test_a_legacy_keras_optimizer_is_refused_in_one_line(data_dirs,
+                                                         tmp_path):
+  # As SimCLR's LARS is written (tf.keras.optimizers.legacy.Optimizer): the
+  # kit reads the current Keras API and says so, where it once ended in
+  # "'LARSOptimizer' object has no attribute 'build'".
+  result, checks = _compare('cnn', data_dirs, tmp_path, '--steps=1',
+                            '--replicas=1', '--notpu_ready',
+                            port='legacy_keras_optimizer')
+  assert result.returncode == 1, result.stderr[-2000:]
+  inventory = checks['inventory']
+  assert inventory['status'] == 'error'
+  assert inventory['message'] == (
+      "building the 1 replica run raised: the port's optimizer (SGD) is a "
+      'legacy Keras optimizer (tf.keras.optimizers.legacy.Optimizer: slots '
+      'by get_slot, no build), which the kit does not read: it reads the '
+      'current Keras API (build, update_step, its variables); subclass '
+      'tf.keras.optimizers.Optimizer instead, its update in update_step '
+      '(see docs/MIGRATION.md, "Plug your own pair in")')
+  assert 'Traceback' not in result.stdout + result.stderr
+
+
 def test_a_variable_the_loss_never_reaches_has_a_zero_gradient(data_dirs,
                                                               tmp_path):
   """A bias made and never used (tf.gradients' None on the legacy side,

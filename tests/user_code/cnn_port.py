@@ -63,6 +63,14 @@ def make_port() -> port_lib.Port:
       trainer_class=Trainer, input_pipeline=input_pipeline, predict=predict)
 
 
+def legacy_keras_optimizer() -> port_lib.Port:
+  """A team's optimizer on Keras 2's legacy API (OptimizerV2), as
+  SimCLR's LARS is written."""
+  return dataclasses.replace(
+      make_port(), make_optimizer=lambda params: (
+          tf.keras.optimizers.legacy.SGD(cnn_legacy.FLAGS.learning_rate)))
+
+
 def without_scaling() -> port_lib.Port:
   """Bug: the /255 the model_fn did is lost."""
   return dataclasses.replace(

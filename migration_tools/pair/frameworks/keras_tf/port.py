@@ -199,6 +199,30 @@ def check_port(port: Any, where: str) -> Port:
   return port
 
 
+def check_optimizer(optimizer: Any) -> Any:
+  """Returns the port's optimizer if the kit can read it: one of the
+  current Keras API (build, then its variables), as make_optimizer made it.
+
+  Raises:
+    KitError: one line where it is a legacy Keras optimizer (Keras 2's
+      OptimizerV2, tf.keras.optimizers.legacy: slots by get_slot, no
+      build), or no optimizer at all.
+  """
+  kind = type(optimizer).__name__
+  if callable(getattr(optimizer, 'build', None)):
+    return optimizer
+  if callable(getattr(optimizer, 'get_slot_names', None)):
+    raise KitError(
+        f'the port\'s optimizer ({kind}) is a legacy Keras optimizer '
+        '(tf.keras.optimizers.legacy.Optimizer: slots by get_slot, no '
+        'build), which the kit does not read: it reads the current Keras '
+        'API (build, update_step, its variables); subclass '
+        'tf.keras.optimizers.Optimizer instead, its update in update_step '
+        f'(see {GUIDE})')
+  raise KitError(f'the port\'s make_optimizer returned a {kind}, not a Keras '
+                 f'optimizer (tf.keras.optimizers.Optimizer; see {GUIDE})')
+
+
 def state_variables(model: tf.keras.Model) -> dict[str, tf.Variable]:
   """The model's variables (weights and e.g. moving statistics) by path
   ('conv1/kernel' on Keras 2 and 3), in creation order.

@@ -130,7 +130,8 @@ class PortRunner(side.PortSide):
     with tf.variable_creator_scope(recorded):
       with strategy.scope():
         self.model = port.build_model(dict(params))
-        self.optimizer = port.make_optimizer(dict(params))
+        self.optimizer = port_lib.check_optimizer(
+            port.make_optimizer(dict(params)))
         # Slots exist before the first step, so they can be set and read.
         self.optimizer.build(self.model.trainable_variables)
       self.trainer = port.trainer_class(self.model, self.optimizer, strategy,
