@@ -209,8 +209,7 @@ def convert(estimator_dir: str, output: str, port: port_lib.Port,
   """
   output = files.check_output(output, '--estimator_dir', estimator_dir)
   checkpoint = read_checkpoint(estimator_dir)
-  model, optimizer = files.build(port, params)
-  ours = port_lib.state_variables(model)
+  model, optimizer, ours = files.build(port, params)
   pairs = files.pairs(checkpoint.model.shapes, ours, port.variable_map, order)
   values = weights(checkpoint, averages_as_weights)
   for name, target in pairs.items():

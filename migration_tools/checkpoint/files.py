@@ -99,12 +99,16 @@ def check_room(source_dir: str, output: str) -> None:
 
 
 def build(port: port_lib.Port, params: dict | None):
-  """The port's model and its optimizer, slots created."""
+  """(model, optimizer, state): the port's model and its optimizer, slots
+  created, and the model's variables by path in the order they were
+  created (what an inferred map pairs in, as a comparison does)."""
   params = dict(params or {})
-  model = port.build_model(params)
-  optimizer = port.make_optimizer(params)
+  with port_lib.creations() as made:
+    model = port.build_model(params)
+  optimizer = port_lib.check_optimizer(port.make_optimizer(params))
   optimizer.build(model.trainable_variables)
-  return model, optimizer
+  return model, optimizer, port_lib.in_creation_order(
+      port_lib.state_variables(model), made)
 
 
 def restore(model, optimizer, path: str) -> None:

@@ -141,8 +141,7 @@ def convert_keras2(model_dir: str, output: str, port: port_lib.Port,
   """
   output = files.check_output(output, '--keras2_dir', model_dir)
   checkpoint = read_keras2_checkpoint(model_dir)
-  model, optimizer = files.build(port, params)
-  ours = port_lib.state_variables(model)
+  model, optimizer, ours = files.build(port, params)
   pairs = {name: name for name in checkpoint.model if name in ours}
   files.check_pairs({k: v.shape for k, v in checkpoint.model.items()}, ours,
                     pairs)

@@ -110,8 +110,8 @@ def verify(output: str, port: port_lib.Port, theirs: predictions.Recorded,
   # restore of the model alone left some of its variables unset (the
   # BERT-shaped port's encoder layers, reached through the optimizer only:
   # its predictions 7e-5 off).
-  model, optimizer = files.build(port, legacy.model_params(params,
-                                                           theirs.batch))
+  model, optimizer, state = files.build(port, legacy.model_params(
+      params, theirs.batch))
   files.restore(model, optimizer, tf.train.latest_checkpoint(output))
   def predict(features):
     return (port.predict(model, features) if port.predict else
@@ -123,7 +123,7 @@ def verify(output: str, port: port_lib.Port, theirs: predictions.Recorded,
   layers = Layers(
       theirs, lambda: port_lib.layer_outputs(
           model, outputs_lib.first_batch(theirs.features, theirs.batch)),
-      pair_variables and pair_variables(port_lib.state_variables(model)))
+      pair_variables and pair_variables(state))
   variables = {v.name + str(i): v for i, v in enumerate(model.variables)}
   noise = measured_noise(
       ours, lambda: {k: v.numpy() for k, v in variables.items()},

@@ -51,7 +51,7 @@ def _port(momentum: float = 0.9, **pieces) -> port_lib.Port:
 
 
 def _restored(output: str, port: port_lib.Port):
-  model, optimizer = files.build(port, {})
+  model, optimizer, _ = files.build(port, {})
   tf.train.Checkpoint(model=model, optimizer=optimizer).restore(
       tf.train.latest_checkpoint(output)).expect_partial()
   return model, optimizer

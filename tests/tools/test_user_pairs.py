@@ -330,6 +330,23 @@ def test_a_hand_written_optimizer_of_the_same_update_passes(data_dirs,
   assert checks['one_step (1 replica)']['slots_diff'] is not None
 
 
+def test_an_unmapped_port_assigned_out_of_order_pairs_in_creation_order(
+    data_dirs, recorded, tmp_path):
+  # Its same-shaped convolutions and batch norms are tracked by Keras in the
+  # order they were assigned (the block's second ones first): paired in
+  # that order, inventory passed and inference failed at 0.118. Paired in
+  # the order they were created, the legacy model's, every check passes.
+  bundle = recorded('resnet', '--steps=3', '--replicas=1,2', '--notpu_ready')
+  result, checks = _run(tmp_path, f'--bundle={bundle}',
+                        '--port=resnet_port:assigned_out_of_order',
+                        '--notpu_ready')
+  assert result.returncode == 0, result.stdout[-3000:]
+  assert all(c['passed'] for c in checks.values()), result.stdout[-3000:]
+  paired = checks['inventory']['paired_by_order']
+  assert 'conv2d_1/kernel -> resnet/conv_a/kernel' in paired, paired
+  assert 'batch_normalization_2/gamma -> resnet/bn_b/gamma' in paired, paired
+
+
 def test_a_legacy_keras_optimizer_is_refused_in_one_line(data_dirs,
                                                          tmp_path):
   # As SimCLR's LARS is written (tf.keras.optimizers.legacy.Optimizer): the

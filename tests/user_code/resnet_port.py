@@ -139,3 +139,50 @@ def nesterov_momentum() -> port_lib.Port:
   return dataclasses.replace(make_port(), make_optimizer=lambda params: (
       tf.keras.optimizers.SGD(params['learning_rate'],
                               momentum=params['momentum'], nesterov=True)))
+
+
+class _AssignedOutOfOrder(tf.keras.Model):
+  """The same network as a subclassed model whose layers are assigned in
+  another order than they are called (the block's second convolution and
+  batch norm first), as a team's residual block may assign its shortcut's:
+  Keras tracks its variables in assignment order, they are created in call
+  order, the legacy model's."""
+
+  def __init__(self):
+    super().__init__(name='resnet')
+
+    def bn(name):
+      return layers.BatchNormalization(momentum=legacy.BN_MOMENTUM,
+                                       epsilon=legacy.BN_EPSILON, name=name)
+
+    def conv(name):
+      return layers.Conv2D(legacy.WIDTH, 3, padding='same', use_bias=False,
+                           name=name)
+    self.conv_b, self.bn_b = conv('conv_b'), bn('bn_b')
+    self.logits = layers.Dense(legacy.CLASSES, name='logits')
+    self.conv_a, self.bn_a = conv('conv_a'), bn('bn_a')
+    self.stem_conv, self.stem_bn = conv('stem_conv'), bn('stem_bn')
+
+  def call(self, features, training=False):
+    net = features['image'] * features['gain'][:, None, None, None]
+    net = tf.nn.relu(self.stem_bn(self.stem_conv(net), training=training))
+    shortcut = net
+    net = tf.nn.relu(self.bn_a(self.conv_a(net), training=training))
+    net = self.bn_b(self.conv_b(net), training=training)
+    net = tf.reduce_mean(tf.nn.relu(net + shortcut), axis=[1, 2])
+    return self.logits(net)
+
+
+def _built_out_of_order(params):
+  del params
+  model = _AssignedOutOfOrder()
+  model({'image': tf.zeros([1, legacy.SIZE, legacy.SIZE, legacy.CHANNELS]),
+         'gain': tf.ones([1])})
+  return model
+
+
+def assigned_out_of_order() -> port_lib.Port:
+  """Correct, with no variable map: the inferred one must pair its
+  same-shaped convolutions and batch norms in creation order."""
+  return dataclasses.replace(make_port(), build_model=_built_out_of_order,
+                             variable_map=None)

@@ -62,6 +62,7 @@ is the kit's own, ``tests/user_code/`` holds three more.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 from typing import Any, Callable, Iterator, Protocol, runtime_checkable
@@ -221,6 +222,42 @@ def check_optimizer(optimizer: Any) -> Any:
         f'(see {GUIDE})')
   raise KitError(f'the port\'s make_optimizer returned a {kind}, not a Keras '
                  f'optimizer (tf.keras.optimizers.Optimizer; see {GUIDE})')
+
+
+def in_creation_order(variables: dict, made: list,
+                      strategy: tf.distribute.Strategy | None = None) -> dict:
+  """variables ({path: variable}, as Keras tracks them: by the order the
+  layers were assigned as attributes) in the order they were created (made,
+  as creations() recorded them), which is the legacy model's where the port calls
+  its layers as the model_fn did: an inferred map pairs same-shaped
+  variables in that order (e.g. a residual block that assigns its shortcut's
+  batch norm first and calls it last)."""
+  strategy = strategy or tf.distribute.get_strategy()
+  position: dict[int, int] = {}
+  for i, variable in enumerate(made):
+    position.setdefault(id(variable), i)
+
+  def created(item) -> int:
+    variable = item[1]
+    held = keras_compat.backing_variable(variable)
+    copies = [c for v in (variable, held) if v is not None
+              for c in (v, *strategy.experimental_local_results(v))]
+    return min((position[id(c)] for c in copies if id(c) in position),
+               default=len(made))
+  return dict(sorted(variables.items(), key=created))
+
+
+@contextlib.contextmanager
+def creations() -> Iterator[list]:
+  """A list of every variable created inside, as it is created (for
+  in_creation_order)."""
+  made = []
+
+  def recorded(next_creator, **kwargs):
+    made.append(next_creator(**kwargs))
+    return made[-1]
+  with tf.variable_creator_scope(recorded):
+    yield made
 
 
 def state_variables(model: tf.keras.Model) -> dict[str, tf.Variable]:

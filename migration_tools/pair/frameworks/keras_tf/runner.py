@@ -136,7 +136,8 @@ class PortRunner(side.PortSide):
         self.optimizer.build(self.model.trainable_variables)
       self.trainer = port.trainer_class(self.model, self.optimizer, strategy,
                                         self.global_batch)
-    self._variables = port_lib.state_variables(self.model)
+    self._variables = port_lib.in_creation_order(
+        port_lib.state_variables(self.model), made, strategy)
     self.pairs: dict[str, str] = {}
     self._legacy_name: dict[str, str] = {}
     # {legacy slot suffix: port token} when the legacy optimizer is read by
