@@ -6,7 +6,11 @@ for the kit, in one module, so the rest of the code reads the same on both.
 """
 from __future__ import annotations
 
+import collections
+import contextlib
 import functools
+import importlib
+from typing import Iterator
 
 from kit_core import lazy
 from kit_core.lazy import tensorflow as tf
@@ -27,6 +31,41 @@ def keras_major() -> int:
 
 def is_keras3() -> bool:
   return keras_major() >= 3
+
+
+def _name_counters() -> dict | None:
+  """The counters Keras numbers auto-named layers by ('conv2d_3'), as it
+  holds them (mutable); None where this Keras keeps them elsewhere."""
+  root = tf.keras.layers.Layer.__module__.split('.')[0]  # keras, tf_keras
+  try:
+    if is_keras3():
+      state = importlib.import_module(f'{root}.src.backend.common.global_state')
+      return state.get_global_attribute(
+          'object_name_uids', default=collections.defaultdict(int),
+          set_to_default=True)
+    # Keras 2 keys them by TensorFlow's default graph.
+    return importlib.import_module(
+        f'{root}.src.backend').get_default_graph_uid_map()
+  except (ImportError, AttributeError):
+    return None
+
+
+# The counters as the first build under names_as_first_built found them.
+_FIRST_COUNTERS: dict[str, dict] = {}
+
+
+@contextlib.contextmanager
+def names_as_first_built(key: str) -> Iterator[None]:
+  """Inside, Keras numbers auto-named layers as it did inside the first
+  time for key: a model built again (the kit builds a port once per
+  replica count) gets the names its first build got ('resnet/conv2d', not
+  'resnet/conv2d_6'), which its variables are paired by."""
+  counters = _name_counters()
+  if counters is not None:
+    first = _FIRST_COUNTERS.setdefault(key, dict(counters))
+    counters.clear()
+    counters.update(first)
+  yield
 
 
 def compute_dtype(model) -> str:

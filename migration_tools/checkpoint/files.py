@@ -14,6 +14,7 @@ import numpy as np
 
 from kit_core import atomic
 from kit_core import checkpoint_files
+from kit_core import keras_compat
 from kit_core import paths
 from kit_core import room
 from kit_core.errors import KitError
@@ -103,7 +104,8 @@ def build(port: port_lib.Port, params: dict | None):
   created, and the model's variables by path in the order they were
   created (what an inferred map pairs in, as a comparison does)."""
   params = dict(params or {})
-  with port_lib.creations() as made:
+  with port_lib.creations() as made, \
+      keras_compat.names_as_first_built('port'):
     model = port.build_model(params)
   optimizer = port_lib.check_optimizer(port.make_optimizer(params))
   optimizer.build(model.trainable_variables)

@@ -146,22 +146,22 @@ class _AssignedOutOfOrder(tf.keras.Model):
   another order than they are called (the block's second convolution and
   batch norm first), as a team's residual block may assign its shortcut's:
   Keras tracks its variables in assignment order, they are created in call
-  order, the legacy model's."""
+  order, the legacy model's. Its layers are named by Keras (conv2d_1, ...),
+  numbered anew each time the model is built."""
 
   def __init__(self):
     super().__init__(name='resnet')
 
-    def bn(name):
+    def bn():
       return layers.BatchNormalization(momentum=legacy.BN_MOMENTUM,
-                                       epsilon=legacy.BN_EPSILON, name=name)
+                                       epsilon=legacy.BN_EPSILON)
 
-    def conv(name):
-      return layers.Conv2D(legacy.WIDTH, 3, padding='same', use_bias=False,
-                           name=name)
-    self.conv_b, self.bn_b = conv('conv_b'), bn('bn_b')
-    self.logits = layers.Dense(legacy.CLASSES, name='logits')
-    self.conv_a, self.bn_a = conv('conv_a'), bn('bn_a')
-    self.stem_conv, self.stem_bn = conv('stem_conv'), bn('stem_bn')
+    def conv():
+      return layers.Conv2D(legacy.WIDTH, 3, padding='same', use_bias=False)
+    self.conv_b, self.bn_b = conv(), bn()
+    self.logits = layers.Dense(legacy.CLASSES)
+    self.conv_a, self.bn_a = conv(), bn()
+    self.stem_conv, self.stem_bn = conv(), bn()
 
   def call(self, features, training=False):
     net = features['image'] * features['gain'][:, None, None, None]

@@ -127,7 +127,8 @@ class PortRunner(side.PortSide):
     def recorded(next_creator, **kwargs):
       made.append(next_creator(**kwargs))
       return made[-1]
-    with tf.variable_creator_scope(recorded):
+    with tf.variable_creator_scope(recorded), \
+        keras_compat.names_as_first_built('port'):
       with strategy.scope():
         self.model = port.build_model(dict(params))
         self.optimizer = port_lib.check_optimizer(
