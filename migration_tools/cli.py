@@ -66,21 +66,32 @@ def define_legacy_flags(tool_flags: flags.FlagValues) -> None:
       flag_values=tool_flags)
 
 
-def set_legacy_flags(spec: str) -> None:
+def set_legacy_flags(spec: str, known_only: bool = False) -> list[str]:
   """Parses spec into absl's global FLAGS (where the legacy code's flags are).
 
   Call after the legacy modules are imported, so their flags exist.
+
+  Args:
+    spec: the flags, as on the legacy code's command line.
+    known_only: set the flags some module here defines, and return the
+      others (a bundle's, replayed with a port that imports no legacy
+      module); else every flag must be defined.
+
+  Returns:
+    The flags of spec no module defines (known_only), else [].
 
   Raises:
     KitError: a flag the legacy code does not define, or a bad value.
   """
   if not spec:
-    return
+    return []
   try:
-    flags.FLAGS([sys.argv[0], *shlex.split(spec)])
+    left = flags.FLAGS([sys.argv[0], *shlex.split(spec)],
+                       known_only=known_only)
   except (flags.Error, ValueError) as e:
     raise KitError(f'--legacy_flags: {e}; give the legacy code\'s own flags, '
                    'as on its command line') from e
+  return left[1:]
 
 
 def _log_path(tool_flags: flags.FlagValues) -> str | None:

@@ -220,7 +220,8 @@ def _live(tool_flags: flags.FlagValues, workdir: str) -> tuple[list, dict]:
                             tool_flags.eval_batches,
                             cli.parse_params(tool_flags.params),
                             warm_start_from=tool_flags.warm_start_from,
-                            beyond_init=tool_flags.beyond_init)
+                            beyond_init=tool_flags.beyond_init,
+                            legacy_flags=tool_flags.legacy_flags)
   counts = _replica_counts(tool_flags.replicas, options.global_batch)
   devices.split_cpu(max(counts))
   serving = tool_flags.legacy_serving_input_fn
@@ -293,6 +294,7 @@ def _replayed(tool_flags: flags.FlagValues, workdir: str, path: str
                   f'{f" at kit commit {commit[:12]}" if commit else ""}; '
                   f'replicas {",".join(map(str, counts))}'))
   port = pair_lib.load_port(tool_flags)
+  _set_recorded_flags(bundle.options.get('legacy_flags', ''))
   dots = _dots(tool_flags, port)
   framework = _framework(port)
   print(printable(f'Port: {pair_lib.port_spec(tool_flags)}, on {framework}'))
@@ -304,6 +306,18 @@ def _replayed(tool_flags: flags.FlagValues, workdir: str, path: str
                    'recorded_with': bundle.versions,
                    'port': pair_lib.port_spec(tool_flags),
                    'port_framework': framework, **about}
+
+
+def _set_recorded_flags(spec: str) -> None:
+  """The legacy flags the bundle was recorded with, set on absl's FLAGS
+  for a port that reads them (as it imports the legacy module that defines
+  them); those no module here defines are said, not set."""
+  unknown = cli.set_legacy_flags(spec, known_only=True)
+  if unknown:
+    print(printable(f'Legacy flags: {" ".join(unknown)} recorded, defined by '
+                    'no module the port imported: not set'))
+  elif spec:
+    print(printable(f'Legacy flags: {spec} (recorded; set for the port)'))
 
 
 def _dots(tool_flags: flags.FlagValues, port) -> precision.Dots:

@@ -37,6 +37,8 @@ class Options:
     the port from the legacy start.
   beyond_init: the gain the beyond_init check scales every kernel and
     embedding of the start state up to (0: the check is off).
+  legacy_flags: the legacy code's absl flags as on its command line
+    (--legacy_flags); a replay sets them again, for a port that reads them.
   """
   steps: int = 100
   global_batch: int = 64
@@ -45,6 +47,7 @@ class Options:
   seed: int = 0
   warm_start_from: str = ''
   beyond_init: float = 2.0
+  legacy_flags: str = ''
 
 
 class Upstream(KitError):

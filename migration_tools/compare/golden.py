@@ -217,7 +217,7 @@ def load(path: str) -> Bundle:
 _OPTION_TYPES = {'steps': (int, 1), 'global_batch': (int, 1),
                  'eval_batches': (int, 0), 'seed': (int, None),
                  'beyond_init': ((int, float), 0), 'params': (dict, None),
-                 'warm_start_from': (str, None)}
+                 'warm_start_from': (str, None), 'legacy_flags': (str, None)}
 
 
 def _check_options(bundle: Bundle) -> None:

@@ -332,8 +332,11 @@ def record_bundle(pair: LegacyPair, port: Any, workdir: str,
   results = run_checks(source, port, workdir,
                        placements(port, replica_counts, progress), options,
                        tpu_ready, speed, progress, about, dots)
+  # No legacy flags: none recorded (as in bundles made before they were).
+  recorded = {k: v for k, v in dataclasses.asdict(options).items()
+              if k != 'legacy_flags' or v}
   bundle = golden.Bundle(
-      dataclasses.asdict(options), list(replica_counts),
+      recorded, list(replica_counts),
       pair.serving_input_fn is not None and port.export is not None,
       source.batches, tape, {'tensorflow': tf.__version__,
                              'format': golden.FORMAT, **provenance.kit()})

@@ -23,6 +23,7 @@ import tensorflow as tf
 from bert_bugs import BERT_BUGS
 from conftest import CATALOGUE, REPO, TESTS, catalogue, run_module
 from conftest import FAIL_FAST, failed_first, made_once, recorded_once
+from migration_tools import cli
 
 # Commands in subprocesses and training jobs: apart from the fast tier.
 pytestmark = pytest.mark.e2e
@@ -243,15 +244,26 @@ def test_each_deliberate_bug_fails_the_check_named_for_it_first(
     name, port, failing, cause, data_dirs, recorded, tmp_path):
   # --notpu_ready: these bugs are numeric; tpu_ready has tests of its own.
   options = ('--steps=3', '--replicas=1,2', '--notpu_ready')
-  if PAIRS[name].legacy_flags:
-    # Its port reads the legacy module's absl flags (--data_dir), which
-    # only --legacy_flags sets, and a replay takes none: live.
-    result, checks = _compare(name, data_dirs, tmp_path, *options, FAIL_FAST,
-                              port=port)
-  else:
-    result, checks = _replay(name, recorded(name, *options), data_dirs,
-                             tmp_path, port, '--notpu_ready', FAIL_FAST)
+  result, checks = _replay(name, recorded(name, *options), data_dirs,
+                           tmp_path, port, '--notpu_ready', FAIL_FAST)
   failed_first(result, checks, failing, cause)
+
+
+def test_a_replay_sets_the_recorded_legacy_flags_for_a_port_that_reads_them(
+    data_dirs, recorded, tmp_path):
+  # The CNN's port reads the legacy module's absl flags (--data_dir, the
+  # learning rate), which --legacy_flags set live: the bundle records them
+  # and a replay sets them again, where it once ran on their defaults.
+  bundle = recorded('cnn', '--steps=3', '--replicas=1,2', '--notpu_ready')
+  result, checks = _replay('cnn', bundle, data_dirs, tmp_path, 'make_port',
+                           '--notpu_ready')
+  assert result.returncode == 0, result.stdout[-3000:]
+  assert all(c['passed'] for c in checks.values()), result.stdout[-3000:]
+  assert (f'Legacy flags: --nouse_tpu --data_dir={data_dirs["cnn"]} '
+          '(recorded; set for the port)') in result.stdout
+  # A flag no module here defines is said and left.
+  assert cli.set_legacy_flags('--no_such_flag=1', known_only=True) == [
+      '--no_such_flag=1']
 
 
 def _assert_effnet_run(checks):
