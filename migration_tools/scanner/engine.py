@@ -408,7 +408,8 @@ class _Scanner:
     entry, n = self.table.api_entry(parts)
     status = entry[1] if entry else 'unknown'
     rule = self.table.api_rule(parts)
-    while rule and rule.unless_given and self._given(node, *rule.unless_given):
+    while rule and rule.unless_given and all(
+        self._given(node, *given) for given in rule.unless_given):
       rule = self.table.api_rule(parts, after=rule)
     if status == 'same':
       # TF 2 has it unchanged: at most a style note (tf.feature_column).
@@ -428,6 +429,10 @@ class _Scanner:
       # Not called here (a reference, dict(fn=tf.summary.scalar)): how it
       # will be called decides, so it is for review, never silent.
       era = self.eras.get(id(node), rules_lib.REVIEW)
+    if rule and rule.unless_given and self._call_of(node) is None:
+      # What the call passes decides (optimizer=tf.train.AdamOptimizer, a
+      # default argument): for review.
+      era = rules_lib.REVIEW
     # Through a tf.compat.v1 that no longer has it (tf.compat.v1.estimator,
     # what Keras 3 took out of tf.compat.v1.layers), it breaks all the same.
     compat_v1 = spelling == V1 and bool(entry) and entry[3]
@@ -463,11 +468,17 @@ class _Scanner:
   def _given(self, node: ast.AST, keyword: str, position: int) -> bool:
     """Whether node is called here with keyword= or more than position
     positional arguments (rules.Rule.unless_given)."""
-    call = self._parent(node)
-    if not isinstance(call, ast.Call) or call.func is not node:
+    call = self._call_of(node)
+    if call is None:
       return False
     return (any(k.arg == keyword for k in call.keywords) or
             len(call.args) > position)
+
+  def _call_of(self, node: ast.AST) -> ast.Call | None:
+    """The call of node where node is what it calls (tf.X(...)); None for
+    a reference (optimizer=tf.X)."""
+    call = self._parent(node)
+    return call if isinstance(call, ast.Call) and call.func is node else None
 
   def _wrapped(self, node: ast.Attribute) -> None:
     """X().attr where X is a wrapper the scanner cannot follow

@@ -127,11 +127,13 @@ class Rule:
   # is silent spelt plain tf.X only warns there (a v1 summary under
   # ``import tensorflow.compat.v1 as tf``).
   redefined: bool = False
-  # (keyword, position): a call that passes this argument, by keyword or
-  # as positional argument position (0-based), is not this row's; the next
-  # row that matches decides (AdamOptimizer(lr, epsilon=1e-6) keeps its
-  # epsilon: no longer silent, but still a v1 optimizer).
-  unless_given: tuple[str, int] | None = None
+  # ((keyword, position), ...): a call that passes each of these
+  # arguments, by keyword or as positional argument position (0-based), is
+  # not this row's; the next row that matches decides
+  # (AdamOptimizer(lr, epsilon=1e-6) keeps its epsilon: no longer silent,
+  # but still a v1 optimizer). A reference not called there is for review:
+  # its call decides.
+  unless_given: tuple[tuple[str, int], ...] = ()
 
   @property
   def description(self) -> str:
@@ -242,18 +244,38 @@ _ROWS = (
     Rule('adam-epsilon', 'api:train.AdamOptimizer', 'silent', SILENT,
          'tf.train.AdamOptimizer', 'tf.keras.optimizers.Adam(epsilon=1e-8): '
          "Keras's default epsilon is 1e-7, TF 1's 1e-8", _SILENT,
-         unless_given=('epsilon', 3)),
+         unless_given=(('epsilon', 3),)),
     Rule('rmsprop-epsilon', 'api:train.RMSPropOptimizer', 'silent', SILENT,
          'tf.train.RMSPropOptimizer', 'tf.keras.optimizers.RMSprop('
          'rho=0.9, epsilon=1e-10): Keras defaults to epsilon 1e-7, and TF 1 '
-         'adds epsilon inside the square root', _SILENT),
+         'adds epsilon inside the square root', _SILENT,
+         unless_given=(('epsilon', 3),)),
+    # Its epsilon given, the update still differs: Keras's mean square
+    # starts at 0.
+    Rule('rmsprop-update', 'api:train.RMSPropOptimizer', 'silent', SILENT,
+         'tf.train.RMSPropOptimizer(epsilon=...)', 'migration_tools.tf1_keras.'
+         'optimizers.RMSpropFromOnes(rho=decay, momentum=..., epsilon=the '
+         'same): TF 1 starts its mean square at 1, Keras\'s RMSprop at 0, so '
+         'with the same epsilon it steps otherwise', _SILENT),
+    # TF 2's tf.random_*_initializer are Keras's, with Keras's scale.
+    Rule('random-normal-initializer', 'api:random_normal_initializer',
+         'silent', SILENT,
+         'tf.random_normal_initializer()', 'tf.random_normal_initializer('
+         'stddev=1.0): TF 1 defaults to stddev 1.0, TF 2 to 0.05', _SILENT,
+         redefined=True, unless_given=(('stddev', 1),)),
+    Rule('random-uniform-initializer', 'api:random_uniform_initializer',
+         'silent', SILENT,
+         'tf.random_uniform_initializer()', 'tf.random_uniform_initializer('
+         'minval=0.0, maxval=1.0): TF 1 draws from [0, 1) by default, TF 2 '
+         'from [-0.05, 0.05)', _SILENT, redefined=True,
+         unless_given=(('minval', 0), ('maxval', 1))),
     Rule('adagrad-epsilon', 'api:train.AdagradOptimizer', 'silent', SILENT,
          'tf.train.AdagradOptimizer', 'tf.keras.optimizers.Adagrad(epsilon='
          '...): TF 1 adds no epsilon, Keras 1e-7', _SILENT),
     Rule('adadelta-epsilon', 'api:train.AdadeltaOptimizer', 'silent', SILENT,
          'tf.train.AdadeltaOptimizer', 'tf.keras.optimizers.Adadelta('
          'epsilon=1e-8): Keras defaults to 1e-7', _SILENT,
-         unless_given=('epsilon', 2)),
+         unless_given=(('epsilon', 2),)),
     Rule('image-resize-v1', 'api:image.resize_images', 'silent', SILENT,
          'tf.image.resize_images', "tf.image.resize: TF 2 samples at "
          'half-pixel centres and has no align_corners, so outputs differ '
@@ -299,6 +321,10 @@ _ROWS = (
     Rule('bfloat16-scope', 'api:*.bfloat16_scope', 'tpu-estimator', BREAKS,
          'tpu.bfloat16_scope', "a Keras mixed-precision policy, "
          "'mixed_bfloat16'", _OPTIMIZERS),
+    Rule('cross-replica-sum', 'api:tpu.cross_replica_sum', 'tpu-estimator',
+         BREAKS, 'tf.tpu.cross_replica_sum', 'tf.distribute.'
+         'get_replica_context().all_reduce(\'sum\', x) inside strategy.run '
+         '(all_gather for a concatenation across cores)', _TPU),
     Rule('tpu-v1', 'api:tpu.*', 'tpu-estimator', BREAKS, 'tf.tpu (v1)',
          'TPUStrategy (strategy.run replaces tpu.rewrite / shard / '
          'outside_compilation)', _TPU),
@@ -611,6 +637,14 @@ _ROWS = (
     Rule('compat-v1-import', 'import:tensorflow.compat.v1', 'compat', COMPAT,
          'import of tensorflow.compat.v1', 'import tensorflow as tf '
          '(TF 2 behaviour) once the file has no v1 constructs', _MODEL_FN),
+    Rule('tutorials-module', 'import:tensorflow.examples.*', 'io', BREAKS,
+         'tensorflow.examples (removed)', 'tf.keras.datasets (mnist.'
+         'load_data()) or tensorflow_datasets: TF 2 ships no tensorflow.'
+         'examples, ModuleNotFoundError on 2.15', _IO, step=1),
+    Rule('private-xla', 'import:tensorflow.compiler.*', 'tf1-api', REVIEW,
+         'tensorflow.compiler (private)', 'the public API: xla.replica_id() '
+         'is tf.distribute.get_replica_context().replica_id_in_sync_group '
+         'inside strategy.run; private modules move between releases', _TF1),
     Rule('private-api', 'import:tensorflow.python.*', 'tf1-api', STYLE,
          'tensorflow.python (private)', 'the public tf.* name: private '
          'modules move between releases', _TF1),

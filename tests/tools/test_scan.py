@@ -45,6 +45,13 @@ RULE_CASES = [
     ('batch-norm-layer-v1', _TF + 'tf.layers.BatchNormalization()'),
     ('adam-epsilon', _TF + 'tf.train.AdamOptimizer(0.1)'),
     ('rmsprop-epsilon', _TF + 'tf.train.RMSPropOptimizer(0.1)'),
+    ('rmsprop-update', _TF + 'tf.train.RMSPropOptimizer(0.1, epsilon=1e-3)'),
+    ('random-normal-initializer', _TF + 'tf.random_normal_initializer()'),
+    ('random-uniform-initializer', _TF + 'tf.random_uniform_initializer()'),
+    ('cross-replica-sum', _V1 + 'tf.tpu.cross_replica_sum(x)'),
+    ('tutorials-module',
+     'from tensorflow.examples.tutorials.mnist import input_data'),
+    ('private-xla', 'from tensorflow.compiler.tf2xla.python import xla'),
     ('adagrad-epsilon', _TF + 'tf.train.AdagradOptimizer(0.1)'),
     ('adadelta-epsilon', _TF + 'tf.train.AdadeltaOptimizer(0.1)'),
     ('image-resize-v1', _TF + 'tf.image.resize_images(x, [8, 8])'),
@@ -369,9 +376,27 @@ def test_through_compat_v1_a_redefined_symbol_is_tf1_and_v2_tf2():
      [('optimizer-v1', rules.COMPAT)]),
     (_TF + 'tf.train.AdadeltaOptimizer(lr, 0.95, 1e-6)',
      [('optimizer-v1', rules.BREAKS)]),
-    # RMSProp differs beyond its default (epsilon inside the root).
+    # RMSProp differs beyond its default (epsilon inside the root): given,
+    # the advice names no default of TF 1's.
     (_TF + 'tf.train.RMSPropOptimizer(lr, epsilon=1e-6)',
-     [('rmsprop-epsilon', rules.SILENT)]),
+     [('rmsprop-update', rules.SILENT)]),
+    (_TF + 'tf.train.RMSPropOptimizer(lr, 0.9, 0.0, 1e-6)',
+     [('rmsprop-update', rules.SILENT)]),
+    # Not called there (a default argument): its call decides, for review.
+    (_TF + 'def build(optimizer=tf.train.AdamOptimizer):\n  pass',
+     [('adam-epsilon', rules.REVIEW)]),
+    # TF 2's initializers are Keras's, at Keras's scale: what a call leaves
+    # to the default has moved (a TF 1-only dtype= says it is TF 1 code).
+    (_TF + 'tf.random_normal_initializer(dtype=tf.float32)',
+     [('random-normal-initializer', rules.SILENT)]),
+    (_TF + 'tf.random_normal_initializer()',
+     [('random-normal-initializer', rules.REVIEW)]),
+    (_TF + 'tf.random_normal_initializer(stddev=0.02)', []),
+    (_V1 + 'tf.random_normal_initializer()',
+     [('random-normal-initializer', rules.COMPAT)]),
+    (_TF + 'tf.random_uniform_initializer(maxval=0.1)',
+     [('random-uniform-initializer', rules.REVIEW)]),
+    (_TF + 'tf.random_uniform_initializer(-0.1, 0.1)', []),
     # Reductions Keras has mean the same; TF 1's own have no TF 2 twin.
     (_V1 + 'r = tf.losses.Reduction.NONE', [('losses-v1', rules.COMPAT)]),
     (_V1 + 'r = tf.losses.Reduction.SUM_BY_NONZERO_WEIGHTS',
