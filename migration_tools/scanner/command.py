@@ -97,22 +97,32 @@ def _write_diff(result, paths: list[str], diff: str,
       continue  # Listed as unchecked in the report already.
     patch += part
     changed += bool(part)
-  if not patch:
-    # An empty patch is one git apply refuses ("No valid patches in input").
+  if not patch and os.path.exists(diff):
+    # An earlier run's patch would be applied as this run's: emptied, which
+    # git apply refuses ("No valid patches in input").
+    _write_patch(diff, b'')
+    print(f'--diff: no safe rewrite in {len(files)} file(s); {diff} emptied '
+          '(it held an earlier patch; git apply refuses an empty one)',
+          file=sys.stderr)
+  elif not patch:
+    # An empty patch is one git apply refuses: none is written.
     print(f'--diff: no safe rewrite in {len(files)} file(s); {diff} not '
-          'written' + (' (the file there is from before)'
-                       if os.path.exists(diff) else ''), file=sys.stderr)
+          'written', file=sys.stderr)
   else:
-    try:
-      atomic.write_bytes(diff, patch)
-    except OSError as e:
-      raise KitError(f'cannot write --diff={diff}: {e.strerror}') from e
+    _write_patch(diff, patch)
     print(f'wrote {diff}: safe rewrites in {changed} of {len(files)} '
           'file(s); apply with git apply or patch -p1', file=sys.stderr)
   if notebooks:
     # A patch of a notebook's JSON would not apply to what Jupyter saves.
     print(f'{len(notebooks)} notebook(s) not rewritten: --diff rewrites .py '
           'files only; their findings are in the report', file=sys.stderr)
+
+
+def _write_patch(diff: str, patch: bytes) -> None:
+  try:
+    atomic.write_bytes(diff, patch)
+  except OSError as e:
+    raise KitError(f'cannot write --diff={diff}: {e.strerror}') from e
 
 
 def main(tool_flags: flags.FlagValues, paths: list[str]) -> None:

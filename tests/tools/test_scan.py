@@ -908,6 +908,16 @@ def test_diff_with_nothing_to_rewrite_writes_no_patch(tmp_path):
       f'--diff: no safe rewrite in 1 file(s); {tmp_path / "fix.patch"} not '
       'written')
   assert not (tmp_path / 'fix.patch').exists()
+  # A patch an earlier run left there would be applied as this run's: it
+  # is emptied, and git apply then refuses it.
+  (tmp_path / 'fix.patch').write_text('--- a/model.py\n+++ b/model.py\n')
+  result = run_module('migration_tools.scanner', 'model.py',
+                      '--diff=fix.patch', cwd=str(tmp_path))
+  assert result.returncode == 0, result.stderr
+  assert last_line(result.stderr) == (
+      f'--diff: no safe rewrite in 1 file(s); {tmp_path / "fix.patch"} '
+      'emptied (it held an earlier patch; git apply refuses an empty one)')
+  assert (tmp_path / 'fix.patch').read_bytes() == b''
 
 
 @pytest.mark.e2e
