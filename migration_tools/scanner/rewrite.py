@@ -189,9 +189,16 @@ class _Rewriter:
 
   def _layer_norm(self) -> None:
     """Each use of contrib's layer_norm calls the helper, written once
-    after the file's imports; none if the file binds the helper's name, or
-    imports nothing before the first use."""
+    after the file's imports; none if the file binds the helper's name,
+    imports nothing before the first use, or names layer_norm anywhere but
+    in a call of it: slim's arg_scope([slim.layer_norm], ...) takes only
+    ops made for it (a ValueError for the helper), and its defaults would no
+    longer reach the calls the helper took over."""
     if not self.layer_norms or layer_norm.bound(self.tree):
+      return
+    called = {id(n.func) for n in ast.walk(self.tree)
+              if isinstance(n, ast.Call)}
+    if any(id(node) not in called for node in self.layer_norms):
       return
     first = min(node.lineno for node in self.layer_norms)
     after = layer_norm.insertion_line(self.tree, first)

@@ -126,6 +126,24 @@ def test_layer_norm_by_any_spelling_calls_one_helper_after_the_imports():
       '  return contrib_layer_norm(b), slim.conv2d\n')
 
 
+@pytest.mark.parametrize('use', [
+    'with slim.arg_scope([slim.layer_norm], center=False):\n'
+    '    return slim.layer_norm(x)',
+    'return slim.repeat(x, 2, slim.layer_norm)'])
+def test_layer_norm_named_other_than_called_is_left_whole(use):
+  # slim's arg_scope takes only ops made for it: with the helper in its
+  # list it raises ValueError, and its defaults would no longer reach the
+  # calls. Any use of layer_norm other than a call leaves them all.
+  source = ('import tensorflow.compat.v1 as tf\n'
+            'import tensorflow.contrib.slim as slim\n'
+            '\n'
+            'def f(x):\n'
+            f'  {use}\n')
+  after = rewrite.rewrite(source)
+  assert 'contrib_layer_norm' not in after
+  assert after.count('slim.layer_norm') == source.count('slim.layer_norm')
+
+
 @pytest.mark.e2e
 def test_diff_takes_a_bert_like_file_at_least_as_far_as_tf_upgrade_v2():
   """The BERT-shaped file of tests/rewrite_sources (compat.v1, contrib by
