@@ -236,6 +236,15 @@ BAD_INPUTS = [
      ('--record_bundle={tmp}/x.npz', '--report={tmp}/x.npz'),
      r'^error: --record_bundle and --report are the same path, \S+x.npz; '
      'give each its own', False),
+    ("compare report the port's own module", 'migration_tools.compare',
+     ('--bundle={cut_bundle}', '--port=exits_at_import:make_port',
+      '--report={tmp}/exits_at_import.py'), r'^error: --report '
+     r'\S+exits_at_import.py would overwrite the module --port names '
+     r'\S+exits_at_import.py; write the output elsewhere', False),
+    ('compare report in the data folder', 'migration_tools.compare',
+     ('--params={{"data_dir": "{tmp}/taken"}}', '--report={tmp}/taken/export'),
+     r"^error: --report \S+taken/export would overwrite the data folder "
+     r"params' data_dir names \S+taken; write the output elsewhere", False),
     ('compare report an existing folder', 'migration_tools.compare',
      ('--report={tmp}',), r'^error: --report \S+ is a folder; name a file',
      False),

@@ -359,7 +359,8 @@ def _framework(port) -> str:
 def _check_outputs(tool_flags: flags.FlagValues, bundle: str | None) -> str:
   """The report's absolute path, once the report, its plot and a bundle to
   record are known to destroy no input and no other output."""
-  inputs = [('the input --bundle', bundle)] if bundle else []
+  inputs = ([('the input --bundle', bundle)] if bundle else []) + (
+      pair_lib.code_files(tool_flags))
   plot = os.path.splitext(os.path.abspath(tool_flags.report or '.'))[0] + '.png'
   if tool_flags.record_bundle is not None:
     paths.check_output(tool_flags.record_bundle, '--record_bundle', inputs,

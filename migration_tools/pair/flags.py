@@ -105,6 +105,57 @@ def port_spec(tool_flags: flags.FlagValues) -> str:
                if lazy.installed(framework)), tool_flags.port)
 
 
+# The flags that name code a run imports, as module:name.
+_CODE_FLAGS = ('port', 'legacy_model_fn', 'legacy_input_fn',
+               'legacy_serving_input_fn', 'legacy_serving_inputs')
+
+
+def code_files(tool_flags: flags.FlagValues) -> list[tuple[str, str]]:
+  """(what, path) of what a run imports or reads beside its data flags: the
+  file of each module --port and the --legacy_* flags name (and the folder
+  of the package it sits in), --variable_map's file and params' data_dir:
+  inputs no output may replace (paths.check_output)."""
+  found = []
+  for name in _CODE_FLAGS:
+    if name not in tool_flags:
+      continue
+    spec = port_spec(tool_flags) if name == 'port' else tool_flags[name].value
+    origin = _origin(spec.partition(':')[0]) if spec else None
+    if origin is None:
+      continue  # Loading it says what is wrong, in its own line.
+    found.append((f'the module --{name} names', origin))
+    folder = os.path.dirname(origin)
+    if os.path.exists(os.path.join(folder, '__init__.py')):
+      found.append((f'the package of the module --{name} names', folder))
+  if 'variable_map' in tool_flags and tool_flags.variable_map:
+    found.append(('the input --variable_map', tool_flags.variable_map))
+  data_dir = _data_dir(tool_flags)
+  if data_dir:
+    found.append(("the data folder params' data_dir names", data_dir))
+  return found
+
+
+def _origin(module: str) -> str | None:
+  """The file module would be imported from (its packages imported, not
+  it), or None."""
+  try:
+    spec = importlib.util.find_spec(module)
+  except (ImportError, ValueError):
+    return None
+  return spec.origin if spec is not None and spec.has_location else None
+
+
+def _data_dir(tool_flags: flags.FlagValues) -> str | None:
+  if 'params' not in tool_flags:
+    return None
+  try:
+    params = cli.parse_params(tool_flags.params)
+  except KitError:
+    return None  # Read again, and refused in its own line, later.
+  value = params.get('data_dir')
+  return value if isinstance(value, str) and os.path.isdir(value) else None
+
+
 def kit_bundle() -> str:
   """The path of the kit's own golden bundle (KIT_BUNDLE).
 
