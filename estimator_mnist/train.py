@@ -271,7 +271,12 @@ def _train_evaluate_export(config: config_lib.Config,
   """run()'s work once its input is checked and model_dir is held."""
   log = os.path.join(model_dir, LOG_FILE)
   if framework_logs.write_held_back_to(log):
-    logging.info("TensorFlow's own notices: %s (--verbose prints them)", log)
+    if framework_logs.failure():
+      logging.warning("TensorFlow's own notices are not kept (%s); "
+                      '--verbose prints them', framework_logs.failure())
+    else:
+      logging.info("TensorFlow's own notices: %s (--verbose prints them)",
+                   log)
   eval_batch, eval_steps = evaluation.batch, evaluation.steps
   estimator = make_estimator(config, model_dir, info.data_dir, eval_batch,
                              cluster)

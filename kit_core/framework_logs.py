@@ -13,7 +13,10 @@ A command's --verbose leaves them as they were.
 """
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import stat
 import sys
 import time
 from typing import Callable
@@ -23,6 +26,8 @@ LOGGERS = ('tensorflow',)
 # At most this many lines wait for a file named later (write_to); older
 # ones are dropped first.
 PENDING_LINES = 5000
+# The log's bound: past it, a run that opens it keeps its newest half.
+MAX_BYTES = 1 << 20
 
 
 class HeldBack(logging.Filter):
@@ -35,6 +40,8 @@ class HeldBack(logging.Filter):
     super().__init__()
     self.path, self.keep = path, keep
     self.count = 0
+    # Why path could not be written (then nothing more is), or None.
+    self.failure: str | None = None
     self._file = None
     self._pending: list[str] | None = [] if path is None else None
     self._format = logging.Formatter(
@@ -71,11 +78,52 @@ class HeldBack(logging.Filter):
       return
     try:
       if self._file is None:
-        self._file = open(self.path, mode, encoding='utf-8')  # pylint: disable=consider-using-with
+        self._file = _open_log(self.path, truncate=mode == 'w')
       self._file.write(''.join(line + '\n' for line in lines))
       self._file.flush()
-    except OSError:
-      self.path = None  # A log that cannot be written is dropped.
+    except OSError as e:
+      # A log that cannot be written is dropped, and why is kept.
+      self.failure = f'{self.path}: {e.strerror or e}'
+      self.path = None
+
+
+def _open_log(path: str, truncate: bool):
+  """path opened for appending, if it is a regular file or none: never
+  through a symbolic link (a user's file it points at), never blocking (a
+  FIFO with no reader, a device), trimmed to its newest half past
+  MAX_BYTES.
+
+  Raises:
+    OSError: it is a link, a folder or another special file, or cannot be
+      written.
+  """
+  fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC |
+               getattr(os, 'O_NOFOLLOW', 0) | (os.O_TRUNC if truncate else 0),
+               0o644)
+  try:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+      raise OSError(errno.EINVAL, 'not a regular file')
+    os.set_blocking(fd, True)
+    size = os.lseek(fd, 0, os.SEEK_END)
+    if size > MAX_BYTES:
+      _trim(fd, size)
+    return os.fdopen(fd, 'a', encoding='utf-8')
+  except BaseException:
+    os.close(fd)
+    raise
+
+
+def _trim(fd: int, size: int) -> None:
+  """Keeps the newest half of the log (from a line's start), said."""
+  os.lseek(fd, size - MAX_BYTES // 2, os.SEEK_SET)
+  tail = os.read(fd, MAX_BYTES // 2)
+  tail = tail[tail.find(b'\n') + 1:]
+  os.ftruncate(fd, 0)
+  os.lseek(fd, 0, os.SEEK_SET)
+  text = (f'--- older lines trimmed: this log keeps its newest '
+          f'{MAX_BYTES // 2 // 1024} KB\n').encode() + tail
+  while text:
+    text = text[os.write(fd, text):]
 
 
 def hold_back(path: str | None = None,
@@ -103,6 +151,12 @@ def write_held_back_to(path: str) -> bool:
   for f in held:
     f.write_to(path)
   return bool(held)
+
+
+def failure() -> str | None:
+  """Why the held-back records cannot be written where they go (the path
+  and the reason), or None."""
+  return next((f.failure for f in _held_back() if f.failure), None)
 
 
 def hold_native_lines(text: str) -> None:

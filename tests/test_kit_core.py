@@ -323,6 +323,56 @@ def test_held_back_logs_wait_for_the_file_named_later(tmp_path, monkeypatch,
   assert capsys.readouterr().err == 'I0000 shown\n'
 
 
+@pytest.mark.parametrize('make', ['symlink', 'fifo', 'folder'])
+def test_the_held_back_log_follows_no_link_blocks_on_nothing_and_says_why(
+    tmp_path, make):
+  # A user's diary.txt behind a link named tensorflow.log got TensorFlow's
+  # notices appended; a FIFO there hung the example after its Data: line.
+  from kit_core import framework_logs  # pylint: disable=import-outside-toplevel
+  log = tmp_path / 'tensorflow.log'
+  diary = tmp_path / 'diary.txt'
+  diary.write_text('mine\n')
+  if make == 'symlink':
+    log.symlink_to(diary)
+  elif make == 'fifo':
+    os.mkfifo(log)
+  else:
+    log.mkdir()
+  logger = logging.getLogger('tensorflow')
+  held = framework_logs.hold_back()
+  try:
+    assert framework_logs.write_held_back_to(str(log))  # Returns at once.
+    logger.warning('a notice')
+    failure = framework_logs.failure()
+  finally:
+    logger.removeFilter(held)
+  assert failure is not None and failure.startswith(f'{log}: '), failure
+  assert diary.read_text() == 'mine\n'
+  assert log.is_symlink() or log.is_fifo() or log.is_dir()
+
+
+def test_the_held_back_log_keeps_its_newest_half_past_its_bound(
+    tmp_path, monkeypatch):
+  from kit_core import framework_logs  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(framework_logs, 'MAX_BYTES', 4096)
+  log = tmp_path / 'tensorflow.log'
+  log.write_text(''.join(f'line {n}\n' for n in range(1000)))  # ~8.9 KB
+  logger = logging.getLogger('tensorflow')
+  held = framework_logs.hold_back()
+  try:
+    framework_logs.write_held_back_to(str(log))
+    logger.warning('newest')
+    assert framework_logs.failure() is None
+  finally:
+    logger.removeFilter(held)
+  lines = log.read_text().splitlines()
+  assert lines[0] == ('--- older lines trimmed: this log keeps its newest '
+                      '2 KB')
+  assert lines[1].startswith('line ') and 'line 999' in lines
+  assert lines[-1] == 'WARNING:tensorflow: newest'
+  assert log.stat().st_size < 4096
+
+
 def test_native_stderr_is_held_and_given_back_on_an_error(capfd):
   """What native code writes to descriptor 2 goes where the command says;
   if the block raised, back to stderr, beside the error."""
