@@ -116,14 +116,19 @@ def python_of(text: str) -> str:
   return '\n'.join(out) + ('\n' if text.endswith('\n') else '')
 
 
-def _cell_text(cell: dict) -> str | None:
-  """The cell's Python (python_of); None for a cell in another
-  language."""
+def _source(cell: dict) -> str:
+  """The cell's text as the notebook holds it."""
   text = cell.get('source', '')
   if isinstance(text, list):
     text = ''.join(text)
   if not isinstance(text, str):
     raise ValueError('a cell source that is not text')
+  return text
+
+
+def _cell_text(text: str) -> str | None:
+  """A cell's Python (python_of); None for a cell in another
+  language."""
   first = text.lstrip()
   if first.startswith('%%') and not first.startswith(_PYTHON_CELL_MAGICS):
     return None
@@ -157,15 +162,17 @@ def read(path: str, max_code: int | None = None) -> Notebook:
   for number, cell in enumerate(cells, 1):
     if not isinstance(cell, dict) or cell.get('cell_type') != 'code':
       continue
-    text = _cell_text(cell)
-    if text is None:
-      continue
-    size += len(text)
+    source = _source(cell)
+    # Counted before any work on the cell: python_of parses it whole.
+    size += len(source)
     if max_code is not None and size > max_code:
       raise ValueError(
           f'its code cells hold over {max_code // 2**20} MiB, the scanner\'s '
           'limit (their syntax tree would take about 200 times that in '
           'memory): read them yourself')
+    text = _cell_text(source)
+    if text is None:
+      continue
     try:
       ast.parse(text)
     except (SyntaxError, ValueError) as e:

@@ -844,6 +844,14 @@ def test_files_past_the_size_limits_are_unchecked_and_the_rest_scanned(
       "cannot read the notebook: its code cells hold over 0 MiB, the "
       "scanner's limit")
   assert reasons['outputs.ipynb'].startswith('not read: 0.6 MiB, over')
+  # Refused before any work on the cell: a 40 MB cell once took the
+  # scanner to 6.2 GB, parsed whole before its size was counted.
+  parsed, parse = [], ast.parse
+  monkeypatch.setattr(notebooks.ast, 'parse', lambda *a, **k: parsed.append(
+      a) or parse(*a, **k))
+  with pytest.raises(ValueError, match="the scanner's limit"):
+    notebooks.read(str(tmp_path / 'bert.ipynb'), 2000)
+  assert not parsed
   assert reasons['deep.ipynb'] == (
       'cannot read the notebook: its JSON is nested too deeply')
   assert [(os.path.basename(f.path), f.rule) for f in result.findings] == [
