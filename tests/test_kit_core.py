@@ -431,6 +431,9 @@ def main():
     return x
   print(tempfile.gettempdir(), twice_if_positive(tf.constant(1.0)).numpy())
   sys.stdout.flush()
+  # A folder of tempfile's with a file in it, as a library's work leaves.
+  with open(os.path.join(tempfile.mkdtemp(), 'part.bin'), 'wb') as f:
+    f.write(b'0')
   if sys.argv[1] == 'kill':
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -438,11 +441,16 @@ process.run_command(main)
 """
 
 
+@pytest.mark.parametrize('users', [
+    (), ('tmpq1w2e3r4.csv',), ('{made}/notes.txt',),
+    ('__pycache__/notes.txt',)])
 def test_a_killed_commands_temporary_files_go_with_the_next_command(
-    tmp_path):
+    tmp_path, users):
   """AutoGraph's generated modules and tempfile's files go into the
   command's own folder: removed at its end, or, once it was SIGKILLed, by
-  the next command."""
+  the next command, only if everything in it is in the manifest its process
+  wrote: a user's file there, even under a name of tempfile's or in a
+  folder the command made, keeps it."""
   script = tmp_path / 'command.py'
   script.write_text(_KILLED_AFTER_AUTOGRAPH)
   temp = tmp_path / 'tmp'
@@ -463,12 +471,21 @@ def test_a_killed_commands_temporary_files_go_with_the_next_command(
   assert its_folder.name.startswith(private_folders.TEMPORARY_FILES)
   left = sorted(p.name for p in its_folder.iterdir())
   assert any(n.startswith('__autograph_generated_file') for n in left), left
+  made = next(p.name for p in its_folder.iterdir() if (p / 'part.bin').exists())
   (temp / 'user_file.txt').write_text('not the kit\'s')
+  for user in users:
+    path = its_folder / user.format(made=made)
+    path.parent.mkdir(exist_ok=True)
+    path.write_text('not the kit\'s')
   ended, its_own = run('end')
   assert ended.returncode == 0, ended.stderr[-2000:]
   assert ended.stdout.split()[1] == '2.0'
   assert its_own != its_folder and not its_own.exists()
-  assert sorted(p.name for p in temp.iterdir()) == ['user_file.txt']
+  assert sorted(p.name for p in temp.iterdir()) == sorted(
+      ['user_file.txt'] + ([its_folder.name] if users else []))
+  for user in users:
+    assert (its_folder / user.format(made=made)).read_text() == (
+        'not the kit\'s')
 
 
 def _swallowed_sigterm():
