@@ -93,6 +93,8 @@ def load(path: str) -> Recorded:
   try:
     manifest, arrays = stored.load(path, '--predictions',
                                    referenced_only=True)
+  except KitError as e:  # Its line names the flag and the path already.
+    raise KitError(f'{e}; {RECORD_AGAIN}') from e
   except Exception as e:  # pylint: disable=broad-except
     raise KitError(f'cannot read --predictions {path} ({one_line(e)}); '
                    f'{RECORD_AGAIN}') from e

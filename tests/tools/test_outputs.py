@@ -105,6 +105,16 @@ def test_outputs_of_other_shapes_say_both_shapes():
           'legacy side')
 
 
+def test_a_missing_predictions_file_is_named_once(tmp_path):
+  path = tmp_path / 'nope.npz'
+  with pytest.raises(KitError) as raised:
+    predictions.load(str(path))
+  assert str(raised.value) == (
+      f'cannot read --predictions {path}: No such file or directory; record '
+      'it again on TF 2.15 with migration-convert-checkpoint '
+      '--record_predictions')
+
+
 def test_a_fifo_as_predictions_is_refused_not_opened(tmp_path):
   fifo = tmp_path / 'predictions.npz'
   os.mkfifo(fifo)
