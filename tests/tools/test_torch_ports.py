@@ -308,6 +308,26 @@ def test_a_file_that_is_no_state_dict_is_refused_in_one_line(tmp_path):
       f'{bad} is not a checkpoint the converter wrote for this port')
   assert '\n' not in str(raised.value)
   assert str(raised.value).endswith('; convert again')
+  # A pickle of objects other than tensors: refused, its code never run,
+  # and no advice to load it with weights_only=False cut before its caveat.
+  torch.save({'w': _RunsCode(str(tmp_path / 'ran'))}, bad)
+  with pytest.raises(KitError) as raised:
+    pytorch.PyTorch().load_state(port, model, str(bad))
+  assert str(raised.value) == (
+      f'{bad} is not a checkpoint the converter wrote for this port (it '
+      'holds objects other than tensors, which the kit does not load: '
+      'loading them would run code from the file); convert again')
+  assert not (tmp_path / 'ran').exists()
+
+
+class _RunsCode:
+  """Unpickled, it would write a file at path."""
+
+  def __init__(self, path: str):
+    self.path = path
+
+  def __reduce__(self):
+    return (open, (self.path, 'w'))
 
 
 # The adapter's parts, on small modules ---------------------------------------

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 from typing import Any, Iterator
 
 from kit_core import progress as progress_lib
@@ -157,6 +158,13 @@ class PyTorch(arrays.Arrays):
       model.load_state_dict(state)
     except Interrupted:
       raise
+    except pickle.UnpicklingError as e:
+      # Not torch's advice (weights_only=False runs the file's code), which
+      # one line would cut before its caveat.
+      raise KitError(f'{path} is not a checkpoint the converter wrote for '
+                     'this port (it holds objects other than tensors, which '
+                     'the kit does not load: loading them would run code '
+                     'from the file); convert again') from e
     except Exception as e:  # pylint: disable=broad-except
       raise KitError(f'{path} is not a checkpoint the converter wrote for '
                      f'this port ({one_line(e)}); convert again') from e
