@@ -358,6 +358,19 @@ def test_the_layouts_hand_over_tfs_names_and_shapes_and_come_back():
   assert net.conv.weight[1, 2, 3, 0].item() == kernel[3, 0, 2, 1]
 
 
+def test_bfloat16_parameters_are_read_as_their_float32_values():
+  # numpy has no bfloat16: "Got unsupported ScalarType BFloat16" once.
+  model = pytorch.TorchModel()
+  model.module = torch.nn.Linear(3, 2).to(torch.bfloat16)
+  values = model.variables()
+  assert values['kernel'].dtype == np.float32
+  np.testing.assert_array_equal(
+      values['kernel'], model.module.weight.detach().float().numpy().T)
+  model.set_variables({'bias': np.array([0.5, 1.25], np.float32)})
+  assert model.module.bias.dtype == torch.bfloat16
+  np.testing.assert_array_equal(model.variables()['bias'], [0.5, 1.25])
+
+
 def test_replicas_average_their_shares_gradients_as_ddp_does():
   def model(replicas):
     torch.manual_seed(0)

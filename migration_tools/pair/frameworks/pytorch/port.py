@@ -23,6 +23,16 @@ GUIDE = 'docs/MIGRATION.md, "To PyTorch"'
 CHECKPOINT = 'model-{step}.pt'
 
 
+def _array(tensor) -> np.ndarray:
+  """A tensor's values as numpy holds them: bfloat16, which numpy has no
+  type for, as float32 (exactly: every bfloat16 is a float32)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  tensor = tensor.detach().cpu()
+  if tensor.dtype == torch.bfloat16:
+    tensor = tensor.float()
+  return tensor.numpy()
+
+
 def _to_tf_kernel(weight: np.ndarray) -> np.ndarray:
   """[out, in, *window] -> [*window, in, out]; [out, in] -> [in, out]."""
   return np.transpose(weight, (*range(2, weight.ndim), 1, 0))
@@ -131,7 +141,7 @@ class TorchModel:
     return self._entry_list
 
   def variables(self) -> dict[str, np.ndarray]:
-    return {e.name: e.layout.to_tf(e.tensor.detach().cpu().numpy())
+    return {e.name: e.layout.to_tf(_array(e.tensor))
             for e in self._entries()}
 
   def trainable(self) -> list[str]:
@@ -157,7 +167,7 @@ class TorchModel:
     return found
 
   def slots(self) -> dict[tuple[str, str], np.ndarray]:
-    return {key: e.layout.to_tf(value.detach().cpu().numpy())
+    return {key: e.layout.to_tf(_array(value))
             for key, (e, value) in self._slot_tensors().items()}
 
   def set_slots(self, values: dict[tuple[str, str], np.ndarray]) -> None:
@@ -259,7 +269,7 @@ class TorchModel:
     for parameter, found in zip(parameters, gradients):
       parameter.grad = self.all_reduce(found)
     self._rate = float(self.optimizer.param_groups[0]['lr'])
-    reported = {e.name: e.layout.to_tf(e.tensor.grad.cpu().numpy())
+    reported = {e.name: e.layout.to_tf(_array(e.tensor.grad))
                 for e in self._entries() if e.trainable}
     self.optimizer.step()
     if self.scheduler is not None:
