@@ -135,15 +135,24 @@ def _mode_of(path: str, directory: bool) -> int:
 
 
 def write_text(path: str, text: str) -> None:
-  with temporary_path(path) as tmp:
-    with open(tmp, 'w', encoding='utf-8') as f:
-      f.write(text)
+  write_bytes(path, text.encode('utf-8'))
 
 
 def write_bytes(path: str, data: bytes) -> None:
-  with temporary_path(path) as tmp:
-    with open(tmp, 'wb') as f:
-      f.write(data)
+  """data at path, whole or not at all.
+
+  Raises:
+    OSError: the write was refused (a full disk...), naming path, the file
+      the user asked for, not the temporary one or none.
+  """
+  try:
+    with temporary_path(path) as tmp:
+      with open(tmp, 'wb') as f:
+        f.write(data)
+  except OSError as e:
+    if e.errno is None or e.filename == path:
+      raise
+    raise OSError(e.errno, e.strerror, path) from e
 
 
 def write_json(path: str, value, indent: int = 1, default=None) -> None:

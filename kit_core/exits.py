@@ -113,6 +113,17 @@ def restore_handlers(before: dict) -> None:
     signal.signal(number, signal.SIG_DFL if handler is None else handler)
 
 
+# The flags a command writes through, for the advice on a refused write
+# (output_flags).
+_OUTPUT_FLAGS = ['--model_dir (or --data_dir, --output)']
+
+
+def output_flags(text: str) -> None:
+  """The flags this command writes through, as a refused write's line
+  names them (e.g. '--report (or --record_bundle)')."""
+  _OUTPUT_FLAGS[0] = text
+
+
 # What the OS says, by errno and as TensorFlow's C++ quotes it.
 _STORAGE = ((errno.ENOSPC, 'No space left on device'),
             (errno.EROFS, 'Read-only file system'),
@@ -141,7 +152,7 @@ def storage_error(error: BaseException) -> StorageError | None:
   else:
     return None
   where = f' {path}' if path else ''
-  flags = '--model_dir (or --data_dir, --output)'
+  flags = _OUTPUT_FLAGS[0]
   advice = (f'free space there, or point {flags} elsewhere'
             if number in (errno.ENOSPC, errno.EDQUOT) else
             f'point {flags} at a folder you can write')

@@ -15,7 +15,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from conftest import REPO
+from conftest import REPO, tmpfs
 from kit_core import atomic
 from kit_core import checkpoint_files
 from kit_core import exits
@@ -371,6 +371,23 @@ def test_the_held_back_log_keeps_its_newest_half_past_its_bound(
   assert lines[1].startswith('line ') and 'line 999' in lines
   assert lines[-1] == 'WARNING:tensorflow: newest'
   assert log.stat().st_size < 4096
+
+
+def test_a_refused_write_names_the_file_asked_for_and_the_commands_flags(
+    tmp_path, monkeypatch):
+  # A full disk under migration-compare --report named no file and pointed
+  # at --model_dir, --data_dir and --output, which it has none of.
+  with tmpfs(tmp_path / 'disk', '64k') as disk:
+    target = disk / 'report.json'
+    with pytest.raises(OSError) as raised:
+      atomic.write_bytes(str(target), b'x' * 200_000)
+    assert os.listdir(disk) == []  # Nothing half-written.
+  assert raised.value.filename == str(target)
+  monkeypatch.setattr(exits, '_OUTPUT_FLAGS', list(exits._OUTPUT_FLAGS))  # pylint: disable=protected-access
+  exits.output_flags('--report (or --record_bundle)')
+  assert str(exits.storage_error(raised.value)) == (
+      f'cannot write {target}: no space left on device; free space there, '
+      'or point --report (or --record_bundle) elsewhere')
 
 
 def test_native_stderr_is_held_and_given_back_on_an_error(capfd):

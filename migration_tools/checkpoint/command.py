@@ -130,6 +130,7 @@ def define_flags(tool_flags: flags.FlagValues) -> None:
 def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   """Converts, and with --verify checks the outputs of both sides; or, with
   --record_predictions, records the legacy side's."""
+  exits.output_flags('--output (or --record_predictions)')
   if args:
     raise KitError(f'unexpected arguments {args}; flags take the form '
                    '--name=value (see --help)')

@@ -373,6 +373,7 @@ def _check_outputs(tool_flags: flags.FlagValues, bundle: str | None) -> str:
 
 def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   """Checks the inputs, runs the comparison, prints and writes the report."""
+  exits.output_flags('--report (or --record_bundle)')
   if args:
     raise KitError(f'unexpected arguments {args}; flags take the form '
                    '--name=value (see --help)')

@@ -37,6 +37,7 @@ import sys
 from absl import flags
 
 from kit_core import atomic
+from kit_core import exits
 from kit_core import paths as kit_paths
 from kit_core import progress as progress_lib
 from kit_core.errors import KitError
@@ -127,6 +128,7 @@ def _write_patch(diff: str, patch: bytes) -> None:
 
 def main(tool_flags: flags.FlagValues, paths: list[str]) -> None:
   """Scans paths, writes the report; exits 1 when something must change."""
+  exits.output_flags('--output (or --diff)')
   if not paths:
     raise KitError('give one or more files or directories to scan, e.g. '
                    'migration-scan my_model/')
