@@ -49,7 +49,7 @@ class Interrupted(KitError):
     """consequence: what was left, and what to do ('nothing was exported;
     ...')."""
     super().__init__(f'{signal_name} received: {consequence}')
-    self.signal_name = signal_name
+    self.signal_name, self.consequence = signal_name, consequence
     self.exit_code = signal_exit_code(signal_name)
 
 

@@ -106,6 +106,29 @@ def interruptible(consequence: str) -> Iterator[None]:
     signals.leave()
 
 
+@contextlib.contextmanager
+def deferred(consequence: str) -> Iterator[None]:
+  """While the block runs, SIGTERM and SIGINT wait: the block's short work
+  ends whole (a report and its plot written, its lines printed), then the
+  command stops with Interrupted(consequence), also where the block ended
+  in SystemExit (a verdict's exit code)."""
+  got = []
+
+  def hold(signum, frame):  # pylint: disable=unused-argument
+    got.append(signal.Signals(signum).name)
+
+  before = {s: signal.signal(s, hold) for s in (signal.SIGTERM, signal.SIGINT)}
+  try:
+    yield
+  except SystemExit:
+    if not got:
+      raise
+  finally:
+    restore_handlers(before)
+  if got:
+    raise Interrupted(got[0], consequence)
+
+
 def restore_handlers(before: dict) -> None:
   """Puts back {signal number: the handler signal.signal returned}."""
   for number, handler in before.items():

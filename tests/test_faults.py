@@ -29,6 +29,7 @@ from conftest import catalogue, last_line
 from conftest import estimator_checkpoint
 from conftest import run_module
 from conftest import tmpfs
+import kit_bundle
 from kit_core.errors import KitError
 from mnist_common import prepare
 from mnist_common import resources
@@ -605,13 +606,31 @@ def test_a_signal_during_export_leaves_nothing_half_written(
   assert len(os.listdir(model / 'export')) == 1
 
 
+# Held at the Checkpoint: line, between the conversion and its
+# verification, where a SIGTERM once took the default action: no stopped:
+# line, and the unverified checkpoint left under its final name.
+_HOLD_AT_THE_CHECKPOINT_LINE = """
+import sys, time
+from migration_tools.checkpoint import command
+_printable = command.printable
+def held(text):
+  if text.startswith('Checkpoint:'):
+    print('HELD', file=sys.stderr, flush=True)
+    time.sleep(60)
+  return _printable(text)
+command.printable = held
+"""
+
+
 @pytest.mark.estimator
-def test_a_signal_during_verify_removes_the_unverified_output(tmp_path):
+@pytest.mark.parametrize('hold', [_HOLD_VERIFY, _HOLD_AT_THE_CHECKPOINT_LINE],
+                         ids=['verifying', 'at the Checkpoint line'])
+def test_a_signal_during_verify_removes_the_unverified_output(tmp_path, hold):
   source = tmp_path / 'estimator'
   estimator_checkpoint(source)
   output = tmp_path / 'converted'
   log = tmp_path / 'convert.log'
-  process = _start_held(_HOLD_VERIFY, 'migration_tools.checkpoint.command',
+  process = _start_held(hold, 'migration_tools.checkpoint.command',
                         log, f'--estimator_dir={source}', f'--output={output}',
                         '--verify')
   try:
@@ -667,6 +686,46 @@ def test_a_signal_in_the_middle_of_a_check_stops_the_comparison(
   assert not report.exists()
   assert not re.search(r'(?m)^(ERROR|NOT RUN) ', text), text[-3000:]
   assert 'Report:' not in text and 'First to fix' not in text
+
+
+# Held at the Checks: line, once the comparison has ended, where a SIGTERM
+# once took the default action: no stopped: line, a report with no plot.
+_HOLD_AT_THE_CHECKS_LINE = """
+import sys, time
+from migration_tools.compare import command
+_counts = command._counts
+def held(results):
+  print('HELD', flush=True)
+  time.sleep(5)
+  return _counts(results)
+command._counts = held
+"""
+
+
+def test_a_signal_once_the_comparison_ended_waits_for_its_report(tmp_path):
+  report = tmp_path / 'report.json'
+  log = tmp_path / 'compare.log'
+  with open(log, 'w') as f:
+    process = subprocess.Popen(
+        [sys.executable, '-c', _HOLD_AT_THE_CHECKS_LINE +
+         'sys.argv = ["migration-compare", "--port=kit_pair.mnist:make_port",'
+         f' "--bundle={kit_bundle.BUNDLE}", "--replicas=1", "--notpu_ready",'
+         f' "--report={report}"]\n'
+         'command.run()\n'], cwd=REPO, stdout=f, stderr=subprocess.STDOUT,
+        env=dict(os.environ, PYTHONPATH=TOOLS_PYTHONPATH))
+  try:
+    _wait_for(process, log, r'(?m)^HELD$')
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 143, log.read_text()[-3000:]
+  finally:
+    process.kill()
+  text = log.read_text()
+  assert last_line(text) == (
+      'stopped: SIGTERM received: the comparison had ended: its lines above '
+      'and its report are whole'), text[-3000:]
+  assert f'Report: {report}, plot: {tmp_path / "report.png"}' in text
+  assert json.loads(report.read_text())['checks']
+  assert (tmp_path / 'report.png').stat().st_size > 0
 
 
 @pytest.mark.estimator

@@ -43,8 +43,10 @@ predictions recorded on TF 2.15 (``predictions``):
 graph kept, and writes the same weights, optimizer slots and step in the
 layout of the same port built on Keras 3.
 """
+import contextlib
 import os
 import shutil
+from typing import Iterator
 
 from kit_core import process
 
@@ -181,23 +183,27 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   # A line at least every 30 s while a large checkpoint is read, written or
   # verified.
   progress = progress_lib.Progress()
-  with progress.heartbeat(), exits.interruptible(
-      'nothing was written to --output; run the same command again'):
-    progress.now('converting: reading, pairing and writing the variables')
-    order = _creation_order(tool_flags, port, params, fns)
-    path = _convert(tool_flags, port, params, order)
-  print(printable(f'Checkpoint: {path}'))
-  if (tool_flags.estimator_dir and on_tensorflow and
-      not keras_compat.is_keras3()):
-    # Keras 3 tracks a model's variables otherwise: it would restore this
-    # layout in part.
-    print(f'Written by Keras 2: on TF 2.16 and later (Keras 3), carry it '
-          f'over first: migration-convert-checkpoint '
-          f'--keras2_dir={tool_flags.output} --output=NEW_DIR')
-  if tool_flags.verify:
-    with progress.heartbeat():
-      _verify(tool_flags, port, params, fns, theirs, path, existed, progress,
-              _pairing(tool_flags.estimator_dir, port, order))
+  # With --verify, a signal between the conversion and its verification (at
+  # the Checkpoint: line) removes the unverified output too: the handlers of
+  # _unverified_removed hold from the conversion to the verification's end.
+  with _unverified_removed(tool_flags, existed):
+    with progress.heartbeat(), exits.interruptible(
+        'nothing was written to --output; run the same command again'):
+      progress.now('converting: reading, pairing and writing the variables')
+      order = _creation_order(tool_flags, port, params, fns)
+      path = _convert(tool_flags, port, params, order)
+    print(printable(f'Checkpoint: {path}'))
+    if (tool_flags.estimator_dir and on_tensorflow and
+        not keras_compat.is_keras3()):
+      # Keras 3 tracks a model's variables otherwise: it would restore this
+      # layout in part.
+      print(f'Written by Keras 2: on TF 2.16 and later (Keras 3), carry it '
+            f'over first: migration-convert-checkpoint '
+            f'--keras2_dir={tool_flags.output} --output=NEW_DIR')
+    if tool_flags.verify:
+      with progress.heartbeat():
+        _verify(tool_flags, port, params, fns, theirs, path, existed,
+                progress, _pairing(tool_flags.estimator_dir, port, order))
 
 
 def _check_conversion_flags(tool_flags: flags.FlagValues) -> None:
@@ -321,8 +327,7 @@ def _verify(tool_flags: flags.FlagValues, port, params: dict,
   pair_variables: the conversion's variable pairs, for the layers.
   """
   output = tool_flags.output
-  removed = f'what was written to {output} was removed' if existed else (
-      f'{output} was removed')
+  removed = _removed_text(output, existed)
   try:
     with exits.interruptible(f'the verification was stopped and {removed}; '
                              'run the same command again'):
@@ -346,6 +351,31 @@ def _verify(tool_flags: flags.FlagValues, port, params: dict,
   print(printable(f'Verified on {result.examples} examples: every output '
                   f'agrees (max differences: {shown}); '
                   f'{verify.layers_text(result)}'))
+
+
+def _removed_text(output: str, existed: bool) -> str:
+  return (f'what was written to {output} was removed' if existed else
+          f'{output} was removed')
+
+
+@contextlib.contextmanager
+def _unverified_removed(tool_flags: flags.FlagValues,
+                        existed: bool) -> Iterator[None]:
+  """With --verify: a signal while the block runs and no inner block
+  handles it stops the command with what this run wrote removed."""
+  if not tool_flags.verify:
+    yield
+    return
+  stopped = (f'the verification was stopped and '
+             f'{_removed_text(tool_flags.output, existed)}; run the same '
+             'command again')
+  try:
+    with exits.interruptible(stopped):
+      yield
+  except Interrupted as e:
+    if e.consequence == stopped:  # Not the conversion's: it wrote nothing.
+      _remove_written(tool_flags.output, existed)
+    raise
 
 
 def _remove_written(output: str, existed: bool) -> None:

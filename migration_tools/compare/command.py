@@ -394,13 +394,24 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
   report = _check_outputs(tool_flags, bundle)
   timing.LEDGER.restart()
   # A signal stops the comparison with its temporary files removed, a bundle
-  # half-written removed, and no report.
+  # half-written removed, and no report; once it has ended, a signal waits
+  # for the report to be written whole, then stops the command in one line.
+  with exits.deferred('the comparison had ended: its lines above and its '
+                      'report are whole'):
+    results, figures = _compared(tool_flags, bundle, report)
+    _finish(tool_flags, results, figures, report)
+
+
+def _compared(tool_flags: flags.FlagValues, bundle: str | None,
+              report: str) -> tuple[list, dict]:
+  """The comparison, a signal stopping it (Interrupted); a KitError's
+  report written where one was asked for."""
   with exits.interruptible('the comparison was stopped, no report was '
                            'written; run the same command again'):
     with tempfile.TemporaryDirectory() as workdir:
       try:
-        results, figures = (_replayed(tool_flags, workdir, bundle) if bundle
-                            else _live(tool_flags, workdir))
+        return (_replayed(tool_flags, workdir, bundle) if bundle
+                else _live(tool_flags, workdir))
       except Interrupted:  # A signal: no report (the line says so).
         raise
       except KitError as e:
@@ -411,6 +422,12 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
           harness.write_error_report(report, str(e), {
               'port': pair_lib.port_spec(tool_flags)})
         raise
+
+
+def _finish(tool_flags: flags.FlagValues, results: list, figures: dict,
+            report: str) -> None:
+  """The comparison's closing lines and its report; exits 1 or 2 as the
+  verdict says."""
   if tool_flags.quiet:
     ran_on = figures.get('port_ran_on', {})
     if 'platform' in ran_on:
