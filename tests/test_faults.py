@@ -688,6 +688,18 @@ def test_a_signal_in_the_middle_of_a_check_stops_the_comparison(
   assert 'Report:' not in text and 'First to fix' not in text
 
 
+def _stopped(process, log, when) -> str:
+  """The process's log once a SIGTERM sent when when() returns ended it
+  with exit code 143."""
+  try:
+    when()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 143, log.read_text()[-3000:]
+  finally:
+    process.kill()
+  return log.read_text()
+
+
 # Held at the Checks: line, once the comparison has ended, where a SIGTERM
 # once took the default action: no stopped: line, a report with no plot.
 _HOLD_AT_THE_CHECKS_LINE = """
@@ -713,13 +725,8 @@ def test_a_signal_once_the_comparison_ended_waits_for_its_report(tmp_path):
          f' "--report={report}"]\n'
          'command.run()\n'], cwd=REPO, stdout=f, stderr=subprocess.STDOUT,
         env=dict(os.environ, PYTHONPATH=TOOLS_PYTHONPATH))
-  try:
-    _wait_for(process, log, r'(?m)^HELD$')
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=60) == 143, log.read_text()[-3000:]
-  finally:
-    process.kill()
-  text = log.read_text()
+  text = _stopped(process, log, lambda: _wait_for(process, log,
+                                                  r'(?m)^HELD$'))
   assert last_line(text) == (
       'stopped: SIGTERM received: the comparison had ended: its lines above '
       'and its report are whole'), text[-3000:]
@@ -739,16 +746,12 @@ def test_a_signal_while_recording_a_bundle_leaves_no_bundle(
   log = tmp_path / 'record.log'
   process = _start_compare(fake_data_dir, report, log, '--steps=3',
                            f'--record_bundle={bundle}')
-  try:
+  def when():
     _wait_for(process, log, r'(?m)^Recording a bundle')
     time.sleep(delay)
     if process.poll() is not None:
       pytest.fail(f'recorded in under {delay} s: no moment to stop it')
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=60) == 143, log.read_text()[-3000:]
-  finally:
-    process.kill()
-  text = log.read_text()
+  text = _stopped(process, log, when)
   assert last_line(text) == (
       'stopped: SIGTERM received: the comparison was stopped, no report was '
       'written; run the same command again'), text[-3000:]
