@@ -647,6 +647,36 @@ def test_a_signal_during_verify_removes_the_unverified_output(tmp_path, hold):
   assert not [n for n in os.listdir(tmp_path) if n.startswith('.tmp-')]
 
 
+@pytest.mark.estimator
+def test_a_sigkill_during_verify_leaves_an_output_the_rerun_names(tmp_path):
+  # Nothing runs after a SIGKILL: the unverified checkpoint stays, and the
+  # rerun says so, where it once said only "exists and is not empty".
+  source = tmp_path / 'estimator'
+  estimator_checkpoint(source)
+  output = tmp_path / 'converted'
+  args = (f'--estimator_dir={source}', f'--output={output}', '--verify')
+  log = tmp_path / 'convert.log'
+  process = _start_held(_HOLD_VERIFY, 'migration_tools.checkpoint.command',
+                        log, *args)
+  try:
+    _wait_for(process, log, r'(?m)^HELD$')
+    process.send_signal(signal.SIGKILL)
+    assert process.wait(timeout=60) == -signal.SIGKILL
+  finally:
+    process.kill()
+  again = run_module('migration_tools.checkpoint', *args)
+  assert again.returncode == 1, again.stderr[-3000:]
+  assert last_line(again.stderr) == (
+      f'error: --output {output} holds a checkpoint a --verify run converted '
+      'and never verified (that run was killed before it ended): remove '
+      f'{output}, then run the same command again')
+  shutil.rmtree(output)
+  done = run_module('migration_tools.checkpoint', *args)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert sorted(os.listdir(output)) == ['checkpoint', *sorted(
+      n for n in os.listdir(output) if n.startswith('ckpt'))]
+
+
 def _start_compare(data, report, log, *args):
   """migration-compare on the kit's pair at one replica, started with its
   output to log; a progress line every half second."""

@@ -192,6 +192,10 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
       progress.now('converting: reading, pairing and writing the variables')
       order = _creation_order(tool_flags, port, params, fns)
       path = _convert(tool_flags, port, params, order)
+      if tool_flags.verify:
+        # A SIGKILL from here to the verification's end leaves the mark,
+        # which the next run reads.
+        files.mark_unverified(tool_flags.output)
     print(printable(f'Checkpoint: {path}'))
     if (tool_flags.estimator_dir and on_tensorflow and
         not keras_compat.is_keras3()):
@@ -204,6 +208,7 @@ def main(tool_flags: flags.FlagValues, args: list[str]) -> None:
       with progress.heartbeat():
         _verify(tool_flags, port, params, fns, theirs, path, existed,
                 progress, _pairing(tool_flags.estimator_dir, port, order))
+      files.mark_verified(tool_flags.output)
 
 
 def _check_conversion_flags(tool_flags: flags.FlagValues) -> None:

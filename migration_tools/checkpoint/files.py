@@ -169,10 +169,31 @@ def check_output(output: str, source_flag: str, source: str) -> str:
   output = paths.check_output(output, '--output',
                               [(f'the input {source_flag}', source)],
                               folder=True)
+  if os.path.exists(output) and UNVERIFIED in os.listdir(output):
+    raise KitError(f'--output {output} holds a checkpoint a --verify run '
+                   'converted and never verified (that run was killed before '
+                   f'it ended): remove {output}, then run the same command '
+                   'again')
   if os.path.exists(output) and os.listdir(output):
     raise KitError(f'--output {output} exists and is not empty; choose a new '
                    'directory')
   return output
+
+
+# In --output from the conversion until --verify has passed: a run killed
+# in between (SIGKILL: nothing of it runs) leaves it, and the next run says
+# what the folder holds.
+UNVERIFIED = '.kit_unverified'
+
+
+def mark_unverified(output: str) -> None:
+  atomic.write_text(os.path.join(output, UNVERIFIED),
+                    'converted by migration-convert-checkpoint --verify, not '
+                    'verified yet\n')
+
+
+def mark_verified(output: str) -> None:
+  os.remove(os.path.join(output, UNVERIFIED))
 
 
 def pairs(shapes: dict, ours: dict, given: dict[str, str] | None,
