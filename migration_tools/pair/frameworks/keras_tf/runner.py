@@ -122,12 +122,9 @@ class PortRunner(side.PortSide):
     self._endless = None  # train_window's iterator, made when first timed.
     self._made_later = False  # Whether its trainer made a variable since.
     self.global_batch = len(tf.nest.flatten(batches[0][0])[0])
-    made = []  # Every variable made with it, for rewind().
-
-    def recorded(next_creator, **kwargs):
-      made.append(next_creator(**kwargs))
-      return made[-1]
-    with tf.variable_creator_scope(recorded), \
+    # Every variable made with it, in order: for rewind() and the inferred
+    # map.
+    with port_lib.creations() as made, \
         keras_compat.names_as_first_built('port'):
       with strategy.scope():
         self.model = port.build_model(dict(params))
